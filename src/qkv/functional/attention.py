@@ -1,0 +1,372 @@
+"""``attention()``: the one entry point.  It validates, picks a backend in one place, and runs it.
+
+Backends:
+
+* ``"fused"``: ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
+  kernels), used when the weights are not needed and the score is a scaled dot product;
+* ``"reference"``: materialises the ``(B, H, Lq, Lk)`` scores and weights; every score and mask.
+
+:func:`explain` says which backend a call takes and why the others were passed over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .masks import MaskSpec, check_masks
+from .scores import (
+    Score,
+    check_score,
+    grouped_qk,
+    grouped_wv,
+    normalize_rows,
+    prepare_qk,
+    qk_multiplier,
+    run_score_mod,
+)
+from .softmax import apply_masks, safe_softmax
+
+__all__ = ["BACKENDS", "BackendChoice", "additive_attention", "attention", "explain"]
+
+Backend = Literal["auto", "fused", "reference"]
+BACKENDS: tuple[str, ...] = ("fused", "reference")
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """Which backend a call takes, and why each faster one was passed over."""
+
+    backend: str
+    reasons: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        why = "; ".join(self.reasons) if self.reasons else "fastest backend available"
+        return f"{self.backend} ({why})"
+
+
+# ---------------------------------------------------------------------------- validation
+def _describe(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return f"{type(x).__name__}"
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: expected a tensor, got {_describe(t)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+    if query.dim() not in (3, 4):
+        raise ValueError(
+            f"query: expected shape (B, H, Lq, d) or (B, Lq, d), got {tuple(query.shape)}"
+        )
+    layout = "(B, H, L, d)" if query.dim() == 4 else "(B, L, d)"
+    for name, t in (("key", key), ("value", value)):
+        if t.dim() != query.dim():
+            raise ValueError(
+                f"{name}: expected {query.dim()} dimensions {layout} like query, "
+                f"got shape {tuple(t.shape)}"
+            )
+        if t.dtype != query.dtype:
+            raise TypeError(f"{name}: expected dtype {query.dtype} like query, got {t.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name}: expected device {query.device} like query, got {t.device}")
+        if t.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"{name}: expected batch size {query.shape[0]} like query, got shape "
+                f"{tuple(t.shape)}"
+            )
+    if key.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            f"key: expected width d={query.shape[-1]} like query (last axis), got shape "
+            f"{tuple(key.shape)}"
+        )
+    if value.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"value: expected {key.shape[-2]} positions like key (axis -2), got shape "
+            f"{tuple(value.shape)}"
+        )
+    if query.dim() == 4:
+        H, Hk, Hv = query.shape[1], key.shape[1], value.shape[1]
+        if Hk != Hv:
+            raise ValueError(f"value: expected {Hk} heads like key, got shape {tuple(value.shape)}")
+        if Hk == 0 or H % Hk:
+            raise ValueError(
+                f"key: expected a number of heads dividing query's {H} (grouped-query "
+                f"attention), got shape {tuple(key.shape)}"
+            )
+
+
+def _check_dropout(dropout_p: object) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p: expected a float in [0, 1), got {_describe(dropout_p)}")
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p: expected a float in [0, 1), got {dropout_p}")
+    return float(dropout_p)
+
+
+def _check_scale(scale: object) -> None:
+    if scale is None:
+        return
+    if isinstance(scale, Tensor):
+        if scale.numel() != 1 or not scale.is_floating_point():
+            raise ValueError(f"scale: expected a float or a one-element float tensor, got "
+                             f"{_describe(scale)}")
+        return
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale: expected a positive float, got {_describe(scale)}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected a positive finite float, got {scale}")
+
+
+# ---------------------------------------------------------------------------- dispatch
+def _why_not_fused(
+    query: Tensor,
+    key: Tensor,
+    score: Score,
+    scale: object,
+    need_weights: bool,
+) -> list[str]:
+    reasons = []
+    if need_weights:
+        reasons.append("need_weights=True: the fused kernel does not return weights")
+    if callable(score):
+        reasons.append("a score_mod callable needs materialised scores")
+    elif score == "normalized":
+        reasons.append("score='normalized' needs each query's whole row of scores")
+    if isinstance(scale, Tensor):
+        reasons.append("a tensor scale is not supported by the fused kernel")
+    if key.shape[-2] == 0 or query.shape[-2] == 0:
+        reasons.append("empty query or key sequence")
+    return reasons
+
+
+def _choose(query, key, score, scale, need_weights, backend) -> BackendChoice:
+    reasons = _why_not_fused(query, key, score, scale, need_weights)
+    if backend == "auto":
+        return BackendChoice("reference", tuple(reasons)) if reasons else BackendChoice("fused")
+    if backend == "fused" and reasons:
+        raise ValueError(f"backend: 'fused' cannot run this call: {'; '.join(reasons)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
+    return BackendChoice(backend, ("requested by the caller",))
+
+
+# ---------------------------------------------------------------------------- backends
+def _fused(q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float) -> Tensor:
+    d, Lk = q.shape[-1], k.shape[-2]
+    mult = qk_multiplier(score, scale, d, Lk)
+    q, k = prepare_qk(q, k, score)
+    mask, causal = spec.sdpa_mask(q.dtype)
+    dead = spec.dead_rows() if mask is not None else None
+    if dead is not None and bool(dead.any()):
+        # Give dead rows something to attend to, then zero them: finite values and gradients
+        # whatever the kernel does with an all-masked row.
+        mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
+    else:
+        dead = None
+    out = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=dropout_p,
+        is_causal=causal,
+        scale=float(mult),
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+    if dead is not None:
+        out = out.masked_fill(dead, 0.0)
+    return out
+
+
+def _reference(
+    q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    d, Lk = q.shape[-1], k.shape[-2]
+    mult = qk_multiplier(score, scale, d, Lk)
+    q, k = prepare_qk(q, k, score)
+    if score == "normalized":
+        scores = normalize_rows(grouped_qk(q, k), spec.blocked(), mult)
+    else:
+        # scale the (Lq, d) query rather than the (Lq, Lk) scores
+        scores = grouped_qk(q * mult, k)
+    if callable(score):
+        scores = run_score_mod(score, scores)
+    # in place on our own temporary; a score_mod's output may be needed by its backward
+    scores = apply_masks(scores, spec, inplace=not callable(score))
+    dead = None if callable(score) else spec.dead_rows()
+    weights = safe_softmax(scores, dead)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    return grouped_wv(weights, v), weights
+
+
+def _attend(
+    query, key, value, spec: MaskSpec, choice: BackendChoice, score, scale, dropout_p, need_weights
+):
+    squeeze = query.dim() == 3
+    if squeeze:  # (B, L, d) -> (B, 1, L, d)
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    weights = None
+    if choice.backend == "fused":
+        out = _fused(query, key, value, spec, score, scale, dropout_p)
+    else:
+        out, weights = _reference(query, key, value, spec, score, scale, dropout_p)
+    if squeeze:
+        out = out.squeeze(1)
+        weights = weights.squeeze(1) if weights is not None else None
+    return out, (weights if need_weights else None)
+
+
+def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window) -> MaskSpec:
+    four = query.dim() == 4
+    return check_masks(
+        B=query.shape[0],
+        H=query.shape[1] if four else 1,
+        Lq=query.shape[-2],
+        Lk=key.shape[-2],
+        device=query.device,
+        batched_heads=four,
+        valid_lens=valid_lens,
+        key_padding_mask=key_padding_mask,
+        attn_mask=attn_mask,
+        is_causal=is_causal,
+        window=window,
+    )
+
+
+def explain(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    valid_lens: Tensor | Sequence[int] | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    window: int | None = None,
+    scale: float | Tensor | None = None,
+    score: Score = "scaled_dot",
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    backend: Backend = "auto",
+) -> BackendChoice:
+    """Which backend :func:`attention` takes for these arguments, and why.
+
+    Takes exactly the arguments of :func:`attention`, validates them the same way, and computes
+    nothing.  ``str(explain(...))`` reads e.g. ``"reference (need_weights=True: ...)"``.
+    """
+    _check_qkv(query, key, value)
+    check_score(score)
+    _check_scale(scale)
+    _check_dropout(dropout_p)
+    _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    return _choose(query, key, score, scale, need_weights, backend)
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    valid_lens: Tensor | Sequence[int] | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    window: int | None = None,
+    scale: float | Tensor | None = None,
+    score: Score = "scaled_dot",
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    backend: Backend = "auto",
+) -> tuple[Tensor, Tensor | None]:
+    """Attention of ``query`` over ``key``/``value`` with any combination of masks.
+
+    Shapes:
+        query ``(B, H, Lq, d)`` or ``(B, Lq, d)``; key ``(B, Hkv, Lk, d)`` / ``(B, Lk, d)``;
+        value ``(B, Hkv, Lk, dv)`` / ``(B, Lk, dv)``.  ``Hkv`` may divide ``H`` (grouped-query
+        attention: query head ``h`` reads key/value head ``h // (H // Hkv)``, nothing is copied).
+
+    Masks (all combinable, broadcast over heads; bool True = NOT allowed, float = added):
+        valid_lens: ``(B,)`` or ``(B, Lq)`` integer lengths in ``[0, Lk]`` (d2l).
+        key_padding_mask: ``(B, Lk)``, True at padding (torch.nn.MultiheadAttention).
+        attn_mask: ``(Lq, Lk)``, ``(B, Lq, Lk)`` or, for 4-D inputs, ``(B|1, H|1, Lq, Lk)``.
+        is_causal: query ``i`` sees keys ``j <= i`` (top-left aligned, as torch SDPA).
+        window: query ``i`` sees keys ``i - window < j <= i``.
+
+    Args:
+        scale: multiplier of ``q . k``; its default depends on ``score`` (see
+            :mod:`qkv.functional.scores`).  A one-element tensor (a learned temperature) is allowed.
+        score: ``"scaled_dot"``, ``"dot"``, ``"cosine"``, ``"normalized"``, ``"length_scaled"``
+            or a callable ``score_mod(scores, b, h, q_idx, k_idx)``.
+        dropout_p: dropout on the attention weights (always applied when > 0: modules pass 0
+            in eval mode).
+        need_weights: also return the weights ``(B, H, Lq, Lk)`` / ``(B, Lq, Lk)``; they are the
+            weights actually applied to ``value`` (after dropout).
+        backend: ``"auto"`` (see :func:`explain`), ``"fused"`` or ``"reference"``.
+
+    Returns:
+        ``(output, weights or None)``; output ``(B, H, Lq, dv)`` or ``(B, Lq, dv)``.  A query that
+        may attend to nothing gets zero weights and a zero output, with finite gradients.
+    """
+    _check_qkv(query, key, value)
+    check_score(score)
+    _check_scale(scale)
+    p = _check_dropout(dropout_p)
+    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    choice = _choose(query, key, score, scale, need_weights, backend)
+    return _attend(query, key, value, spec, choice, score, scale, p, need_weights)
+
+
+def additive_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    w_v: Tensor,
+    *,
+    valid_lens: Tensor | Sequence[int] | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    window: int | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Additive (Bahdanau) attention on already-projected queries and keys.
+
+    ``s_ij = w_v . tanh(q_i + k_j)``, then the same masks, softmax and dropout as
+    :func:`attention`.
+
+    Shapes:
+        query ``(B, Lq, h)`` (``W_q q``), key ``(B, Lk, h)`` (``W_k k``), value ``(B, Lk, dv)``,
+        w_v ``(h,)``.  Returns ``(output (B, Lq, dv), weights (B, Lq, Lk) or None)``.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or t.dim() != 3:
+            raise ValueError(f"{name}: expected a 3-D tensor (B, L, h), got {_describe(t)}")
+    if not isinstance(w_v, Tensor) or w_v.dim() != 1 or w_v.shape[0] != query.shape[-1]:
+        raise ValueError(
+            f"w_v: expected a vector of shape ({query.shape[-1]},) matching query's width, "
+            f"got {_describe(w_v)}"
+        )
+    _check_qkv(query, key, value)
+    p = _check_dropout(dropout_p)
+    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    # (B, Lq, 1, h) + (B, 1, Lk, h) -> (B, Lq, Lk, h) -> (B, Lq, Lk): the book's broadcast form
+    features = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))
+    scores = (features @ w_v).unsqueeze(1)  # (B, 1, Lq, Lk)
+    scores = apply_masks(scores, spec, inplace=True)
+    weights = safe_softmax(scores, spec.dead_rows())
+    if p > 0.0:
+        weights = F.dropout(weights, p=p, training=True)
+    out = (weights @ value.unsqueeze(1)).squeeze(1)
+    return out, (weights.squeeze(1) if need_weights else None)
