@@ -23,10 +23,14 @@ def run(out: Path, quick: bool) -> None:
     print("qkv tour: the attention core (qkv.functional)")
 
     X = torch.rand(2, 2, 4)
-    _show("masked_softmax(rand(2, 2, 4), valid_lens=[2, 3])  (the book's example)",
-          qf.masked_softmax(X, torch.tensor([2, 3])))
-    _show("masked_softmax with per-query lengths [[1, 3], [2, 0]]: a length-0 row is all zeros",
-          qf.masked_softmax(X, torch.tensor([[1, 3], [2, 0]])))
+    _show(
+        "masked_softmax(rand(2, 2, 4), valid_lens=[2, 3])  (the book's example)",
+        qf.masked_softmax(X, torch.tensor([2, 3])),
+    )
+    _show(
+        "masked_softmax with per-query lengths [[1, 3], [2, 0]]: a length-0 row is all zeros",
+        qf.masked_softmax(X, torch.tensor([[1, 3], [2, 0]])),
+    )
 
     # seed 001's example: Q = K = V = (cat, milk, it, sweet) in two dimensions
     E = torch.tensor([[2.0, 2.0], [1.0, 3.0], [2.0, 2.0], [0.0, 4.0]])

@@ -118,8 +118,9 @@ def _check_scale(scale: object) -> None:
         return
     if isinstance(scale, Tensor):
         if scale.numel() != 1 or not scale.is_floating_point():
-            raise ValueError(f"scale: expected a float or a one-element float tensor, got "
-                             f"{_describe(scale)}")
+            raise ValueError(
+                f"scale: expected a float or a one-element float tensor, got {_describe(scale)}"
+            )
         return
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale: expected a positive float, got {_describe(scale)}")

@@ -29,6 +29,8 @@ from torch import Tensor
 
 __all__ = ["MaskSpec", "check_masks"]
 
+_CPU = torch.device("cpu")
+
 
 def _describe(x: object) -> str:
     if isinstance(x, Tensor):
@@ -58,7 +60,7 @@ class MaskSpec:
     attn_mask: Tensor | None = None
     is_causal: bool = False
     window: int | None = None
-    device: torch.device = torch.device("cpu")
+    device: torch.device = _CPU
 
     # ------------------------------------------------------------------ queries
     @property
@@ -237,7 +239,11 @@ def check_masks(
                     f"valid_lens: expected an integer tensor of shape ({B},) or ({B}, {Lq}), "
                     f"got {_describe(valid_lens)}"
                 ) from e
-        if valid_lens.is_floating_point() or valid_lens.is_complex() or valid_lens.dtype == torch.bool:
+        if (
+            valid_lens.is_floating_point()
+            or valid_lens.is_complex()
+            or valid_lens.dtype == torch.bool
+        ):
             raise TypeError(
                 f"valid_lens: expected an integer tensor (lengths), got {_describe(valid_lens)}"
             )
@@ -306,7 +312,8 @@ def check_masks(
 
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: expected a bool, got {_describe(is_causal)}")
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window: expected a positive int, got {_describe(window)}")
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window < 1
+    ):
+        raise ValueError(f"window: expected a positive int, got {_describe(window)}")
     return MaskSpec(B, H, Lq, Lk, vl, kpm, am, is_causal, window, torch.device(device))

@@ -126,7 +126,9 @@ def run_score_mod(fn: ScoreMod, scores: Tensor, q0: int = 0, k0: int = 0) -> Ten
     ki = torch.arange(k0, k0 + lk, device=dev).view(1, 1, 1, lk)
     out = fn(scores, b, h, qi, ki)
     if not isinstance(out, Tensor):
-        raise TypeError(f"score: the score_mod callable returned {type(out).__name__}, not a tensor")
+        raise TypeError(
+            f"score: the score_mod callable returned {type(out).__name__}, not a tensor"
+        )
     if out.shape != scores.shape:
         try:
             out = out.expand(scores.shape)
