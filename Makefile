@@ -17,6 +17,9 @@ $(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) torch==2.13.0
 	$(PIP) -e '.[dev]'
+	# timm, to test ViT attention against it: its hard torchvision dependency does not install
+	# beside this torch, and its attention layer does not need it (the test stubs it out)
+	$(PIP) --no-deps timm==1.0.31
 	touch $@ $(VENV)/.installed-all
 
 demo: $(VENV)/.installed-all

@@ -47,8 +47,8 @@ def safe_softmax(scores: Tensor, dead: Tensor | None = None) -> Tensor:
     """
     if dead is None:
         dead = torch.isneginf(scores.amax(dim=-1, keepdim=True)) if scores.shape[-1] else None
-        if dead is not None and not bool(dead.any()):
-            dead = None
+    if dead is not None and not bool(dead.any()):
+        dead = None
     if dead is not None:
         scores = scores.masked_fill(dead, 0.0)
     if scores.dtype in _HALF:
