@@ -1,0 +1,29 @@
+"""Seeing attention: heatmaps (matplotlib, Agg) and a self-contained HTML viewer.
+
+Everything here takes plain data: arrays or tensors of weights and lists of tokens.
+
+* :func:`show_heatmaps` — the book's grid of heatmaps ``(rows, cols, Lq, Lk)`` with a colour bar;
+* :class:`AttentionKind` — one kind of attention (per-layer weights ``(H, Lq, Lk)`` plus query and
+  key tokens); :func:`translation_attention` builds a translation's encoder / decoder / cross kinds;
+* :func:`plot_attention` — those kinds as a static grid (PNG, SVG, PDF);
+* :func:`attention_html` / :func:`save_attention_html` — the interactive viewer, one HTML file;
+* :func:`save_attention` — either of the two, chosen by the file's extension.
+
+matplotlib is needed only by the static figures (``pip install 'qkv[viz]'``).
+"""
+
+from .data import AttentionKind, translation_attention
+from .heatmaps import new_figure, plot_attention, save_figure, show_heatmaps
+from .html import attention_html, save_attention, save_attention_html
+
+__all__ = [
+    "AttentionKind",
+    "attention_html",
+    "new_figure",
+    "plot_attention",
+    "save_attention",
+    "save_attention_html",
+    "save_figure",
+    "show_heatmaps",
+    "translation_attention",
+]

@@ -1,0 +1,232 @@
+"""The plain data every attention picture is drawn from: named kinds of per-layer weights.
+
+An :class:`AttentionKind` is one kind of attention of one example (say the encoder's
+self-attention of one sentence): a list of per-layer weights ``(H, Lq, Lk)`` plus the query tokens
+(rows) and key tokens (columns).  The viewer (:func:`qkv.viz.attention_html`) and the static figure
+(:func:`qkv.viz.plot_attention`) take a list of kinds; :func:`translation_attention` builds the
+usual three (encoder self, decoder self, cross) from source and target tokens, so a trained
+translation model only has to hand over its weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AttentionKind", "as_kinds", "to_numpy", "translation_attention"]
+
+
+def _describe(x: object) -> str:
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return f"{type(x).__name__} of shape {tuple(shape)}"
+    return type(x).__name__
+
+
+def to_numpy(x: Any, name: str) -> np.ndarray:
+    """A float64 numpy copy of a tensor, array or nested list; TypeError naming ``name`` if not."""
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu", torch.float64).numpy()
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name}: expected a tensor or array of numbers, got {_describe(x)}")
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name}: expected a tensor or array of numbers, got {_describe(x)}") from e
+    return arr
+
+
+def _tokens(tokens: Sequence[str] | None, n: int, name: str) -> tuple[str, ...]:
+    if tokens is None:
+        return tuple(str(i) for i in range(n))
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+        raise TypeError(f"{name}: expected a sequence of {n} strings, got {_describe(tokens)}")
+    if len(tokens) != n:
+        raise ValueError(f"{name}: expected {n} tokens to match the weights, got {len(tokens)}")
+    return tuple(str(t) for t in tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionKind:
+    """One kind of attention of one example, layer by layer.
+
+    Args:
+        name: what the kind is, e.g. ``"encoder self-attention"``; shown in the viewer's menu.
+        layers: the weights, either one array ``(L, H, Lq, Lk)`` or a sequence of ``L`` per-layer
+            arrays ``(H, Lq, Lk)`` (or ``(Lq, Lk)`` for a single head); torch tensors, numpy
+            arrays or nested lists.  Layers may differ in their number of heads.  Values must be
+            finite and non-negative (attention weights; a row may sum to 1 or, fully masked, to 0).
+        query_tokens: the ``Lq`` row labels (queries), or None for positions ``0..Lq-1``.
+        key_tokens: the ``Lk`` column labels (keys), or None for positions ``0..Lk-1``.
+
+    After construction ``layers`` is a tuple of float64 numpy arrays ``(H, Lq, Lk)`` and the token
+    lists are tuples of str.
+
+    Raises:
+        TypeError / ValueError naming the argument, what was expected and what was received.
+    """
+
+    name: str
+    layers: Any
+    query_tokens: Sequence[str] | None = None
+    key_tokens: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name: expected a non-empty str, got {self.name!r}")
+        raw = self.layers
+        if isinstance(raw, (str, bytes)) or raw is None:
+            raise TypeError(
+                f"layers: expected an array (L, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
+                f"got {_describe(raw)}"
+            )
+        if hasattr(raw, "shape"):
+            if len(raw.shape) != 4:
+                raise ValueError(
+                    f"layers: expected one array (L, H, Lq, Lk) or a list of per-layer arrays "
+                    f"(H, Lq, Lk), got an array of shape {tuple(raw.shape)} (wrap a single "
+                    f"layer in a list)"
+                )
+            arr = to_numpy(raw, "layers")
+            per_layer = [arr[i] for i in range(arr.shape[0])]
+        elif isinstance(raw, Sequence):
+            per_layer = [to_numpy(x, f"layers[{i}]") for i, x in enumerate(raw)]
+        else:
+            raise TypeError(
+                f"layers: expected an array (L, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
+                f"got {_describe(raw)}"
+            )
+        if not per_layer:
+            raise ValueError("layers: expected at least one layer, got none")
+        out = []
+        for i, w in enumerate(per_layer):
+            if w.ndim == 2:
+                w = w[None]
+            if w.ndim != 3 or 0 in w.shape:
+                raise ValueError(
+                    f"layers[{i}]: expected weights of shape (H, Lq, Lk) or (Lq, Lk) with no "
+                    f"empty axis, got shape {w.shape}"
+                )
+            if not np.isfinite(w).all():
+                raise ValueError(f"layers[{i}]: expected finite weights, found NaN or inf")
+            if (w < 0).any():
+                raise ValueError(
+                    f"layers[{i}]: expected non-negative attention weights, got a minimum of "
+                    f"{w.min():.4g}"
+                )
+            if out and w.shape[1:] != out[0].shape[1:]:
+                raise ValueError(
+                    f"layers[{i}]: expected (Lq, Lk) = {out[0].shape[1:]} like layer 0, got "
+                    f"{w.shape[1:]}"
+                )
+            out.append(np.ascontiguousarray(w, dtype=np.float64))
+        Lq, Lk = out[0].shape[1:]
+        object.__setattr__(self, "layers", tuple(out))
+        object.__setattr__(self, "query_tokens", _tokens(self.query_tokens, Lq, "query_tokens"))
+        object.__setattr__(self, "key_tokens", _tokens(self.key_tokens, Lk, "key_tokens"))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(Lq, Lk)``."""
+        return self.layers[0].shape[1], self.layers[0].shape[2]
+
+    def heads(self, layer: int) -> int:
+        """Number of heads of ``layer``."""
+        return self.layers[layer].shape[0]
+
+    def matrix(self, layer: int = -1, head: int | str = "mean") -> np.ndarray:
+        """The ``(Lq, Lk)`` weights of one head of ``layer``, or the mean over its heads.
+
+        Args:
+            layer: layer index (negative counts from the last).
+            head: a head index, or ``"mean"`` for the average over all heads.
+        """
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise TypeError(f"layer: expected an int, got {_describe(layer)}")
+        if not -self.num_layers <= layer < self.num_layers:
+            raise ValueError(
+                f"layer: expected an index in [{-self.num_layers}, {self.num_layers}), got {layer}"
+            )
+        w = self.layers[layer]
+        if head == "mean":
+            return w.mean(axis=0)
+        if isinstance(head, bool) or not isinstance(head, int):
+            raise TypeError(f"head: expected an int or 'mean', got {head!r}")
+        if not -w.shape[0] <= head < w.shape[0]:
+            raise ValueError(
+                f"head: expected an index in [{-w.shape[0]}, {w.shape[0]}), got {head}"
+            )
+        return w[head]
+
+
+def translation_attention(
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    *,
+    encoder: Any = None,
+    decoder: Any = None,
+    cross: Any = None,
+    bahdanau: Any = None,
+) -> list[AttentionKind]:
+    """The attention kinds of one translated sentence, ready for the viewer or a figure.
+
+    Args:
+        src_tokens: the ``S`` source tokens.
+        tgt_tokens: the ``T`` target tokens (the decoder's inputs or outputs, one per step).
+        encoder: encoder self-attention, per layer ``(H, S, S)`` (or one ``(L, H, S, S)``).
+        decoder: decoder self-attention, per layer ``(H, T, T)``.
+        cross: cross-attention (decoder queries, encoder keys), per layer ``(H, T, S)``.
+        bahdanau: the Bahdanau decoder's per-step weights ``(T, S)`` (one layer, one head).
+
+    Returns:
+        The kinds that were given, in the order encoder, decoder, cross, Bahdanau.
+    """
+    kinds = []
+    if encoder is not None:
+        kinds.append(AttentionKind("encoder self-attention", encoder, src_tokens, src_tokens))
+    if decoder is not None:
+        kinds.append(AttentionKind("decoder self-attention", decoder, tgt_tokens, tgt_tokens))
+    if cross is not None:
+        kinds.append(AttentionKind("cross-attention", cross, tgt_tokens, src_tokens))
+    if bahdanau is not None:
+        w = to_numpy(bahdanau, "bahdanau")
+        if w.ndim != 2:
+            raise ValueError(f"bahdanau: expected per-step weights (T, S), got shape {w.shape}")
+        kinds.append(AttentionKind("Bahdanau attention", [w], tgt_tokens, src_tokens))
+    if not kinds:
+        raise ValueError(
+            "translation_attention: expected at least one of encoder, decoder, cross, bahdanau"
+        )
+    return kinds
+
+
+def as_kinds(data: AttentionKind | Sequence[AttentionKind], name: str = "kinds") -> list:
+    """``data`` as a non-empty list of :class:`AttentionKind` with distinct names."""
+    if isinstance(data, AttentionKind):
+        return [data]
+    if isinstance(data, (str, bytes)) or not isinstance(data, Sequence):
+        raise TypeError(
+            f"{name}: expected an AttentionKind or a sequence of them, got {_describe(data)}"
+        )
+    kinds = list(data)
+    if not kinds:
+        raise ValueError(f"{name}: expected at least one AttentionKind, got an empty sequence")
+    for i, k in enumerate(kinds):
+        if not isinstance(k, AttentionKind):
+            raise TypeError(f"{name}[{i}]: expected an AttentionKind, got {_describe(k)}")
+    names = [k.name for k in kinds]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{name}: expected distinct kind names, got {names}")
+    return kinds

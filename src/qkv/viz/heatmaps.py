@@ -1,0 +1,242 @@
+"""Static pictures with matplotlib's Agg backend: the book's ``show_heatmaps`` and attention grids.
+
+Figures are built as :class:`matplotlib.figure.Figure` objects attached to an Agg canvas, never
+through ``pyplot``: nothing needs a display, and no global figure list keeps them alive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import AttentionKind, as_kinds, to_numpy
+
+__all__ = ["FORMATS", "new_figure", "plot_attention", "save_figure", "show_heatmaps"]
+
+#: file extensions :func:`save_figure` writes, and matplotlib's name for each
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def _mpl() -> Any:
+    try:
+        import matplotlib
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "qkv.viz needs matplotlib: pip install 'qkv[viz]' (or pip install matplotlib)"
+        ) from e
+    return matplotlib
+
+
+def new_figure(figsize: tuple[float, float], *, layout: str | None = None) -> Any:
+    """A :class:`matplotlib.figure.Figure` on an Agg canvas (headless; no pyplot state).
+
+    ``layout`` is matplotlib's layout engine name (e.g. ``"constrained"``) or None.
+    """
+    _mpl()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if (
+        not isinstance(figsize, Sequence)
+        or len(figsize) != 2
+        or not all(isinstance(v, (int, float)) and v > 0 for v in figsize)
+    ):
+        raise ValueError(f"figsize: expected (width, height) in inches > 0, got {figsize!r}")
+    fig = Figure(figsize=tuple(float(v) for v in figsize), layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 150) -> Path:
+    """Write ``fig`` to ``path`` as PNG, SVG or PDF, chosen by the extension; returns the path.
+
+    The parent folder is created when missing.
+    """
+    p = Path(path)
+    fmt = FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        raise ValueError(
+            f"path: expected a file name ending in {', '.join(FORMATS)}, got {str(path)!r}"
+        )
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, format=fmt, dpi=dpi, bbox_inches="tight")
+    return p
+
+
+def _labels(labels: Sequence[str] | None, n: int, name: str) -> list[str] | None:
+    if labels is None:
+        return None
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise TypeError(f"{name}: expected a sequence of {n} labels, got {type(labels).__name__}")
+    if len(labels) != n:
+        raise ValueError(f"{name}: expected {n} labels (one per position), got {len(labels)}")
+    return [str(x) for x in labels]
+
+
+def _tick_step(n: int, most: int = 40) -> int:
+    return max(1, math.ceil(n / most))
+
+
+def show_heatmaps(
+    matrices: Any,
+    xlabel: str,
+    ylabel: str,
+    titles: Sequence[str] | None = None,
+    figsize: tuple[float, float] = (2.5, 2.5),
+    cmap: str = "Reds",
+    *,
+    xticklabels: Sequence[str] | None = None,
+    yticklabels: Sequence[str] | None = None,
+    path: str | Path | None = None,
+) -> Any:
+    """Draw a grid of heatmaps with one shared colour bar, as the book's ``show_heatmaps``.
+
+    Args:
+        matrices: ``(rows, cols, Lq, Lk)`` — row ``r``, column ``c`` of the grid shows
+            ``matrices[r, c]`` with queries down and keys across.  A ``(cols, Lq, Lk)`` or
+            ``(Lq, Lk)`` input is read as one row / one picture.  Tensor, array or nested list.
+        xlabel: label under the bottom row (the keys' axis).
+        ylabel: label left of the first column (the queries' axis).
+        titles: one title per column, or None.
+        figsize: the whole figure's size in inches (as in the book).
+        cmap: a matplotlib colour map name.
+        xticklabels: ``Lk`` key tokens for the x axis, or None for plain positions.
+        yticklabels: ``Lq`` query tokens for the y axis, or None.
+        path: where to save the figure (``.png``, ``.svg`` or ``.pdf``), or None.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure`.
+
+    Unlike the book, every panel shares one colour scale (the grid's minimum to maximum), so the
+    colour bar is right for all of them, not only for the last one drawn.
+    """
+    m = to_numpy(matrices, "matrices")
+    if m.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"matrices: expected shape (rows, cols, Lq, Lk) (or (cols, Lq, Lk), (Lq, Lk)), "
+            f"got {m.shape}"
+        )
+    while m.ndim < 4:
+        m = m[None]
+    rows, cols, Lq, Lk = m.shape
+    if 0 in m.shape:
+        raise ValueError(f"matrices: expected no empty axis, got shape {m.shape}")
+    if not np.isfinite(m).all():
+        raise ValueError("matrices: expected finite values, found NaN or inf")
+    for name, v in (("xlabel", xlabel), ("ylabel", ylabel), ("cmap", cmap)):
+        if not isinstance(v, str):
+            raise TypeError(f"{name}: expected a str, got {type(v).__name__}")
+    if titles is not None:
+        if isinstance(titles, (str, bytes)) or not isinstance(titles, Sequence):
+            raise TypeError(f"titles: expected a sequence of {cols} str, got {type(titles)}")
+        if len(titles) != cols:
+            raise ValueError(f"titles: expected {cols} titles (one per column), got {len(titles)}")
+    xt = _labels(xticklabels, Lk, "xticklabels")
+    yt = _labels(yticklabels, Lq, "yticklabels")
+    from matplotlib import colormaps
+
+    if cmap not in colormaps:
+        raise ValueError(f"cmap: expected a matplotlib colour map name, got {cmap!r}")
+
+    fig = new_figure(figsize)
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+    vmin, vmax = float(m.min()), float(m.max())
+    if vmax == vmin:
+        vmax = vmin + 1.0
+    image = None
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r, c]
+            image = ax.imshow(m[r, c], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+            if r == rows - 1:
+                ax.set_xlabel(xlabel)
+            if c == 0:
+                ax.set_ylabel(ylabel)
+            if titles is not None and r == 0:
+                ax.set_title(titles[c])
+            if xt is not None:
+                step = _tick_step(Lk)
+                ax.set_xticks(range(0, Lk, step), xt[::step], rotation=90)
+            if yt is not None:
+                step = _tick_step(Lq)
+                ax.set_yticks(range(0, Lq, step), yt[::step])
+    fig.colorbar(image, ax=axes, shrink=0.6)
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+def plot_attention(
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    layers: Sequence[int] | None = None,
+    head: int | str = "mean",
+    cmap: str = "Reds",
+    path: str | Path | None = None,
+) -> Any:
+    """One heatmap per kind (rows) and layer (columns), tokens on the axes, shared colour bar.
+
+    The static counterpart of :func:`qkv.viz.attention_html`, from the same data.
+
+    Args:
+        kinds: an :class:`AttentionKind` or a list of them (e.g. from
+            :func:`qkv.viz.translation_attention`); each kind's weights are ``(H, Lq, Lk)``
+            per layer, queries drawn down, keys across.
+        layers: which layers to draw (indices; default all). A kind with fewer layers leaves
+            its extra panels empty.
+        head: a head index or ``"mean"`` (the average over heads).
+        cmap: a matplotlib colour map name.
+        path: where to save (``.png``, ``.svg`` or ``.pdf``), or None.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure`.
+    """
+    ks = as_kinds(kinds)
+    depth = max(k.num_layers for k in ks)
+    if layers is None:
+        chosen = list(range(depth))
+    else:
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or not layers:
+            raise TypeError(f"layers: expected a non-empty sequence of ints, got {layers!r}")
+        chosen = list(layers)
+        for i in chosen:
+            if isinstance(i, bool) or not isinstance(i, int) or not -depth <= i < depth:
+                raise ValueError(f"layers: expected indices in [{-depth}, {depth}), got {i!r}")
+    mats = [
+        [k.matrix(i, head) if -k.num_layers <= i < k.num_layers else None for i in chosen]
+        for k in ks
+    ]
+    vmax = max(float(m.max()) for row in mats for m in row if m is not None) or 1.0
+    cell = 0.22  # inches per token
+    widths = [max(2.2, cell * k.shape[1] + 1.0) for k in ks]
+    heights = [max(2.0, cell * k.shape[0] + 1.0) for k in ks]
+    fig = new_figure((max(widths) * len(chosen) + 1.2, sum(heights)), layout="constrained")
+    axes = fig.subplots(len(ks), len(chosen), squeeze=False)
+    image = None
+    head_name = "mean of heads" if head == "mean" else f"head {head}"
+    for r, k in enumerate(ks):
+        Lq, Lk = k.shape
+        for c, li in enumerate(chosen):
+            ax = axes[r, c]
+            m = mats[r][c]
+            if m is None:
+                ax.set_axis_off()
+                continue
+            image = ax.imshow(m, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+            layer_no = li % k.num_layers
+            ax.set_title(f"{k.name}\nlayer {layer_no}, {head_name}", fontsize=9)
+            sx, sy = _tick_step(Lk), _tick_step(Lq)
+            ax.set_xticks(range(0, Lk, sx), k.key_tokens[::sx], rotation=90, fontsize=8)
+            ax.set_yticks(range(0, Lq, sy), k.query_tokens[::sy], fontsize=8)
+            if c == 0:
+                ax.set_ylabel("queries")
+            ax.set_xlabel("keys")
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if path is not None:
+        save_figure(fig, path)
+    return fig

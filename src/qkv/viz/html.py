@@ -1,0 +1,463 @@
+"""A self-contained HTML attention viewer: one file, inline CSS and JS, no network access.
+
+The page draws the chosen ``(Lq, Lk)`` matrix on a ``<canvas>`` (one pixel per cell, scaled up
+without smoothing), so it stays quick at 500 tokens.  Menus choose the attention kind, the layer
+and the head (or the mean over heads); hovering a query token colours the keys by how much it
+attends to each, hovering a key colours the queries that attend to it, hovering a cell does both.
+
+Weights travel as compact JSON: each matrix is a flat row-major list of integers, the weights
+times ``10**decimals`` rounded (``0.0123`` -> ``123`` at 4 decimals); the page divides back.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import AttentionKind, as_kinds
+
+__all__ = ["attention_html", "save_attention", "save_attention_html"]
+
+
+def _ints(w: np.ndarray, scale: int) -> list[int]:
+    return np.rint(w * scale).astype(np.int64).ravel().tolist()
+
+
+def _payload(kinds: list[AttentionKind], title: str, decimals: int) -> dict[str, Any]:
+    scale = 10**decimals
+    out = []
+    for k in kinds:
+        layers = []
+        for w in k.layers:  # (H, Lq, Lk)
+            heads = [_ints(w[h], scale) for h in range(w.shape[0])]
+            mean = heads[0] if w.shape[0] == 1 else _ints(w.mean(axis=0), scale)
+            layers.append({"heads": heads, "mean": mean})
+        out.append(
+            {"name": k.name, "q": list(k.query_tokens), "k": list(k.key_tokens), "layers": layers}
+        )
+    return {"title": title, "scale": scale, "kinds": out}
+
+
+def attention_html(
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    title: str = "qkv attention",
+    decimals: int = 4,
+) -> str:
+    """The viewer page for ``kinds`` as one self-contained HTML string.
+
+    Args:
+        kinds: an :class:`~qkv.viz.AttentionKind` or a list of them, each holding per-layer
+            weights ``(H, Lq, Lk)`` and its query / key tokens (see
+            :func:`~qkv.viz.translation_attention` for a translation's three kinds).
+        title: the page's title and heading.
+        decimals: weights are rounded to this many decimals (1 to 6) in the embedded data.
+
+    Returns:
+        The HTML text; it loads nothing from the network.
+    """
+    ks = as_kinds(kinds)
+    if not isinstance(title, str):
+        raise TypeError(f"title: expected a str, got {type(title).__name__}")
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
+        raise ValueError(f"decimals: expected an int in [1, 6], got {decimals!r}")
+    data = json.dumps(_payload(ks, title, decimals), ensure_ascii=False, separators=(",", ":"))
+    # inside <script> only "</" could end the element early; "<" never occurs outside strings
+    data = data.replace("<", "\\u003c")
+    page = _TEMPLATE.replace("%%TITLE%%", _html.escape(title))
+    page = page.replace("%%CSS%%", _CSS).replace("%%JS%%", _JS)
+    return page.replace("%%DATA%%", data)
+
+
+def save_attention_html(
+    path: str | Path,
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    title: str = "qkv attention",
+    decimals: int = 4,
+) -> Path:
+    """Write :func:`attention_html` to ``path`` (UTF-8; parent folder created); returns the path."""
+    text = attention_html(kinds, title=title, decimals=decimals)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def save_attention(
+    path: str | Path,
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    title: str = "qkv attention",
+    **kwargs: Any,
+) -> Path:
+    """Save ``kinds`` by the extension of ``path``: ``.html`` the viewer, ``.png``/``.svg``/``.pdf``
+    the static :func:`~qkv.viz.plot_attention` grid (``kwargs`` go to the function chosen)."""
+    p = Path(path)
+    if p.suffix.lower() in (".html", ".htm"):
+        return save_attention_html(p, kinds, title=title, **kwargs)
+    from .heatmaps import FORMATS, plot_attention
+
+    if p.suffix.lower() not in FORMATS:
+        raise ValueError(
+            f"path: expected a file name ending in .html, {', '.join(FORMATS)}, got {str(path)!r}"
+        )
+    plot_attention(kinds, path=p, **kwargs)
+    return p
+
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%%TITLE%%</title>
+<style>%%CSS%%</style>
+</head>
+<body>
+<header>
+  <h1>%%TITLE%%</h1>
+  <div id="controls">
+    <label>kind <select id="kind"></select></label>
+    <label>layer <select id="layer"></select></label>
+    <label>head <select id="head"></select></label>
+    <label>colours <select id="norm">
+      <option value="matrix">scaled to the matrix maximum</option>
+      <option value="row">scaled per query row</option>
+      <option value="abs">absolute, 0 to 1</option>
+    </select></label>
+  </div>
+</header>
+<main>
+  <section id="matrix-panel">
+    <div id="stage"><canvas id="heat"></canvas><canvas id="overlay"></canvas></div>
+    <div id="legend"><span id="lo">0</span><canvas id="ramp" width="160" height="12"></canvas>
+      <span id="hi">1</span></div>
+    <p id="readout">Hover a token or a cell.</p>
+  </section>
+  <section id="tokens-panel">
+    <h2>queries <small>(rows) — hover one: where it attends</small></h2>
+    <div id="qtokens" class="tokens"></div>
+    <h2>keys <small>(columns) — hover one: where it is attended from</small></h2>
+    <div id="ktokens" class="tokens"></div>
+  </section>
+</main>
+<script type="application/json" id="qkv-data">%%DATA%%</script>
+<script>%%JS%%</script>
+</body>
+</html>
+"""
+
+_CSS = """
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0;
+  color: #222; background: #fff; }
+header { padding: 10px 16px; border-bottom: 1px solid #ddd; background: #fafafa; }
+h1 { font-size: 18px; margin: 0 0 6px; }
+h2 { font-size: 14px; margin: 12px 0 4px; }
+h2 small { font-weight: normal; color: #666; }
+#controls label { margin-right: 14px; }
+select { font: inherit; }
+main { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px; align-items: flex-start; }
+#stage { position: relative; line-height: 0; }
+#overlay { position: absolute; left: 0; top: 0; }
+#heat { cursor: crosshair; }
+#legend { display: flex; align-items: center; gap: 6px; margin-top: 6px; font-size: 12px; }
+#matrix-panel { flex: none; }
+#readout { min-height: 4.2em; margin: 6px 0; font-size: 13px; }
+#tokens-panel { flex: 1 1 320px; min-width: 280px; max-width: 640px; }
+.tokens { max-height: 38vh; overflow: auto; border: 1px solid #ddd; padding: 6px;
+  line-height: 1.9; }
+.tok { display: inline-block; padding: 0 4px; margin: 1px; border-radius: 3px; cursor: default;
+  border: 1px solid transparent; white-space: pre; }
+.tok.active { border-color: #1f77b4; box-shadow: 0 0 0 1px #1f77b4; }
+.tok:hover { border-color: #888; }
+"""
+
+_JS = r"""
+(function () {
+  "use strict";
+  var DATA = JSON.parse(document.getElementById("qkv-data").textContent);
+  var SCALE = DATA.scale;
+  var $ = function (id) { return document.getElementById(id); };
+  var heat = $("heat"), overlay = $("overlay"), ctx = heat.getContext("2d"),
+      octx = overlay.getContext("2d");
+  var state = { kind: 0, layer: 0, head: -1, norm: "matrix", hover: null };
+  var geo = null, qspans = [], kspans = [], current = null;
+
+  // a "Reds"-like ramp: white -> dark red
+  var STOPS = [[255, 245, 240], [254, 224, 210], [252, 187, 161], [252, 146, 114],
+               [251, 106, 74], [239, 59, 44], [203, 24, 29], [165, 15, 21], [103, 0, 13]];
+  var LUT = new Uint8ClampedArray(256 * 3);
+  (function () {
+    for (var i = 0; i < 256; i++) {
+      var t = i / 255 * (STOPS.length - 1), a = Math.floor(t), b = Math.min(a + 1, STOPS.length - 1),
+          f = t - a;
+      for (var c = 0; c < 3; c++) LUT[i * 3 + c] = STOPS[a][c] + (STOPS[b][c] - STOPS[a][c]) * f;
+    }
+  })();
+  function level(t) { return Math.max(0, Math.min(255, Math.round(t * 255))); }
+  function rgb(t) { var i = level(t) * 3; return "rgb(" + LUT[i] + "," + LUT[i + 1] + "," + LUT[i + 2] + ")"; }
+
+  function kind() { return DATA.kinds[state.kind]; }
+  function layerData() { return kind().layers[state.layer]; }
+  function matrix() {
+    var L = layerData();
+    return state.head < 0 ? L.mean : L.heads[state.head];
+  }
+  function fmt(v) { return (v / SCALE).toFixed(Math.max(1, Math.round(Math.log10(SCALE)))); }
+
+  function option(sel, value, text) {
+    var o = document.createElement("option"); o.value = String(value); o.textContent = text;
+    sel.appendChild(o);
+  }
+  function fillMenus() {
+    var k = $("kind"), l = $("layer"), h = $("head");
+    if (!k.options.length) DATA.kinds.forEach(function (d, i) { option(k, i, d.name); });
+    k.value = String(state.kind);
+    l.textContent = "";
+    kind().layers.forEach(function (_, i) { option(l, i, "layer " + i); });
+    if (state.layer >= kind().layers.length) state.layer = 0;
+    l.value = String(state.layer);
+    h.textContent = "";
+    var H = layerData().heads.length;
+    option(h, -1, "all heads (mean)");
+    for (var i = 0; i < H; i++) option(h, i, "head " + i);
+    if (state.head >= H) state.head = -1;
+    h.value = String(state.head);
+  }
+
+  function buildTokens() {
+    var d = kind();
+    function build(box, toks, axis) {
+      box.textContent = "";
+      var spans = [];
+      toks.forEach(function (t, i) {
+        var s = document.createElement("span");
+        s.className = "tok"; s.textContent = t; s.dataset.axis = axis; s.dataset.i = String(i);
+        s.title = axis + " " + i;
+        box.appendChild(s); spans.push(s);
+      });
+      return spans;
+    }
+    qspans = build($("qtokens"), d.q, "q");
+    kspans = build($("ktokens"), d.k, "k");
+  }
+
+  function textWidth(toks) {
+    ctx.font = "12px sans-serif";
+    var w = 0;
+    for (var i = 0; i < toks.length; i++) w = Math.max(w, ctx.measureText(toks[i]).width);
+    return Math.ceil(w);
+  }
+  function layout() {
+    var d = kind(), Lq = d.q.length, Lk = d.k.length;
+    var avail = Math.max(240, Math.min(760, window.innerWidth - 440));
+    var cell = Math.max(1, Math.min(28, Math.floor(avail / Math.max(Lq, Lk))));
+    var labels = cell >= 10;
+    var left = labels ? Math.min(140, textWidth(d.q) + 10) : 40;
+    var top = labels ? Math.min(140, textWidth(d.k) + 10) : 22;
+    var w = left + Lk * cell + 6, h = top + Lq * cell + 6;
+    heat.width = overlay.width = w; heat.height = overlay.height = h;
+    // a fixed-width panel: the readout's text must never push the token lists around
+    $("matrix-panel").style.width = Math.max(w, 340) + "px";
+    geo = { cell: cell, left: left, top: top, Lq: Lq, Lk: Lk, labels: labels };
+  }
+
+  function norms(M) {
+    var Lq = geo.Lq, Lk = geo.Lk, out = new Float64Array(Lq), i, j, m;
+    if (state.norm === "abs") { out.fill(SCALE); return out; }
+    if (state.norm === "row") {
+      for (i = 0; i < Lq; i++) {
+        m = 0; for (j = 0; j < Lk; j++) m = Math.max(m, M[i * Lk + j]);
+        out[i] = m > 0 ? m : 1;
+      }
+      return out;
+    }
+    m = 0; for (i = 0; i < M.length; i++) m = Math.max(m, M[i]);
+    out.fill(m > 0 ? m : 1);
+    return out;
+  }
+
+  function draw() {
+    var d = kind(), M = matrix(), Lq = geo.Lq, Lk = geo.Lk, cell = geo.cell;
+    var n = norms(M);
+    current = { M: M, n: n };
+    var off = document.createElement("canvas"); off.width = Lk; off.height = Lq;
+    var octx2 = off.getContext("2d"), img = octx2.createImageData(Lk, Lq), px = img.data;
+    for (var i = 0; i < Lq; i++) {
+      for (var j = 0; j < Lk; j++) {
+        var c = level(M[i * Lk + j] / n[i]) * 3, p = (i * Lk + j) * 4;
+        px[p] = LUT[c]; px[p + 1] = LUT[c + 1]; px[p + 2] = LUT[c + 2]; px[p + 3] = 255;
+      }
+    }
+    octx2.putImageData(img, 0, 0);
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, heat.width, heat.height);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(off, geo.left, geo.top, Lk * cell, Lq * cell);
+    ctx.strokeStyle = "#999"; ctx.lineWidth = 1;
+    ctx.strokeRect(geo.left - 0.5, geo.top - 0.5, Lk * cell + 1, Lq * cell + 1);
+    ctx.fillStyle = "#333"; ctx.font = "12px sans-serif";
+    if (geo.labels) {
+      ctx.textAlign = "right"; ctx.textBaseline = "middle";
+      for (var a = 0; a < Lq; a++)
+        ctx.fillText(d.q[a], geo.left - 5, geo.top + (a + 0.5) * cell, geo.left - 8);
+      ctx.save(); ctx.translate(geo.left, geo.top - 5); ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      for (var b = 0; b < Lk; b++) ctx.fillText(d.k[b], 0, (b + 0.5) * cell, geo.top - 8);
+      ctx.restore();
+    } else {
+      var step = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000].find(function (s) {
+        return s * cell >= 40;
+      }) || 1000;
+      ctx.textBaseline = "middle"; ctx.textAlign = "right";
+      for (var r = 0; r < Lq; r += step) ctx.fillText(String(r), geo.left - 4, geo.top + (r + 0.5) * cell);
+      ctx.textAlign = "center"; ctx.textBaseline = "bottom";
+      for (var s = 0; s < Lk; s += step) ctx.fillText(String(s), geo.left + (s + 0.5) * cell, geo.top - 3);
+    }
+    var lo = $("lo"), hi = $("hi");
+    lo.textContent = "0";
+    hi.textContent = state.norm === "row" ? "row max" : fmt(n[0] || SCALE);
+    document.body.dataset.view = [state.kind, state.layer, state.head, state.norm].join(":");
+  }
+
+  function drawRamp() {
+    var r = $("ramp"), c = r.getContext("2d");
+    for (var x = 0; x < r.width; x++) { c.fillStyle = rgb(x / (r.width - 1)); c.fillRect(x, 0, 1, r.height); }
+  }
+
+  function reveal(span) {  // scroll the token's own box (never the page) to show it
+    var box = span.parentNode, top = span.offsetTop - box.offsetTop;
+    if (top < box.scrollTop || top + span.offsetHeight > box.scrollTop + box.clientHeight)
+      box.scrollTop = Math.max(0, top - box.clientHeight / 2);
+  }
+  function clearTokens() {
+    qspans.forEach(function (s) { s.style.background = ""; s.style.color = ""; s.classList.remove("active"); });
+    kspans.forEach(function (s) { s.style.background = ""; s.style.color = ""; s.classList.remove("active"); });
+  }
+  function paint(spans, vals) {
+    var m = 0, i;
+    for (i = 0; i < vals.length; i++) m = Math.max(m, vals[i]);
+    for (i = 0; i < spans.length; i++) {
+      var t = m > 0 ? vals[i] / m : 0;
+      spans[i].style.background = t > 0.002 ? rgb(t) : "";
+      spans[i].style.color = t > 0.6 ? "#fff" : "";
+    }
+  }
+  function top5(vals, toks) {
+    var idx = vals.map(function (_, i) { return i; });
+    idx.sort(function (a, b) { return vals[b] - vals[a]; });
+    return idx.slice(0, 5).map(function (i) { return "\u201c" + toks[i] + "\u201d " + fmt(vals[i]); }).join(" \u00b7 ");
+  }
+  function row(i) { var Lk = geo.Lk; return Array.prototype.slice.call(current.M, i * Lk, (i + 1) * Lk); }
+  function col(j) { var out = [], Lk = geo.Lk; for (var i = 0; i < geo.Lq; i++) out.push(current.M[i * Lk + j]); return out; }
+
+  function drawOverlay() {
+    octx.clearRect(0, 0, overlay.width, overlay.height);
+    var h = state.hover; if (!h) return;
+    var c = geo.cell, pad = c < 4 ? 2 : 0;
+    // thin rows need a band to be seen; wide ones only an outline, so the colours stay true
+    octx.lineWidth = 2; octx.strokeStyle = "#1f77b4";
+    octx.fillStyle = c < 6 ? "rgba(31,119,180,0.15)" : "rgba(0,0,0,0)";
+    if (h.q != null) {
+      var y = geo.top + h.q * c - pad;
+      octx.fillRect(geo.left, y, geo.Lk * c, c + 2 * pad);
+      octx.strokeRect(geo.left - 1, y - 1, geo.Lk * c + 2, c + 2 * pad + 2);
+    }
+    if (h.k != null) {
+      var x = geo.left + h.k * c - pad;
+      octx.fillRect(x, geo.top, c + 2 * pad, geo.Lq * c);
+      octx.strokeRect(x - 1, geo.top - 1, c + 2 * pad + 2, geo.Lq * c + 2);
+    }
+  }
+
+  function setHover(h) {
+    state.hover = h;
+    clearTokens();
+    var d = kind(), out = $("readout");
+    if (!h) {
+      out.textContent = "Hover a token or a cell.";
+      document.body.dataset.hover = "";
+    } else if (h.q != null && h.k != null) {
+      paint(kspans, row(h.q));
+      qspans[h.q].classList.add("active"); kspans[h.k].classList.add("active");
+      reveal(qspans[h.q]); reveal(kspans[h.k]);
+      out.textContent = "query " + h.q + " \u201c" + d.q[h.q] + "\u201d \u2192 key " + h.k + " \u201c" +
+        d.k[h.k] + "\u201d: " + fmt(current.M[h.q * geo.Lk + h.k]);
+      document.body.dataset.hover = "cell:" + h.q + ":" + h.k;
+    } else if (h.q != null) {
+      var r = row(h.q);
+      paint(kspans, r);
+      qspans[h.q].classList.add("active");
+      out.textContent = "query " + h.q + " \u201c" + d.q[h.q] + "\u201d attends to: " + top5(r, d.k);
+      document.body.dataset.hover = "q:" + h.q;
+    } else {
+      var cc = col(h.k);
+      paint(qspans, cc);
+      kspans[h.k].classList.add("active");
+      out.textContent = "key " + h.k + " \u201c" + d.k[h.k] + "\u201d is attended from: " + top5(cc, d.q);
+      document.body.dataset.hover = "k:" + h.k;
+    }
+    drawOverlay();
+  }
+
+  function refresh(rebuild) {
+    if (rebuild) { fillMenus(); buildTokens(); layout(); }
+    draw();
+    var h = state.hover;
+    if (h && ((h.q != null && h.q >= geo.Lq) || (h.k != null && h.k >= geo.Lk))) h = null;
+    setHover(h);
+  }
+
+  function onTokens(e) {
+    var s = e.target.closest ? e.target.closest(".tok") : null;
+    if (!s) return;
+    var i = Number(s.dataset.i);
+    setHover(s.dataset.axis === "q" ? { q: i, k: null } : { q: null, k: i });
+  }
+  $("qtokens").addEventListener("mouseover", onTokens);
+  $("ktokens").addEventListener("mouseover", onTokens);
+  heat.parentNode.addEventListener("mousemove", function (e) {
+    var b = heat.getBoundingClientRect();
+    var j = Math.floor((e.clientX - b.left - geo.left) / geo.cell),
+        i = Math.floor((e.clientY - b.top - geo.top) / geo.cell);
+    if (i >= 0 && i < geo.Lq && j >= 0 && j < geo.Lk) {
+      if (!state.hover || state.hover.q !== i || state.hover.k !== j) setHover({ q: i, k: j });
+    }
+  });
+  heat.parentNode.addEventListener("mouseleave", function () { setHover(null); });
+  $("kind").addEventListener("change", function (e) {
+    state.kind = Number(e.target.value); state.layer = 0; state.head = -1; state.hover = null;
+    refresh(true);
+  });
+  $("layer").addEventListener("change", function (e) {
+    state.layer = Number(e.target.value); fillMenus(); refresh(false);
+  });
+  $("head").addEventListener("change", function (e) { state.head = Number(e.target.value); refresh(false); });
+  $("norm").addEventListener("change", function (e) { state.norm = e.target.value; refresh(false); });
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () { layout(); refresh(false); }, 100);
+  });
+
+  // long sequences: one weight of 1 (say a causal first row) would wash out the rest
+  state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
+  $("norm").value = state.norm;
+  drawRamp();
+  refresh(true);
+  window.qkvViewer = { state: state, data: DATA, setHover: setHover,
+    geometry: function () { return Object.assign({}, geo); },
+    select: function (k, l, h) {
+      if (k != null && k !== state.kind) { state.kind = k; state.layer = 0; state.head = -1; state.hover = null; refresh(true); }
+      if (l != null) { state.layer = l; fillMenus(); }
+      if (h != null) state.head = h;
+      fillMenus(); refresh(false);
+    } };
+  document.body.dataset.ready = "1";
+})();
+"""
