@@ -24,7 +24,13 @@ class Demo:
 REGISTRY: dict[str, Demo] = {}
 DEFAULT = "tour"
 # demo modules, imported on first use so `qkv --help` stays fast
-_MODULES = ("qkv.demos.tour",)
+_MODULES = (
+    "qkv.demos.tour",
+    "qkv.demos.nadaraya_watson",
+    "qkv.demos.positional_encoding",
+    "qkv.demos.cat_milk",
+    "qkv.demos.masks",
+)
 
 
 def register(name: str, help: str) -> Callable[[Callable[[Path, bool], None]], Callable]:

@@ -142,7 +142,7 @@ def show_heatmaps(
     if cmap not in colormaps:
         raise ValueError(f"cmap: expected a matplotlib colour map name, got {cmap!r}")
 
-    fig = new_figure(figsize)
+    fig = new_figure(figsize, layout="constrained")
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     vmin, vmax = float(m.min()), float(m.max())
     if vmax == vmin:
