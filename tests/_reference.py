@@ -85,7 +85,7 @@ def reference_attention(
         s = s + key_padding_mask.double()[:, None, None, :]
     if am is not None:
         s = s + am
-    allowed &= ~torch.isneginf(s)
+    allowed = allowed & ~torch.isneginf(s)
     s = torch.where(allowed, s, float("-inf"))
     m = torch.where(allowed.any(-1, keepdim=True), s.amax(-1, keepdim=True), 0.0)
     e = torch.where(allowed, torch.exp(s - m), 0.0)

@@ -5,7 +5,17 @@ Data flows one way: modules -> :func:`attention` -> a backend.  Masks are canoni
 :mod:`qkv.functional.softmax`.
 """
 
-from .attention import BACKENDS, BackendChoice, additive_attention, attention, explain
+from .attention import (
+    BACKENDS,
+    AttentionMemoryError,
+    BackendChoice,
+    additive_attention,
+    attention,
+    explain,
+    get_memory_budget,
+    set_memory_budget,
+)
+from .chunked import plan_blocks
 from .masks import MaskSpec, check_masks
 from .scores import SCORES, Score, ScoreMod
 from .softmax import masked_softmax, safe_softmax
@@ -13,6 +23,7 @@ from .softmax import masked_softmax, safe_softmax
 __all__ = [
     "BACKENDS",
     "SCORES",
+    "AttentionMemoryError",
     "BackendChoice",
     "MaskSpec",
     "Score",
@@ -21,6 +32,9 @@ __all__ = [
     "attention",
     "check_masks",
     "explain",
+    "get_memory_budget",
     "masked_softmax",
+    "plan_blocks",
     "safe_softmax",
+    "set_memory_budget",
 ]

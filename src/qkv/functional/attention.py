@@ -4,9 +4,13 @@ Backends:
 
 * ``"fused"``: ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
   kernels), used when the weights are not needed and the score is a scaled dot product;
-* ``"reference"``: materialises the ``(B, H, Lq, Lk)`` scores and weights; every score and mask.
+* ``"reference"``: materialises the ``(B, H, Lq, Lk)`` scores and weights; every score and mask;
+* ``"chunked"``: exact attention in O(L) memory, forward and backward (:mod:`.chunked`), taken
+  when the materialised weights would exceed the memory budget or when the fused kernel would
+  need a large materialised mask.
 
-:func:`explain` says which backend a call takes and why the others were passed over.
+:func:`explain` says which backend a call takes and why the others were passed over.  The memory
+budget is per call (``memory_budget=`` bytes) or global (:func:`set_memory_budget`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .chunked import chunked_additive, chunked_attention
 from .masks import MaskSpec, check_masks
 from .scores import (
     Score,
@@ -33,10 +38,54 @@ from .scores import (
 )
 from .softmax import apply_masks, safe_softmax
 
-__all__ = ["BACKENDS", "BackendChoice", "additive_attention", "attention", "explain"]
+__all__ = [
+    "BACKENDS",
+    "AttentionMemoryError",
+    "BackendChoice",
+    "additive_attention",
+    "attention",
+    "explain",
+    "get_memory_budget",
+    "set_memory_budget",
+]
 
-Backend = Literal["auto", "fused", "reference"]
-BACKENDS: tuple[str, ...] = ("fused", "reference")
+Backend = Literal["auto", "fused", "reference", "chunked"]
+BACKENDS: tuple[str, ...] = ("fused", "reference", "chunked")
+
+_MEMORY_BUDGET = 1 << 30  # bytes the reference path may spend on materialised scores/weights
+# a mask the fused kernel would need built, above this many (B*Lq*Lk) elements, sends the call to
+# the chunked backend, which computes such masks from indices block by block
+_MASK_ELEMENTS_LIMIT = 1 << 22
+
+
+class AttentionMemoryError(MemoryError):
+    """Raised when a call would need more memory than its budget and no backend can avoid it."""
+
+
+def set_memory_budget(nbytes: int) -> int:
+    """Set the global memory budget (bytes) for materialised attention weights; returns the old.
+
+    Calls whose weights would exceed it run on the chunked backend, or, when the weights are
+    asked for (``need_weights=True``), raise :class:`AttentionMemoryError`.
+    """
+    global _MEMORY_BUDGET
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+        raise ValueError(f"nbytes: expected a positive int (bytes), got {nbytes!r}")
+    old, _MEMORY_BUDGET = _MEMORY_BUDGET, nbytes
+    return old
+
+
+def get_memory_budget() -> int:
+    """The global memory budget in bytes (default 1 GiB)."""
+    return _MEMORY_BUDGET
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -113,6 +162,13 @@ def _check_dropout(dropout_p: object) -> float:
     return float(dropout_p)
 
 
+def _check_budget(budget: object) -> None:
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0
+    ):
+        raise ValueError(f"memory_budget: expected a positive int (bytes) or None, got {budget!r}")
+
+
 def _check_scale(scale: object) -> None:
     if scale is None:
         return
@@ -150,15 +206,70 @@ def _why_not_fused(
     return reasons
 
 
-def _choose(query, key, score, scale, need_weights, backend) -> BackendChoice:
-    reasons = _why_not_fused(query, key, score, scale, need_weights)
-    if backend == "auto":
-        return BackendChoice("reference", tuple(reasons)) if reasons else BackendChoice("fused")
-    if backend == "fused" and reasons:
-        raise ValueError(f"backend: 'fused' cannot run this call: {'; '.join(reasons)}")
-    if backend not in BACKENDS:
+def _mask_to_build(spec: MaskSpec) -> bool:
+    """Whether the fused kernel would need a (B, Lq, Lk) mask built from indices."""
+    if spec.empty or spec.only_causal:
+        return False
+    per_query = spec.valid_lens is not None and spec.valid_lens.shape[2] > 1
+    return per_query or spec.window is not None or spec.is_causal
+
+
+def _choose(
+    query, key, spec: MaskSpec, score, scale, need_weights, dropout_p, backend, budget
+) -> BackendChoice:
+    if backend not in ("auto", *BACKENDS):
         raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
-    return BackendChoice(backend, ("requested by the caller",))
+    budget = _MEMORY_BUDGET if budget is None else budget
+    B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
+    weights = B * H * Lq * Lk * query.element_size()
+    # the reference path holds the scores, the weights and (in training) their gradient
+    reference_bytes = 3 * weights
+    not_fused = _why_not_fused(query, key, score, scale, need_weights)
+    not_chunked = []
+    if need_weights:
+        not_chunked.append("need_weights=True: the chunked backend never holds the weights")
+    if dropout_p > 0:
+        not_chunked.append("dropout_p > 0 is not supported by the chunked backend")
+    if Lq == 0 or Lk == 0:
+        not_chunked.append("empty query or key sequence")
+    too_big = (
+        f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
+        f"(memory budget {_fmt_bytes(budget)})"
+    )
+
+    if backend != "auto":
+        blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
+        if blockers:
+            raise ValueError(f"backend: {backend!r} cannot run this call: {'; '.join(blockers)}")
+        return BackendChoice(backend, ("requested by the caller",))
+
+    if need_weights:
+        if reference_bytes > budget:
+            raise AttentionMemoryError(
+                f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
+                f"{_fmt_bytes(reference_bytes)} for the weights and scores, over the memory "
+                f"budget of {_fmt_bytes(budget)}; pass need_weights=False (the chunked backend "
+                f"then runs in O(L) memory) or raise memory_budget="
+            )
+        return BackendChoice("reference", tuple(not_fused))
+    if not not_fused:
+        build = B * Lq * Lk
+        if _mask_to_build(spec) and build > _MASK_ELEMENTS_LIMIT and not not_chunked:
+            return BackendChoice(
+                "chunked",
+                (
+                    f"the fused kernel would need a materialised ({B}, {Lq}, {Lk}) mask; "
+                    "the chunked backend computes it from indices",
+                ),
+            )
+        return BackendChoice("fused")
+    if reference_bytes > budget:
+        if not_chunked:
+            raise AttentionMemoryError(
+                f"{too_big}, and the chunked backend cannot run this call: {'; '.join(not_chunked)}"
+            )
+        return BackendChoice("chunked", (*not_fused, too_big))
+    return BackendChoice("reference", tuple(not_fused))
 
 
 # ---------------------------------------------------------------------------- backends
@@ -220,6 +331,8 @@ def _attend(
     weights = None
     if choice.backend == "fused":
         out = _fused(query, key, value, spec, score, scale, dropout_p)
+    elif choice.backend == "chunked":
+        out = chunked_attention(query, key, value, spec, score, scale)
     else:
         out, weights = _reference(query, key, value, spec, score, scale, dropout_p)
     if squeeze:
@@ -260,6 +373,7 @@ def explain(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     backend: Backend = "auto",
+    memory_budget: int | None = None,
 ) -> BackendChoice:
     """Which backend :func:`attention` takes for these arguments, and why.
 
@@ -269,9 +383,10 @@ def explain(
     _check_qkv(query, key, value)
     check_score(score)
     _check_scale(scale)
-    _check_dropout(dropout_p)
-    _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    return _choose(query, key, score, scale, need_weights, backend)
+    p = _check_dropout(dropout_p)
+    _check_budget(memory_budget)
+    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    return _choose(query, key, spec, score, scale, need_weights, p, backend, memory_budget)
 
 
 def attention(
@@ -289,6 +404,7 @@ def attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     backend: Backend = "auto",
+    memory_budget: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention of ``query`` over ``key``/``value`` with any combination of masks.
 
@@ -313,7 +429,14 @@ def attention(
             in eval mode).
         need_weights: also return the weights ``(B, H, Lq, Lk)`` / ``(B, Lq, Lk)``; they are the
             weights actually applied to ``value`` (after dropout).
-        backend: ``"auto"`` (see :func:`explain`), ``"fused"`` or ``"reference"``.
+        backend: ``"auto"`` (see :func:`explain`), ``"fused"``, ``"reference"`` or
+            ``"chunked"``.
+        memory_budget: bytes the materialised weights may take before ``"auto"`` turns to the
+            chunked backend (default: :func:`get_memory_budget`, 1 GiB).
+
+    Raises:
+        AttentionMemoryError: ``need_weights=True`` (or dropout) on a problem whose weights
+            exceed the budget, with the memory it would need.
 
     Returns:
         ``(output, weights or None)``; output ``(B, H, Lq, dv)`` or ``(B, Lq, dv)``.  A query that
@@ -323,8 +446,9 @@ def attention(
     check_score(score)
     _check_scale(scale)
     p = _check_dropout(dropout_p)
+    _check_budget(memory_budget)
     spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    choice = _choose(query, key, score, scale, need_weights, backend)
+    choice = _choose(query, key, spec, score, scale, need_weights, p, backend, memory_budget)
     return _attend(query, key, value, spec, choice, score, scale, p, need_weights)
 
 
@@ -341,11 +465,15 @@ def additive_attention(
     window: int | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    backend: Literal["auto", "reference", "chunked"] = "auto",
+    memory_budget: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Additive (Bahdanau) attention on already-projected queries and keys.
 
     ``s_ij = w_v . tanh(q_i + k_j)``, then the same masks, softmax and dropout as
-    :func:`attention`.
+    :func:`attention`.  The book's form broadcasts a ``(B, Lq, Lk, h)`` tensor; the chunked
+    backend (taken when that tensor would exceed 64 MiB or the memory budget) computes the same
+    scores block by block in O(L) memory, forward and backward.
 
     Shapes:
         query ``(B, Lq, h)`` (``W_q q``), key ``(B, Lk, h)`` (``W_k k``), value ``(B, Lk, dv)``,
@@ -361,10 +489,40 @@ def additive_attention(
         )
     _check_qkv(query, key, value)
     p = _check_dropout(dropout_p)
+    _check_budget(memory_budget)
+    if backend not in ("auto", "reference", "chunked"):
+        raise ValueError(f"backend: expected 'auto', 'reference' or 'chunked', got {backend!r}")
     spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    B, Lq, h = query.shape
+    Lk = key.shape[1]
+    budget = _MEMORY_BUDGET if memory_budget is None else memory_budget
+    features = 2 * B * Lq * Lk * h * query.element_size()  # q + k broadcast, then tanh
+    if backend == "auto":
+        if need_weights or p > 0:
+            if features > budget:
+                raise AttentionMemoryError(
+                    f"additive attention with need_weights=True or dropout on {B}x{Lq}x{Lk} "
+                    f"(hidden {h}) needs about {_fmt_bytes(features)}, over the memory budget "
+                    f"of {_fmt_bytes(budget)}; pass need_weights=False and dropout_p=0 (the "
+                    f"chunked backend then runs in O(L) memory) or raise memory_budget="
+                )
+            backend = "reference"
+        else:
+            big = features > min(budget, 64 << 20)
+            backend = "chunked" if big and Lq and Lk else "reference"
+    elif backend == "chunked" and (need_weights or p > 0):
+        raise ValueError(
+            "backend: 'chunked' cannot run this call: it supports neither need_weights=True "
+            "nor dropout_p > 0"
+        )
+    if backend == "chunked":
+        out = chunked_additive(
+            query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1), w_v, spec
+        ).squeeze(1)
+        return out, None
     # (B, Lq, 1, h) + (B, 1, Lk, h) -> (B, Lq, Lk, h) -> (B, Lq, Lk): the book's broadcast form
-    features = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))
-    scores = (features @ w_v).unsqueeze(1)  # (B, 1, Lq, Lk)
+    features_t = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))
+    scores = (features_t @ w_v).unsqueeze(1)  # (B, 1, Lq, Lk)
     scores = apply_masks(scores, spec, inplace=True)
     weights = safe_softmax(scores, spec.dead_rows())
     if p > 0.0:

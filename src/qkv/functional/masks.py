@@ -96,12 +96,21 @@ class MaskSpec:
 
     # ------------------------------------------------------------------ builders
     def blocked(
-        self, q0: int = 0, q1: int | None = None, k0: int = 0, k1: int | None = None
+        self,
+        q0: int = 0,
+        q1: int | None = None,
+        k0: int = 0,
+        k1: int | None = None,
+        *,
+        index: bool = True,
     ) -> Tensor | None:
         """Bool tensor, True where attention is NOT allowed, from every non-float mask.
 
         Covers queries ``q0:q1`` and keys ``k0:k1``; shape broadcastable to
-        ``(B, H, q1-q0, k1-k0)``.  Returns None when no such mask is present.
+        ``(B, H, q1-q0, k1-k0)``.  Returns None when no such mask is present.  With
+        ``index=False`` the masks computed from positions (``is_causal``, ``window``,
+        ``valid_lens``) are left out: the chunked backend's plan already knows the block is
+        entirely inside them.
         """
         q1 = self.Lq if q1 is None else q1
         k1 = self.Lk if k1 is None else k1
@@ -112,7 +121,7 @@ class MaskSpec:
             nonlocal out
             out = m if out is None else out | m
 
-        if self.is_causal or self.window is not None or self.valid_lens is not None:
+        if index and (self.is_causal or self.window is not None or self.valid_lens is not None):
             qi = torch.arange(q0, q1, device=dev).view(-1, 1)  # (lq, 1)
             kj = torch.arange(k0, k1, device=dev).view(1, -1)  # (1, lk)
             if self.is_causal:
@@ -148,6 +157,30 @@ class MaskSpec:
             m = self.attn_mask[..., q0:q1, k0:k1].to(dtype)
             out = m if out is None else out + m
         return out
+
+    def bias(
+        self,
+        dtype: torch.dtype,
+        q0: int = 0,
+        q1: int | None = None,
+        k0: int = 0,
+        k1: int | None = None,
+        *,
+        index: bool = True,
+    ) -> Tensor | None:
+        """Every mask of the block as one float tensor added to the scores (-inf = forbidden).
+
+        Shape broadcastable to ``(B, H, q1-q0, k1-k0)``; None when nothing is masked there.
+        """
+        blocked = self.blocked(q0, q1, k0, k1, index=index)
+        add = self.additive(dtype, q0, q1, k0, k1)
+        if blocked is None:
+            return add
+        if add is None:
+            return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(
+                blocked, float("-inf")
+            )
+        return add.masked_fill(blocked, float("-inf"))
 
     def dead_rows(self) -> Tensor | None:
         """Bool ``(B|1, H|1, Lq, 1)``: True for queries that may attend to no key at all.

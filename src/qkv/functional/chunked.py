@@ -1,0 +1,389 @@
+"""The chunked backend: exact attention in O(L) memory, forward and backward.
+
+Queries are processed in blocks of ``block_q``; for each block the keys it may see are cut into
+*segments*.  The plan (:func:`plan_blocks`) reads the index masks (``is_causal``, ``window``,
+``valid_lens``) from positions alone: keys no query of the block can see are skipped (so causal
+attention does about half the work), keys every query sees need no index mask, and only the
+thin band in between gets a small materialised mask.  Segments are combined with the online
+softmax (running log-sum-exp), and the backward pass recomputes each segment from the saved
+output and log-sum-exp (the FlashAttention recipe), so nothing of size ``(Lq, Lk)`` is ever held.
+
+Two engines run the segments:
+
+* dot-product scores (``scaled_dot``, ``dot``, ``cosine``, ``length_scaled``, ``normalized``)
+  call torch's CPU flash-attention kernel on each segment when it is available (it returns the
+  log-sum-exp the merge needs);
+* anything else (a ``score_mod`` callable, additive attention, a tensor ``scale``) runs a
+  blockwise PyTorch engine whose backward differentiates the block's score function with
+  ``torch.autograd.grad``, so any differentiable score works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .masks import MaskSpec
+from .scores import Score, prepare_qk, qk_multiplier, run_score_mod
+
+__all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks"]
+
+_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_flash_bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Keys ``k0:k1`` of one query block; ``index`` says whether index masks must be applied."""
+
+    k0: int
+    k1: int
+    index: bool
+
+
+def _split(lo: int, hi: int, size: int, index: bool) -> list[Segment]:
+    return [Segment(a, min(hi, a + size), index) for a in range(lo, hi, size)]
+
+
+def plan_blocks(
+    spec: MaskSpec, block_q: int, block_k: int, full_block_k: int | None = None
+) -> list[tuple[int, int, list[Segment]]]:
+    """Cut the problem into query blocks and, per block, the key segments worth computing.
+
+    Returns ``[(q0, q1, [Segment, ...]), ...]``.  A block whose queries see no key gets no
+    segment (its rows are "dead": zero output).  ``full_block_k`` bounds segments that need no
+    index mask (None: one segment).
+    """
+    Lq, Lk = spec.Lq, spec.Lk
+    vmin_q = vmax_q = None
+    if spec.valid_lens is not None:
+        vl = spec.valid_lens  # (B, 1, Lq|1, 1)
+        vmax_q = vl.amax(dim=0).flatten().tolist()
+        vmin_q = vl.amin(dim=0).flatten().tolist()
+    W = spec.window
+    full_size = full_block_k or max(Lk, 1)
+    plan = []
+    for q0 in range(0, Lq, block_q):
+        q1 = min(Lq, q0 + block_q)
+        lo, hi = 0, Lk  # keys some query of the block may see
+        flo, fhi = 0, Lk  # keys every query of the block sees (as far as index masks go)
+        if spec.is_causal or W is not None:
+            hi, fhi = min(hi, q1), min(fhi, q0 + 1)
+        if W is not None:
+            lo, flo = max(lo, q0 - W + 1), max(flo, q1 - W)
+        if vmax_q is not None:
+            if len(vmax_q) == 1:
+                vmax, vmin = vmax_q[0], vmin_q[0]
+            else:
+                vmax, vmin = max(vmax_q[q0:q1]), min(vmin_q[q0:q1])
+            hi, fhi = min(hi, vmax), min(fhi, vmin)
+        segs: list[Segment] = []
+        if hi > lo:
+            flo = min(max(flo, lo), hi)
+            fhi = max(min(fhi, hi), flo)
+            segs += _split(lo, flo, block_k, True)
+            segs += _split(flo, fhi, full_size, False)
+            segs += _split(fhi, hi, block_k, True)
+        plan.append((q0, q1, segs))
+    return plan
+
+
+def _merge(acc_o: Tensor | None, acc_l: Tensor | None, o: Tensor, lse: Tensor):
+    """Combine two normalised partial results by their log-sum-exp ``(B, H, lq)``."""
+    if acc_o is None:
+        return o, lse
+    m = torch.maximum(acc_l, lse)
+    m = m.masked_fill(torch.isneginf(m), 0.0)
+    a, b = torch.exp(acc_l - m), torch.exp(lse - m)
+    tot = a + b
+    norm = torch.where(tot > 0, tot, torch.ones_like(tot))
+    out = (acc_o * (a / norm).unsqueeze(-1).to(o.dtype)) + o * (b / norm).unsqueeze(-1).to(o.dtype)
+    return out, m + torch.log(tot)
+
+
+def _expand_heads(t: Tensor, G: int) -> Tensor:
+    return t if G == 1 else t.repeat_interleave(G, dim=1)
+
+
+def _reduce_heads(t: Tensor, G: int) -> Tensor:
+    if G == 1:
+        return t
+    B, H = t.shape[:2]
+    return t.view(B, H // G, G, *t.shape[2:]).sum(dim=2)
+
+
+# ---------------------------------------------------------------------------- flash engine
+def _segment_bias(spec: MaskSpec, dtype, q0, q1, seg: Segment) -> Tensor | None:
+    return spec.bias(dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
+
+
+def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan, G: int):
+    B, H, Lq, _ = q.shape
+    out = q.new_zeros(B, H, Lq, v.shape[-1])
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    lse = torch.full((B, H, Lq), _NEG_INF, dtype=lse_dtype, device=q.device)
+    for q0, q1, segs in plan:
+        qb = q[:, :, q0:q1]
+        acc_o = acc_l = None
+        for seg in segs:
+            kb = _expand_heads(k[:, :, seg.k0 : seg.k1], G)
+            vb = _expand_heads(v[:, :, seg.k0 : seg.k1], G)
+            bias = _segment_bias(spec, q.dtype, q0, q1, seg)
+            o, lb = _flash(qb, kb, vb, attn_mask=bias, scale=scale)
+            if bias is not None:  # the kernel reports lse 0 for a row that saw nothing
+                dead = torch.isneginf(bias).all(dim=-1)
+                if bool(dead.any()):
+                    lb = lb.masked_fill(dead.expand_as(lb), _NEG_INF)
+            acc_o, acc_l = _merge(acc_o, acc_l, o, lb.to(lse_dtype))
+        if acc_o is not None:
+            out[:, :, q0:q1] = acc_o
+            lse[:, :, q0:q1] = acc_l
+    return out, lse
+
+
+class _FlashChunked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec, scale, plan, G):
+        out, lse = _flash_forward(q, k, v, spec, scale, plan, G)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.spec, ctx.scale, ctx.plan, ctx.G = spec, scale, plan, G
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        q, k, v, out, lse = ctx.saved_tensors
+        spec, scale, G = ctx.spec, ctx.scale, ctx.G
+        gout = gout.contiguous()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        # a dead row (lse = -inf) has zero output; +inf makes its recomputed weights exactly 0
+        lse_b = lse.masked_fill(torch.isneginf(lse), float("inf"))
+        for q0, q1, segs in ctx.plan:
+            qb = q[:, :, q0:q1]
+            gb = gout[:, :, q0:q1].contiguous()
+            ob = out[:, :, q0:q1].contiguous()
+            lb = lse_b[:, :, q0:q1].contiguous()
+            for seg in segs:
+                kb = _expand_heads(k[:, :, seg.k0 : seg.k1], G)
+                vb = _expand_heads(v[:, :, seg.k0 : seg.k1], G)
+                bias = _segment_bias(spec, q.dtype, q0, q1, seg)
+                gq, gk, gv = _flash_bwd(
+                    gb, qb, kb, vb, ob, lb, 0.0, False, attn_mask=bias, scale=scale
+                )
+                dq[:, :, q0:q1] += gq
+                dk[:, :, seg.k0 : seg.k1] += _reduce_heads(gk, G)
+                dv[:, :, seg.k0 : seg.k1] += _reduce_heads(gv, G)
+        return dq, dk, dv, None, None, None, None
+
+
+# ---------------------------------------------------------------------------- generic engine
+BlockScore = Callable[..., Tensor]  # (q_blk, k_blk, q0, k0, *params) -> (B, H, lq, lk)
+
+
+def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params):
+    s = score_fn(qb, kb, q0, seg.k0, *params)
+    bias = spec.bias(s.dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
+    return s if bias is None else s + bias
+
+
+def _generic_forward(score_fn, spec, plan, q, k, v, params):
+    B, H, Lq = q.shape[0], q.shape[1], q.shape[2]
+    acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=acc_dtype, device=q.device)
+    lse = torch.full((B, H, Lq), _NEG_INF, dtype=acc_dtype, device=q.device)
+    for q0, q1, segs in plan:
+        qb = q[:, :, q0:q1]
+        m = torch.full((B, H, q1 - q0, 1), _NEG_INF, dtype=acc_dtype, device=q.device)
+        den = torch.zeros_like(m)
+        acc = torch.zeros(B, H, q1 - q0, v.shape[-1], dtype=acc_dtype, device=q.device)
+        for seg in segs:
+            s = _masked_block(score_fn, spec, qb, k[:, :, seg.k0 : seg.k1], q0, q1, seg, params)
+            s = s.to(acc_dtype)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            m_safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
+            p = torch.exp(s - m_safe)
+            alpha = torch.exp(m - m_safe)
+            den = den * alpha + p.sum(dim=-1, keepdim=True)
+            vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc_dtype), H // v.shape[1])
+            acc = acc * alpha + p @ vb
+            m = m_new
+        live = den > 0
+        out[:, :, q0:q1] = acc / torch.where(live, den, torch.ones_like(den))
+        m_safe = m.masked_fill(torch.isneginf(m), 0.0)
+        lse[:, :, q0:q1] = torch.where(live, m_safe + torch.log(den), _NEG_INF).squeeze(-1)
+    return out.to(q.dtype), lse
+
+
+class _GenericChunked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, score_fn, spec, plan, q, k, v, *params):
+        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params)
+        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.score_fn, ctx.spec, ctx.plan = score_fn, spec, plan
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        q, k, v, out, lse, *params = ctx.saved_tensors
+        score_fn, spec = ctx.score_fn, ctx.spec
+        acc = lse.dtype
+        H = q.shape[1]
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+        dk = torch.zeros(k.shape, dtype=acc, device=k.device)
+        dv = torch.zeros(v.shape, dtype=acc, device=v.device)
+        dparams = [torch.zeros(p.shape, dtype=acc, device=p.device) for p in params]
+        gout = gout.to(acc)
+        D = (gout * out.to(acc)).sum(dim=-1, keepdim=True)  # (B, H, Lq, 1)
+        lse_b = lse.masked_fill(torch.isneginf(lse), float("inf")).unsqueeze(-1)
+        for q0, q1, segs in ctx.plan:
+            gb, Db, lb = gout[:, :, q0:q1], D[:, :, q0:q1], lse_b[:, :, q0:q1]
+            for seg in segs:
+                with torch.enable_grad():
+                    qb = q[:, :, q0:q1].detach().requires_grad_()
+                    kb = k[:, :, seg.k0 : seg.k1].detach().requires_grad_()
+                    ps = [p.detach().requires_grad_() for p in params]
+                    s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, ps)
+                p = torch.exp(s.detach().to(acc) - lb)  # (B, H, lq, lk)
+                G = H // v.shape[1]
+                vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc), G)
+                dv[:, :, seg.k0 : seg.k1] += _reduce_heads(p.transpose(-2, -1) @ gb, G)
+                ds = p * (gb @ vb.transpose(-2, -1) - Db)
+                grads = torch.autograd.grad(s, [qb, kb, *ps], ds.to(s.dtype), allow_unused=True)
+                if grads[0] is not None:
+                    dq[:, :, q0:q1] += grads[0]
+                if grads[1] is not None:
+                    dk[:, :, seg.k0 : seg.k1] += grads[1]
+                for acc_p, g in zip(dparams, grads[2:]):
+                    if g is not None:
+                        acc_p += g
+        cast = [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
+        return (None, None, None, *cast, *(g.to(p.dtype) for g, p in zip(dparams, params)))
+
+
+# ---------------------------------------------------------------------------- entry points
+def _row_sumsq_block(q: Tensor, kb: Tensor, blocked: Tensor | None) -> Tensor:
+    s = (q @ kb.transpose(-2, -1)).square()
+    if blocked is not None:
+        s = s.masked_fill(blocked, 0.0)
+    return s.sum(dim=-1, keepdim=True)
+
+
+def _row_norms(q: Tensor, k: Tensor, spec: MaskSpec, block_k: int) -> Tensor:
+    """``|q_i . K|`` over the keys each query may see, in O(Lq * block_k) memory (checkpointed)."""
+    from torch.utils.checkpoint import checkpoint
+
+    G = q.shape[1] // k.shape[1]
+    total = None
+    for k0 in range(0, k.shape[2], block_k):
+        k1 = min(k.shape[2], k0 + block_k)
+        kb = _expand_heads(k[:, :, k0:k1], G)
+        part = checkpoint(
+            _row_sumsq_block, q, kb, spec.blocked(0, spec.Lq, k0, k1), use_reentrant=False
+        )
+        total = part if total is None else total + part
+    if total is None:
+        total = q.new_zeros(*q.shape[:-1], 1)
+    return total.sqrt().clamp_min(1e-12)
+
+
+def _block_sizes(Lq: int, Lk: int, per_pair: int, budget_elems: int = 1 << 22) -> tuple[int, int]:
+    """Query/key block sizes whose ``(lq, lk)`` tile holds at most ``budget_elems`` values."""
+    bk = max(16, min(Lk, 1024))
+    bq = max(16, min(Lq, budget_elems // max(1, per_pair * bk)))
+    while bq < 16 and bk > 16:  # pragma: no cover - very wide per-pair cost
+        bk //= 2
+        bq = max(16, budget_elems // max(1, per_pair * bk))
+    return bq, bk
+
+
+def chunked_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    spec: MaskSpec,
+    score: Score,
+    scale: float | Tensor | None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> Tensor:
+    """Exact attention in O(L) memory.  Shapes as the reference: ``(B, H, L, d)`` 4-D inputs.
+
+    Returns the output ``(B, H, Lq, dv)``; differentiable with O(L)-memory backward.
+    """
+    B, H, Lq, d = q.shape
+    Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    G = H // Hk
+    mult = qk_multiplier(score, scale, d, Lk)
+    flash_ok = (
+        _flash is not None
+        and _flash_bwd is not None
+        and not callable(score)
+        and not isinstance(mult, Tensor)
+        and q.dtype in _FLASH_DTYPES
+        and q.device.type == "cpu"
+    )
+    if flash_ok:
+        q, k = prepare_qk(q, k, score)
+        bq = block_q or 256
+        bk = block_k or 512
+        if score == "normalized":
+            q = q * (float(mult) / _row_norms(q, k, spec, bk))
+            mult = 1.0
+        width = max(d, dv)  # the kernel wants one head width: zero-pad (dot products unchanged)
+        if d < width:
+            q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
+        vp = F.pad(v, (0, width - dv)) if dv < width else v
+        plan = plan_blocks(spec, bq, bk)
+        out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, G)
+        return out[..., :dv] if dv < width else out
+
+    q, k = prepare_qk(q, k, score)
+    if score == "normalized":
+        _, bk_ = _block_sizes(Lq, Lk, B * H)
+        q = q * (mult / _row_norms(q, k, spec, bk_))
+        mult = 1.0
+    params: tuple[Tensor, ...] = (mult,) if isinstance(mult, Tensor) else ()
+    fixed = None if params else float(mult)
+
+    def score_fn(qb, kb, q0, k0, *ps):
+        m = ps[0] if ps else fixed
+        if kb.shape[1] != qb.shape[1]:
+            kb = kb.repeat_interleave(qb.shape[1] // kb.shape[1], dim=1)
+        s = (qb * m) @ kb.transpose(-2, -1)
+        return run_score_mod(score, s, q0, k0) if callable(score) else s
+
+    bq, bk = _block_sizes(Lq, Lk, B * H)
+    plan = plan_blocks(spec, block_q or bq, block_k or bk, block_k or bk)
+    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, *params)
+
+
+def chunked_additive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    w_v: Tensor,
+    spec: MaskSpec,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> Tensor:
+    """Additive attention ``s_ij = w_v . tanh(q_i + k_j)`` in O(L) memory.
+
+    Shapes: q ``(B, 1, Lq, h)``, k ``(B, 1, Lk, h)``, v ``(B, 1, Lk, dv)``, w_v ``(h,)``;
+    returns ``(B, 1, Lq, dv)``.  Each block holds at most ~4M values of ``tanh(q + k)``.
+    """
+    B, _, Lq, h = q.shape
+    Lk = k.shape[2]
+
+    def score_fn(qb, kb, q0, k0, w):
+        # (B, 1, lq, 1, h) + (B, 1, 1, lk, h) -> (B, 1, lq, lk, h) -> (B, 1, lq, lk)
+        return torch.tanh(qb.unsqueeze(-2) + kb.unsqueeze(-3)) @ w
+
+    bq, bk = _block_sizes(Lq, Lk, B * h)
+    bq, bk = block_q or bq, block_k or bk
+    plan = plan_blocks(spec, bq, bk, bk)
+    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, w_v)
