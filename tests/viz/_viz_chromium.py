@@ -37,6 +37,7 @@ FLAGS = (
     "--disable-extensions",
     "--mute-audio",
     "--hide-scrollbars",
+    "--disable-dev-shm-usage",
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )

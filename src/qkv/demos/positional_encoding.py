@@ -14,7 +14,7 @@ from torch import Tensor
 
 from . import register
 
-__all__ = ["run", "sinusoidal_table"]
+__all__ = ["encoding_table", "run", "sinusoidal_table"]
 
 
 def sinusoidal_table(max_len: int, d: int, base: float = 10000.0) -> Tensor:
@@ -36,6 +36,17 @@ def sinusoidal_table(max_len: int, d: int, base: float = 10000.0) -> Tensor:
     return table
 
 
+def encoding_table(max_len: int, d: int) -> tuple[Tensor, str]:
+    """The ``(max_len, d)`` float64 table from ``qkv.nn.position`` when it is there, else from
+    :func:`sinusoidal_table`; also says which one it used."""
+    try:
+        from qkv.nn.position import sinusoidal_encoding
+    except ImportError:  # the library's positional encodings have not landed yet
+        return sinusoidal_table(max_len, d), "the demo's own sinusoidal_table"
+    P = sinusoidal_encoding(torch.arange(max_len), d, dtype=torch.float64)
+    return P, "qkv.nn.position.sinusoidal_encoding"
+
+
 def _rotation_error(P: Tensor, k: int, base: float = 10000.0) -> float:
     """max |P[i+k] - R_k P[i]|: the encoding of position i+k is a fixed rotation of position i's."""
     d = P.shape[1]
@@ -54,10 +65,11 @@ def run(out: Path, quick: bool) -> None:
     from qkv.viz import new_figure, save_figure, show_heatmaps
 
     d, steps = 32, 60  # the book's picture
-    P = sinusoidal_table(steps, d)
-    torch.set_printoptions(precision=4, sci_mode=False)
+    P, source = encoding_table(steps, d)
+    check = float((P - sinusoidal_table(steps, d)).abs().max())
     print(f"sinusoidal positional encoding, {steps} positions x {d} dimensions (seed 004)")
-    print("  P[i, 2j] = sin(i / 10000^(2j/d)),  P[i, 2j+1] = cos(i / 10000^(2j/d))\n")
+    print("  P[i, 2j] = sin(i / 10000^(2j/d)),  P[i, 2j+1] = cos(i / 10000^(2j/d))")
+    print(f"  table from {source}; max |difference| from the formula: {check:.1e}\n")
     print("  the first 4 positions, columns 0..7:")
     for i in range(4):
         print(f"    position {i}: {[round(float(x), 4) for x in P[i, :8]]}")

@@ -35,7 +35,8 @@ def _payload(kinds: list[AttentionKind], title: str, decimals: int) -> dict[str,
         layers = []
         for w in k.layers:  # (H, Lq, Lk)
             heads = [_ints(w[h], scale) for h in range(w.shape[0])]
-            mean = heads[0] if w.shape[0] == 1 else _ints(w.mean(axis=0), scale)
+            # one head: the mean is that head (null in the JSON, not a second copy)
+            mean = None if w.shape[0] == 1 else _ints(w.mean(axis=0), scale)
             layers.append({"heads": heads, "mean": mean})
         out.append(
             {"name": k.name, "q": list(k.query_tokens), "k": list(k.key_tokens), "layers": layers}
@@ -207,7 +208,7 @@ _JS = r"""
   function layerData() { return kind().layers[state.layer]; }
   function matrix() {
     var L = layerData();
-    return state.head < 0 ? L.mean : L.heads[state.head];
+    return state.head < 0 ? (L.mean || L.heads[0]) : L.heads[state.head];
   }
   function fmt(v) { return (v / SCALE).toFixed(Math.max(1, Math.round(Math.log10(SCALE)))); }
 
