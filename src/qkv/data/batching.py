@@ -1,0 +1,342 @@
+"""Token-budget batches with length bucketing; reproducible, resumable and shardable.
+
+:class:`TokenBatcher` turns encoded pairs into padded :class:`Batch` es:
+
+* **Token budget.** A batch of ``B`` examples costs ``B * max(Ls, Lt)`` padded positions, and
+  never more than ``max_tokens``; ``max_batch_size`` caps ``B`` as well.
+* **Bucketing.** Examples are sorted by length before they are cut into batches, so a batch
+  holds sentences of similar length and little padding. With ``shuffle=True`` the examples of
+  equal length are ordered at random and the batches are visited in random order, both drawn
+  from ``(seed, epoch)``: the same seed and epoch always give the same batches.
+* **Resumable.** ``state_dict()`` is the data position ``{"epoch", "batch_index", ...}`` (the
+  number of batches already handed out in that epoch); a checkpoint stores it and
+  ``load_state_dict`` makes the next iteration yield exactly the batches that remained.
+* **Sharded.** With ``rank``/``world_size`` (default: the ``RANK``/``WORLD_SIZE`` that torchrun
+  sets) every rank builds the same epoch plan and takes every ``world_size``-th batch; the plan
+  is cut to a multiple of ``world_size`` so that every rank takes the same number of steps.
+
+Teacher forcing as in the book: the target ``y_1 .. y_n`` gives ``tgt_in = <bos> y_1 .. y_n``
+and ``tgt_out = y_1 .. y_n <eos>``, both ``n + 1`` long; the source gets ``<eos>`` appended
+unless ``src_eos=False``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .vocab import Vocab
+
+__all__ = ["Batch", "TokenBatcher"]
+
+
+@dataclass
+class Batch:
+    """One padded batch. ``B`` examples, ``Ls``/``Lt`` the longest source/target in it.
+
+    Attributes:
+        src: ``(B, Ls)`` int64 source ids, ``<pad>`` (0) after ``src_valid_lens``.
+        src_valid_lens: ``(B,)`` int64 number of real source tokens (``<eos>`` included).
+        tgt_in: ``(B, Lt)`` int64 decoder input, ``<bos>`` then the target.
+        tgt_out: ``(B, Lt)`` int64 decoder target, the target then ``<eos>``.
+        tgt_valid_lens: ``(B,)`` int64 number of real positions of ``tgt_in``/``tgt_out``.
+        indices: ``(B,)`` int64 positions of the examples in the batcher's input lists.
+    """
+
+    src: Tensor
+    src_valid_lens: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_valid_lens: Tensor
+    indices: Tensor
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (non-padding) target tokens, the usual denominator of a per-token loss."""
+        return int(self.tgt_valid_lens.sum())
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """A copy with every tensor on ``device``."""
+        return Batch(
+            **{
+                f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                for f in fields(self)
+            }
+        )
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an int, got {value!r}") from None
+
+
+class TokenBatcher:
+    """Batches of encoded pairs under a token budget (see the module docstring).
+
+    Args:
+        src_ids, tgt_ids: aligned lists of token-id lists, without ``<bos>``/``<eos>`` (as from
+            :func:`qkv.data.encode_pairs`).
+        max_tokens: budget of one batch in padded positions, ``B * max(Ls, Lt) <= max_tokens``.
+        max_batch_size: at most this many examples per batch, or None.
+        max_len: examples whose source or target (with ``<eos>``/``<bos>``) is longer are
+            dropped (counted in ``n_dropped``), or truncated when ``truncate=True``; None keeps
+            all.
+        truncate: truncate long examples to ``max_len`` instead of dropping them (the book's
+            ``truncate_pad``; the final ``<eos>`` is kept).
+        shuffle: random order within equal lengths and random batch order, from
+            ``(seed, epoch)``; False gives batches sorted by length.
+        seed: the shuffling seed.
+        rank, world_size: this process's shard; None reads ``RANK``/``WORLD_SIZE`` (0 and 1
+            when unset).
+        src_eos: append ``<eos>`` to every source (the book does).
+        pad_id, bos_id, eos_id: special ids (qkv's vocabularies use 0, 1, 2).
+
+    Raises:
+        ValueError: an example alone exceeds ``max_tokens`` (raise it, or set ``max_len``).
+    """
+
+    def __init__(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        tgt_ids: Sequence[Sequence[int]],
+        *,
+        max_tokens: int = 4096,
+        max_batch_size: int | None = None,
+        max_len: int | None = None,
+        truncate: bool = False,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        src_eos: bool = True,
+        pad_id: int = Vocab.pad_id,
+        bos_id: int = Vocab.bos_id,
+        eos_id: int = Vocab.eos_id,
+    ) -> None:
+        if len(src_ids) != len(tgt_ids):
+            raise ValueError(
+                f"src_ids and tgt_ids must be aligned, got {len(src_ids)} and {len(tgt_ids)}"
+            )
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        if max_batch_size is not None and (
+            not isinstance(max_batch_size, int) or max_batch_size < 1
+        ):
+            raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+        if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
+            raise ValueError(f"max_len must be an int >= 2 or None, got {max_len!r}")
+        world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+        rank = _env_int("RANK", 0) if rank is None else rank
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        if not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self.max_tokens, self.max_batch_size, self.max_len = max_tokens, max_batch_size, max_len
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.src_eos, self.truncate = src_eos, truncate
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+
+        extra = 1 if src_eos else 0
+        keep, src, tgt = [], [], []
+        for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+            s, t = list(s), list(t)
+            if max_len is not None:
+                if truncate:
+                    s, t = s[: max_len - extra], t[: max_len - 1]
+                elif len(s) + extra > max_len or len(t) + 1 > max_len:
+                    continue
+            keep.append(i)
+            src.append(s)
+            tgt.append(t)
+        self.n_dropped = len(src_ids) - len(keep)
+        """Examples dropped for exceeding ``max_len``."""
+        if not keep:
+            raise ValueError(
+                f"no example fits max_len={max_len}; got {len(src_ids)} examples"
+                if src_ids
+                else "src_ids must not be empty"
+            )
+        self._index = np.asarray(keep, dtype=np.int64)
+        self._src, self._tgt = src, tgt
+        self._ls = np.fromiter((len(s) + extra for s in src), dtype=np.int64, count=len(src))
+        self._lt = np.fromiter((len(t) + 1 for t in tgt), dtype=np.int64, count=len(tgt))
+        self._cost = np.maximum(self._ls, self._lt)
+        worst = int(self._cost.max())
+        if worst > max_tokens:
+            raise ValueError(
+                f"max_tokens={max_tokens} is smaller than the longest example ({worst} tokens); "
+                "raise max_tokens or pass max_len to drop or truncate long examples"
+            )
+        self.epoch = 0
+        self.batch_index = 0
+        self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+
+    @classmethod
+    def from_pairs(
+        cls,
+        pairs: Sequence[tuple[str, str]],
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        pre_normalized: bool = False,
+        **kwargs,
+    ) -> TokenBatcher:
+        """Encode ``pairs`` with the tokenizers and batch them (``kwargs`` as the constructor)."""
+        from .tokenizers import encode_pairs
+
+        s, t = encode_pairs(pairs, src_tokenizer, tgt_tokenizer, pre_normalized=pre_normalized)
+        return cls(s, t, **kwargs)
+
+    @property
+    def num_examples(self) -> int:
+        """Examples kept (all ranks together)."""
+        return len(self._src)
+
+    # -- the epoch plan -------------------------------------------------------------------
+
+    def _global_plan(self, epoch: int) -> list[np.ndarray]:
+        """All batches of ``epoch`` (every rank's), as arrays of positions into the kept lists."""
+        n = len(self._src)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(n)
+            # lexsort: last key is primary; stable, so ties keep the random order of perm.
+            order = perm[np.lexsort((self._ls[perm], self._cost[perm]))]
+        else:
+            rng = None
+            order = np.lexsort((np.arange(n), self._ls, self._cost))
+        cost = self._cost[order].tolist()
+        cap = self.max_batch_size or n
+        budget = self.max_tokens
+        bounds = [0]
+        start, longest = 0, 0
+        for j, c in enumerate(cost):
+            longest_if = longest if longest > c else c
+            if j > start and ((j - start + 1) * longest_if > budget or j - start >= cap):
+                bounds.append(j)
+                start, longest = j, c
+            else:
+                longest = longest_if
+        bounds.append(n)
+        batches = [order[a:b] for a, b in itertools.pairwise(bounds)]
+        if rng is not None:
+            batches = [batches[k] for k in rng.permutation(len(batches))]
+        return batches
+
+    def _plan(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches of ``epoch``."""
+        if self._plan_cache is not None and self._plan_cache[0] == epoch:
+            return self._plan_cache[1]
+        batches = self._global_plan(epoch)
+        if self.world_size > 1:
+            usable = len(batches) - len(batches) % self.world_size
+            batches = batches[self.rank : usable : self.world_size]
+        self._plan_cache = (epoch, batches)
+        return batches
+
+    def __len__(self) -> int:
+        """Batches of this rank in the current epoch."""
+        return len(self._plan(self.epoch))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch (as ``DistributedSampler.set_epoch``)."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self.epoch, self.batch_index = epoch, 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Yield the remaining batches of the current epoch, then move to the next epoch.
+
+        The position advances as each batch is handed out, so ``state_dict()`` taken after
+        training on a batch resumes at the batch after it.
+        """
+        plan = self._plan(self.epoch)
+        if self.batch_index >= len(plan):
+            self.epoch, self.batch_index = self.epoch + 1, 0
+            plan = self._plan(self.epoch)
+        while self.batch_index < len(plan):
+            positions = plan[self.batch_index]
+            self.batch_index += 1
+            yield self.collate(positions)
+        self.epoch, self.batch_index = self.epoch + 1, 0
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _identity(self) -> dict:
+        return {
+            "seed": self.seed,
+            "num_examples": len(self._src),
+            "max_tokens": self.max_tokens,
+            "max_batch_size": self.max_batch_size,
+            "world_size": self.world_size,
+            "shuffle": self.shuffle,
+        }
+
+    def state_dict(self) -> dict:
+        """The data position, JSON-serialisable: ``epoch``, ``batch_index`` (batches of that
+        epoch already handed out) and the settings that fix the plan."""
+        return {"epoch": self.epoch, "batch_index": self.batch_index, **self._identity()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at the position ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            ValueError: ``state`` was made with settings that give different batches.
+        """
+        if not isinstance(state, dict) or "epoch" not in state or "batch_index" not in state:
+            raise ValueError(f"state must be a dict from state_dict(), got {state!r:.100}")
+        mine = self._identity()
+        diff = {k: (state[k], v) for k, v in mine.items() if k in state and state[k] != v}
+        if diff:
+            text = ", ".join(f"{k}: saved {a!r}, here {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"state comes from a batcher with other settings ({text})")
+        epoch, index = int(state["epoch"]), int(state["batch_index"])
+        if epoch < 0 or index < 0:
+            raise ValueError(f"state: epoch and batch_index must be >= 0, got {epoch}, {index}")
+        self.epoch, self.batch_index = epoch, index
+
+    # -- padding --------------------------------------------------------------------------
+
+    def collate(self, positions: np.ndarray) -> Batch:
+        """Pad the examples at ``positions`` (into the kept lists) into a :class:`Batch`."""
+        b = len(positions)
+        ls, lt = self._ls[positions], self._lt[positions]
+        Ls, Lt = int(ls.max()), int(lt.max())
+        src = np.full((b, Ls), self.pad_id, dtype=np.int64)
+        tgt_in = np.full((b, Lt), self.pad_id, dtype=np.int64)
+        tgt_out = np.full((b, Lt), self.pad_id, dtype=np.int64)
+        eos = self.eos_id
+        for r, p in enumerate(positions.tolist()):
+            s, t = self._src[p], self._tgt[p]
+            n, m = len(s), len(t)
+            src[r, :n] = s
+            tgt_in[r, 1 : m + 1] = t
+            tgt_out[r, :m] = t
+            tgt_out[r, m] = eos
+        if self.src_eos:
+            src[np.arange(b), ls - 1] = eos
+        tgt_in[:, 0] = self.bos_id
+        return Batch(
+            src=torch.from_numpy(src),
+            src_valid_lens=torch.from_numpy(ls.copy()),
+            tgt_in=torch.from_numpy(tgt_in),
+            tgt_out=torch.from_numpy(tgt_out),
+            tgt_valid_lens=torch.from_numpy(lt.copy()),
+            indices=torch.from_numpy(self._index[positions]),
+        )

@@ -1,0 +1,187 @@
+"""Deterministic train/valid/test splits that evaluation can trust.
+
+:func:`split_pairs` groups pairs by their source sentence, so that every translation of one
+sentence lands in the same part (Tatoeba has many sentences with several translations: a plain
+random split would put a test sentence's twin in the training set). Groups are ordered by a
+seeded hash of the source text, which makes the split independent of the file's line order,
+and cut to the requested sizes.
+
+The result is a :class:`Split`: the index lists plus a fingerprint of the data they index,
+JSON-serialisable, so a run saves it and evaluation applies exactly the same split -- and is
+told, instead of silently misled, when the data changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Split", "fingerprint", "split_pairs"]
+
+
+def fingerprint(pairs: Sequence[tuple[str, str]]) -> str:
+    """A short hex digest of the pairs, in order (BLAKE2b, 16 bytes)."""
+    h = hashlib.blake2b(digest_size=16)
+    for s, t in pairs:
+        h.update(s.encode("utf-8", "surrogatepass"))
+        h.update(b"\t")
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which pairs are for training, validation and testing.
+
+    Attributes:
+        n: number of pairs the split was made for.
+        seed: the seed that ordered the groups.
+        fingerprint: :func:`fingerprint` of those pairs.
+        train, valid, test: sorted indices into the pairs; disjoint, covering ``range(n)``.
+    """
+
+    n: int
+    seed: int
+    fingerprint: str
+    train: tuple[int, ...]
+    valid: tuple[int, ...]
+    test: tuple[int, ...]
+
+    def apply(
+        self, pairs: Sequence[tuple[str, str]], check: bool = True
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+        """Return ``(train_pairs, valid_pairs, test_pairs)``.
+
+        Raises:
+            ValueError: ``pairs`` are not the pairs the split was made for (length or, with
+                ``check``, fingerprint differs).
+        """
+        if len(pairs) != self.n:
+            raise ValueError(f"pairs must have the split's length {self.n}, got {len(pairs)}")
+        if check and fingerprint(pairs) != self.fingerprint:
+            raise ValueError(
+                f"pairs differ from the data this split was made for (fingerprint "
+                f"{fingerprint(pairs)} != {self.fingerprint}); re-split or pass check=False"
+            )
+        return (
+            [pairs[i] for i in self.train],
+            [pairs[i] for i in self.valid],
+            [pairs[i] for i in self.test],
+        )
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict; :meth:`from_dict` rebuilds an equal split."""
+        return {
+            "type": "qkv.Split",
+            "n": self.n,
+            "seed": self.seed,
+            "fingerprint": self.fingerprint,
+            "train": list(self.train),
+            "valid": list(self.valid),
+            "test": list(self.test),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Split:
+        """Rebuild a split from :meth:`to_dict`, checking that the parts partition ``range(n)``."""
+        try:
+            split = cls(
+                n=int(d["n"]),
+                seed=int(d["seed"]),
+                fingerprint=str(d["fingerprint"]),
+                train=tuple(int(i) for i in d["train"]),
+                valid=tuple(int(i) for i in d["valid"]),
+                test=tuple(int(i) for i in d["test"]),
+            )
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"d must be a dict from Split.to_dict, got an error: {e!r}") from None
+        everything = sorted(split.train + split.valid + split.test)
+        if everything != list(range(split.n)):
+            raise ValueError("d: train, valid and test must partition range(n)")
+        return split
+
+    def save(self, path: str | Path) -> None:
+        """Write the split as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Split:
+        """Read a split written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def __repr__(self) -> str:
+        return (
+            f"Split(n={self.n}, seed={self.seed}, train={len(self.train)}, "
+            f"valid={len(self.valid)}, test={len(self.test)})"
+        )
+
+
+def _size(frac: float | int, n: int, name: str) -> int:
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)):
+        raise TypeError(f"{name} must be a fraction in [0, 1) or a count, got {frac!r}")
+    if isinstance(frac, int):
+        if not 0 <= frac <= n:
+            raise ValueError(f"{name} as a count must lie in [0, {n}], got {frac}")
+        return frac
+    if not 0.0 <= frac < 1.0:
+        raise ValueError(f"{name} as a fraction must lie in [0, 1), got {frac}")
+    return round(frac * n)
+
+
+def split_pairs(
+    pairs: Sequence[tuple[str, str]],
+    valid: float | int = 0.1,
+    test: float | int = 0.1,
+    seed: int = 0,
+) -> Split:
+    """Split ``pairs`` into train/valid/test, grouping pairs that share a source sentence.
+
+    Args:
+        pairs: the ``(source, target)`` pairs.
+        valid, test: a fraction of the pairs (float) or a number of pairs (int). Parts are
+            filled with whole source groups, so sizes can exceed the target by at most one
+            group.
+        seed: orders the groups; the same pairs and seed always give the same split.
+
+    Returns:
+        a :class:`Split`; ``split.apply(pairs)`` gives the three lists.
+    """
+    n = len(pairs)
+    if n == 0:
+        raise ValueError("pairs must not be empty")
+    if not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    n_valid, n_test = _size(valid, n, "valid"), _size(test, n, "test")
+    if n_valid + n_test > n:
+        raise ValueError(f"valid + test must not exceed the {n} pairs, got {n_valid} + {n_test}")
+    groups: dict[str, list[int]] = {}
+    for i, (s, _) in enumerate(pairs):
+        groups.setdefault(s, []).append(i)
+    salt = str(seed).encode() + b"\x00"
+
+    def key(src: str) -> bytes:
+        return hashlib.blake2b(salt + src.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+    order = sorted(groups, key=key)
+    test_idx: list[int] = []
+    valid_idx: list[int] = []
+    train_idx: list[int] = []
+    for src in order:
+        if len(test_idx) < n_test:
+            test_idx.extend(groups[src])
+        elif len(valid_idx) < n_valid:
+            valid_idx.extend(groups[src])
+        else:
+            train_idx.extend(groups[src])
+    return Split(
+        n=n,
+        seed=seed,
+        fingerprint=fingerprint(pairs),
+        train=tuple(sorted(train_idx)),
+        valid=tuple(sorted(valid_idx)),
+        test=tuple(sorted(test_idx)),
+    )

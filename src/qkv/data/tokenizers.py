@@ -1,0 +1,442 @@
+"""Tokenizers: word-level (the book's) and SentencePiece (BPE or unigram).
+
+Every tokenizer has the same surface and the special ids of :mod:`qkv.data.vocab`
+(``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3):
+
+* ``encode(text) -> list[int]`` normalises ``text`` with the tokenizer's :class:`Normalizer`
+  (if any) and maps it to ids, without ``<bos>``/``<eos>`` (batching adds those);
+* ``decode(ids) -> str`` maps ids back to text, dropping ``<pad>``/``<bos>``/``<eos>``;
+* ``save(directory)`` writes ``tokenizer.json`` (type, normaliser, vocabulary) and, for
+  SentencePiece, the model file ``spm.model`` beside it; ``load(directory)`` reads them back.
+  :func:`load_tokenizer` loads either kind.
+
+Train tokenizers on the training split only (:func:`build_tokenizers` takes the pairs you give
+it), so validation and test text never shapes the vocabulary.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .normalize import Normalizer
+from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+
+__all__ = [
+    "SentencePieceTokenizer",
+    "Tokenizer",
+    "WordTokenizer",
+    "build_tokenizers",
+    "encode_pairs",
+    "load_tokenizer",
+    "load_tokenizers",
+    "save_tokenizers",
+]
+
+_CONFIG = "tokenizer.json"
+
+
+class Tokenizer(ABC):
+    """Common interface of qkv tokenizers (see the module docstring)."""
+
+    pad_id = Vocab.pad_id
+    bos_id = Vocab.bos_id
+    eos_id = Vocab.eos_id
+    unk_id = Vocab.unk_id
+    kind = "abstract"
+
+    def __init__(self, normalizer: Normalizer | None = None) -> None:
+        if normalizer is not None and not isinstance(normalizer, Normalizer):
+            raise TypeError(
+                f"normalizer must be a qkv.data.Normalizer or None, got {type(normalizer).__name__}"
+            )
+        self.normalizer = normalizer
+
+    def normalize(self, text: str) -> str:
+        """Apply this tokenizer's normaliser (identity when it has none)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.normalizer(text) if self.normalizer is not None else text
+
+    def encode(self, text: str) -> list[int]:
+        """Normalise and encode one string.
+
+        Returns:
+            token ids, ``(L,)`` as a list, without ``<bos>``/``<eos>``.
+        """
+        return self.encode_normalized(self.normalize(text))
+
+    @abstractmethod
+    def encode_normalized(self, text: str) -> list[int]:
+        """Encode a string already normalised by this tokenizer's normaliser."""
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text; ``<pad>``, ``<bos>`` and ``<eos>`` are dropped."""
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids (specials included); valid ids are ``range(vocab_size)``."""
+
+    @abstractmethod
+    def _config(self, directory: Path) -> dict:
+        """Write side files into ``directory`` and return the ``tokenizer.json`` content."""
+
+    def save(self, directory: str | Path) -> Path:
+        """Save into ``directory`` (created if needed).
+
+        Returns:
+            the path of the written ``tokenizer.json``.
+        """
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        cfg = {
+            "type": self.kind,
+            "normalizer": None if self.normalizer is None else self.normalizer.to_dict(),
+            **self._config(d),
+        }
+        path = d / _CONFIG
+        path.write_text(json.dumps(cfg, ensure_ascii=False, indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        """Load a tokenizer saved by :meth:`save` (of this class)."""
+        d = Path(directory)
+        cfg = _read_config(d)
+        if cfg.get("type") != cls.kind:
+            raise ValueError(
+                f"directory holds a {cfg.get('type')!r} tokenizer, not a {cls.kind!r} one; "
+                "use qkv.data.load_tokenizer to load any kind"
+            )
+        norm = cfg.get("normalizer")
+        return cls._from_config(d, cfg, None if norm is None else Normalizer.from_dict(norm))
+
+    @classmethod
+    @abstractmethod
+    def _from_config(cls, d: Path, cfg: dict, normalizer: Normalizer | None) -> Tokenizer: ...
+
+
+def _read_config(d: Path) -> dict:
+    path = d / _CONFIG
+    if not path.is_file():
+        raise FileNotFoundError(f"directory: no {_CONFIG} in {str(d)!r}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _check_texts(texts: Iterable[str]) -> Iterable[str]:
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"texts must yield str, got {type(t).__name__}")
+        yield t
+
+
+class WordTokenizer(Tokenizer):
+    """The book's word-level tokenizer: split on spaces, look words up in a :class:`Vocab`.
+
+    With ``Normalizer.book()`` punctuation is already a separate word (``"go ."``). Words not in
+    the vocabulary encode to ``<unk>`` and decode as the string ``"<unk>"``.
+
+    Args:
+        vocab: the vocabulary.
+        normalizer: applied by :meth:`encode`; saved with the tokenizer.
+    """
+
+    kind = "word"
+
+    def __init__(self, vocab: Vocab, normalizer: Normalizer | None = None) -> None:
+        super().__init__(normalizer)
+        if not isinstance(vocab, Vocab):
+            raise TypeError(f"vocab must be a qkv.data.Vocab, got {type(vocab).__name__}")
+        self.vocab = vocab
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        *,
+        min_freq: int = 2,
+        max_size: int | None = None,
+        normalizer: Normalizer | None = None,
+        pre_normalized: bool = False,
+    ) -> WordTokenizer:
+        """Build the vocabulary from ``texts`` (the training split only).
+
+        Args:
+            texts: training sentences.
+            min_freq: words seen fewer times become ``<unk>`` (the book uses 2).
+            max_size: keep at most this many words, the most frequent.
+            normalizer: the normaliser to attach (and apply to ``texts`` unless
+                ``pre_normalized``).
+            pre_normalized: ``texts`` were already normalised with ``normalizer``.
+        """
+        tok = cls(Vocab(), normalizer)
+        norm = tok.normalize if (normalizer is not None and not pre_normalized) else None
+        lists = (tok.tokenize_normalized(norm(t) if norm else t) for t in _check_texts(texts))
+        tok.vocab = Vocab.build(lists, min_freq=min_freq, max_size=max_size)
+        return tok
+
+    @staticmethod
+    def tokenize_normalized(text: str) -> list[str]:
+        """Split a normalised string into words (on spaces; empty words dropped)."""
+        return [w for w in text.split(" ") if w]
+
+    def tokenize(self, text: str) -> list[str]:
+        """Normalise and split into words."""
+        return self.tokenize_normalized(self.normalize(text))
+
+    def encode_normalized(self, text: str) -> list[int]:
+        get, unk = self.vocab._stoi.get, Vocab.unk_id
+        return [get(w, unk) for w in text.split(" ") if w]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        skip = (Vocab.pad_id, Vocab.bos_id, Vocab.eos_id)
+        return " ".join(self.vocab.decode(i for i in ids if int(i) not in skip))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def _config(self, directory: Path) -> dict:
+        return {"vocab": self.vocab.to_dict()}
+
+    @classmethod
+    def _from_config(cls, d: Path, cfg: dict, normalizer: Normalizer | None) -> WordTokenizer:
+        return cls(Vocab.from_dict(cfg["vocab"]), normalizer)
+
+    def __repr__(self) -> str:
+        return f"WordTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
+
+
+def _spm():
+    try:
+        import sentencepiece
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "SentencePieceTokenizer needs the sentencepiece package: pip install 'qkv[data]'"
+        ) from e
+    return sentencepiece
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece subword tokenizer (BPE or unigram) with qkv's special ids.
+
+    SentencePiece's own normalisation is turned off (``identity``): the attached
+    :class:`Normalizer` is the one normalisation, shared with the word tokenizer. Pieces never
+    seen in training decode as `` ⁇ ``; with ``byte_fallback=True`` they are spelled in bytes
+    instead and every string round-trips.
+
+    Args:
+        model: the serialized SentencePiece model (the bytes of a ``.model`` file).
+        normalizer: applied by :meth:`encode`; saved with the tokenizer.
+    """
+
+    kind = "sentencepiece"
+    model_file = "spm.model"
+
+    def __init__(self, model: bytes, normalizer: Normalizer | None = None) -> None:
+        super().__init__(normalizer)
+        if not isinstance(model, (bytes, bytearray)):
+            raise TypeError(f"model must be the bytes of a .model file, got {type(model).__name__}")
+        spm = _spm()
+        self.model = bytes(model)
+        self._sp = spm.SentencePieceProcessor(model_proto=self.model)
+        got = [self._sp.id_to_piece(i) for i in range(4)]
+        if got != list(SPECIALS):
+            raise ValueError(f"model must have pieces {list(SPECIALS)} at ids 0-3, got {got}")
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        *,
+        vocab_size: int = 8000,
+        model_type: str = "bpe",
+        character_coverage: float = 1.0,
+        byte_fallback: bool = False,
+        normalizer: Normalizer | None = None,
+        pre_normalized: bool = False,
+        num_threads: int = 1,
+    ) -> SentencePieceTokenizer:
+        """Train in memory on ``texts`` (the training split only); no file, no network.
+
+        Args:
+            texts: training sentences.
+            vocab_size: target number of pieces, specials included; a soft limit, so a small
+                corpus gives a smaller vocabulary instead of an error.
+            model_type: ``"bpe"`` or ``"unigram"``.
+            character_coverage: fraction of characters covered (1.0 for European languages).
+            byte_fallback: spell unseen characters as UTF-8 bytes (adds 256 pieces).
+            normalizer: the normaliser to attach (and apply to ``texts`` unless
+                ``pre_normalized``).
+            pre_normalized: ``texts`` were already normalised with ``normalizer``.
+            num_threads: trainer threads.
+        """
+        if model_type not in ("bpe", "unigram"):
+            raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
+        if not isinstance(vocab_size, int) or vocab_size < 8:
+            raise ValueError(f"vocab_size must be an int >= 8, got {vocab_size!r}")
+        spm = _spm()
+        norm = normalizer if (normalizer is not None and not pre_normalized) else None
+        sentences = [norm(t) if norm else t for t in _check_texts(texts)]
+        sentences = [s for s in sentences if s.strip()]
+        if not sentences:
+            raise ValueError("texts must hold at least one non-empty sentence, got none")
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=buf,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            byte_fallback=byte_fallback,
+            hard_vocab_limit=False,
+            normalization_rule_name="identity",
+            pad_id=0,
+            bos_id=1,
+            eos_id=2,
+            unk_id=3,
+            pad_piece=PAD,
+            bos_piece=BOS,
+            eos_piece=EOS,
+            unk_piece=UNK,
+            num_threads=num_threads,
+            minloglevel=2,
+        )
+        return cls(buf.getvalue(), normalizer)
+
+    def encode_normalized(self, text: str) -> list[int]:
+        return self._sp.encode(text, out_type=int)
+
+    def pieces(self, text: str) -> list[str]:
+        """Normalise and split into subword pieces (for inspection)."""
+        return self._sp.encode(self.normalize(text), out_type=str)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        n = self.vocab_size
+        out = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < n:
+                raise ValueError(f"ids must lie in [0, {n}), got {i}")
+            if i not in (self.pad_id, self.bos_id, self.eos_id):
+                out.append(i)
+        return self._sp.decode(out)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def _config(self, directory: Path) -> dict:
+        (directory / self.model_file).write_bytes(self.model)
+        return {"model_file": self.model_file, "vocab_size": self.vocab_size}
+
+    @classmethod
+    def _from_config(
+        cls, d: Path, cfg: dict, normalizer: Normalizer | None
+    ) -> SentencePieceTokenizer:
+        path = d / cfg.get("model_file", cls.model_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"directory: the SentencePiece model {str(path)!r} is missing")
+        return cls(path.read_bytes(), normalizer)
+
+    def __repr__(self) -> str:
+        return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
+
+
+_KINDS: dict[str, type[Tokenizer]] = {
+    WordTokenizer.kind: WordTokenizer,
+    SentencePieceTokenizer.kind: SentencePieceTokenizer,
+}
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """Load a tokenizer of any kind from a directory written by ``save``."""
+    d = Path(directory)
+    kind = _read_config(d).get("type")
+    if kind not in _KINDS:
+        raise ValueError(f"directory: unknown tokenizer type {kind!r}; known: {sorted(_KINDS)}")
+    return _KINDS[kind].load(d)
+
+
+def build_tokenizers(
+    pairs: Sequence[tuple[str, str]],
+    kind: str = "word",
+    *,
+    joint: bool = False,
+    normalizer: Normalizer | None = None,
+    pre_normalized: bool = False,
+    **options,
+) -> tuple[Tokenizer, Tokenizer]:
+    """Train source and target tokenizers on ``pairs`` (pass the training split only).
+
+    Args:
+        pairs: ``(source, target)`` training pairs.
+        kind: ``"word"`` or ``"sentencepiece"``.
+        joint: one tokenizer trained on both sides, returned twice (``src is tgt``); else one
+            per side.
+        normalizer: attached to both tokenizers.
+        pre_normalized: the pairs were already normalised with ``normalizer``.
+        **options: passed to ``WordTokenizer.train`` (``min_freq``, ``max_size``) or
+            ``SentencePieceTokenizer.train`` (``vocab_size``, ``model_type``, ...).
+
+    Returns:
+        ``(src_tokenizer, tgt_tokenizer)``.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    if not pairs:
+        raise ValueError("pairs must hold at least one (source, target) pair, got none")
+    cls = _KINDS[kind]
+    kw = dict(normalizer=normalizer, pre_normalized=pre_normalized, **options)
+    if joint:
+        texts = [s for s, _ in pairs] + [t for _, t in pairs]
+        tok = cls.train(texts, **kw)  # type: ignore[attr-defined]
+        return tok, tok
+    src = cls.train([s for s, _ in pairs], **kw)  # type: ignore[attr-defined]
+    tgt = cls.train([t for _, t in pairs], **kw)  # type: ignore[attr-defined]
+    return src, tgt
+
+
+def save_tokenizers(directory: str | Path, src: Tokenizer, tgt: Tokenizer) -> None:
+    """Save a source/target pair: ``directory/joint`` when ``src is tgt``, else ``src``/``tgt``."""
+    d = Path(directory)
+    if src is tgt:
+        src.save(d / "joint")
+    else:
+        src.save(d / "src")
+        tgt.save(d / "tgt")
+
+
+def load_tokenizers(directory: str | Path) -> tuple[Tokenizer, Tokenizer]:
+    """Load what :func:`save_tokenizers` wrote; a joint tokenizer comes back twice."""
+    d = Path(directory)
+    if (d / "joint" / _CONFIG).is_file():
+        tok = load_tokenizer(d / "joint")
+        return tok, tok
+    return load_tokenizer(d / "src"), load_tokenizer(d / "tgt")
+
+
+def encode_pairs(
+    pairs: Iterable[tuple[str, str]],
+    src: Tokenizer,
+    tgt: Tokenizer,
+    *,
+    pre_normalized: bool = False,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Encode every pair.
+
+    Returns:
+        ``(src_ids, tgt_ids)``: two lists of id lists, aligned, without ``<bos>``/``<eos>``.
+    """
+    es = src.encode_normalized if pre_normalized else src.encode
+    et = tgt.encode_normalized if pre_normalized else tgt.encode
+    src_ids, tgt_ids = [], []
+    for s, t in pairs:
+        src_ids.append(es(s))
+        tgt_ids.append(et(t))
+    return src_ids, tgt_ids
