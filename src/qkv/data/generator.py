@@ -42,11 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "ADJ",
     "ADJECTIVES",
     "BOOK_PAIRS",
+    "NOUN",
     "NOUNS",
+    "VERB",
     "VERBS",
     "Adj",
+    "Grammar",
     "Noun",
     "Verb",
     "finish_fr",
@@ -274,6 +278,8 @@ ADJECTIVES: tuple[Adj, ...] = (
     _a("angry", "en colère", "en colère", "en colère", "en colère", pred=ANIMATE),
 )
 
+ADJ = {a.en: a for a in ADJECTIVES}
+
 # "i'm hungry ." -> "j'ai faim ." : English be + adjective, French avoir + noun.
 AVOIR_IDIOMS = {
     "hungry": "faim",
@@ -395,6 +401,7 @@ def _parse_verbs(table: str) -> tuple[Verb, ...]:
 
 
 VERBS: tuple[Verb, ...] = _parse_verbs(_VERB_TABLE)
+VERB = {v.en: v for v in VERBS}
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,18 +572,23 @@ class Grammar:
         count: int = 0,
         adj_p: float = 0.3,
         negated: bool = False,
+        adjs: Sequence[Adj] | None = None,
     ) -> NP:
         """Render ``noun`` with determiner ``det`` in both languages.
 
         ``det``: ``the``, ``a`` (an indefinite: ``a cat``/``cats``/``water``), ``this``, a
         possessive (``my`` ...), or ``num`` (``count`` of them). ``negated``: the phrase is the
-        object of a negated verb, so indefinite and partitive articles become ``de``.
+        object of a negated verb, so indefinite and partitive articles become ``de``. ``adjs``
+        chooses the adjectives (at most one of each position) instead of drawing them.
         """
         g = noun.gender
         mass = "drink" in noun.tags or "mass" in noun.tags
         pre: Adj | None = None
         post: Adj | None = None
-        if not mass and self.chance(adj_p):
+        if adjs is not None:
+            pre = next((a for a in adjs if a.before), None)
+            post = next((a for a in adjs if not a.before), None)
+        elif not mass and self.chance(adj_p):
             cands = self.adjectives_for(noun)
             if cands:
                 a = self.rng.choice(cands)

@@ -224,7 +224,7 @@ def _read_delimited(
     numbers = [n for n, _ in decoded]
     # csv.reader consumes several physical lines for a quoted field with newlines; line_num
     # tells how many, so every row is reported at the line where it starts.
-    reader = csv.reader((text for _, text in decoded), delimiter=delimiter, strict=False)
+    reader = csv.reader((text + "\n" for _, text in decoded), delimiter=delimiter, strict=False)
     consumed = 0
     while True:
         try:

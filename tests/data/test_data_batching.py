@@ -1,0 +1,245 @@
+"""Splits (deterministic, disjoint, grouped) and token-budget batching (resume, ranks)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+import torch
+
+from qkv.data import Split, TokenBatcher, WordTokenizer, fingerprint, split_pairs
+
+
+def make_pairs(n: int = 500, seed: int = 0) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(40)]
+    pairs = []
+    for i in range(n):
+        ls, lt = rng.randint(1, 12), rng.randint(1, 14)
+        pairs.append(
+            (
+                " ".join(rng.choices(words, k=ls)) + f" s{i % 300}",
+                " ".join(rng.choices(words, k=lt)),
+            )
+        )
+    return pairs
+
+
+# ----------------------------------------------------------------------------- splits
+
+
+def test_split_is_deterministic_disjoint_and_covering():
+    pairs = make_pairs()
+    a, b = split_pairs(pairs, valid=0.1, test=0.1, seed=3), split_pairs(pairs, 0.1, 0.1, seed=3)
+    assert a == b
+    assert split_pairs(pairs, seed=4) != a
+    parts = [set(a.train), set(a.valid), set(a.test)]
+    assert not (parts[0] & parts[1]) and not (parts[0] & parts[2]) and not (parts[1] & parts[2])
+    assert parts[0] | parts[1] | parts[2] == set(range(len(pairs)))
+    assert 50 <= len(a.test) <= 53 and 50 <= len(a.valid) <= 53
+
+
+def test_split_keeps_a_source_sentence_in_one_part():
+    pairs = make_pairs()
+    tr, va, te = split_pairs(pairs, seed=1).apply(pairs)
+    train_src = {s for s, _ in tr}
+    assert not train_src & {s for s, _ in va}
+    assert not train_src & {s for s, _ in te}
+
+
+def test_split_does_not_depend_on_line_order():
+    pairs = make_pairs()
+    shuffled = pairs[:]
+    random.Random(9).shuffle(shuffled)
+    tr1 = {pairs[i] for i in split_pairs(pairs, seed=2).test}
+    tr2 = {shuffled[i] for i in split_pairs(shuffled, seed=2).test}
+    assert tr1 == tr2
+
+
+def test_split_serialises_and_checks_the_data(tmp_path):
+    pairs = make_pairs(100)
+    s = split_pairs(pairs, valid=5, test=10, seed=0)
+    assert len(s.test) == 10 and len(s.valid) == 5
+    s.save(tmp_path / "split.json")
+    again = Split.load(tmp_path / "split.json")
+    assert again == s and again.fingerprint == fingerprint(pairs)
+    assert again.apply(pairs) == s.apply(pairs)
+    changed = pairs[:]
+    changed[0] = ("other", "autre")
+    with pytest.raises(ValueError, match="fingerprint"):
+        s.apply(changed)
+    with pytest.raises(ValueError, match="length 100"):
+        s.apply(pairs[:-1])
+    bad = s.to_dict()
+    bad["test"] = bad["test"][1:]
+    with pytest.raises(ValueError, match="partition"):
+        Split.from_dict(bad)
+
+
+def test_split_bad_arguments():
+    pairs = make_pairs(10)
+    with pytest.raises(ValueError, match="valid as a fraction"):
+        split_pairs(pairs, valid=1.5)
+    with pytest.raises(ValueError, match="must not exceed"):
+        split_pairs(pairs, valid=6, test=6)
+    with pytest.raises(ValueError, match="must not be empty"):
+        split_pairs([])
+    with pytest.raises(TypeError, match="seed must be an int"):
+        split_pairs(pairs, seed="0")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def ids(pairs):
+    tok = WordTokenizer.train([s for s, _ in pairs] + [t for _, t in pairs], min_freq=1)
+    return [tok.encode(s) for s, _ in pairs], [tok.encode(t) for _, t in pairs]
+
+
+def key(batch):
+    return tuple(batch.indices.tolist())
+
+
+def test_batches_respect_the_token_budget_and_pad_correctly():
+    src, tgt = ids(make_pairs())
+    b = TokenBatcher(src, tgt, max_tokens=120, seed=0)
+    seen, spans = [], []
+    for batch in b:
+        B, Ls = batch.src.shape
+        Lt = batch.tgt_in.shape[1]
+        assert B * max(Ls, Lt) <= 120
+        assert batch.tgt_out.shape == (B, Lt) and batch.src.dtype == torch.int64
+        for r, i in enumerate(batch.indices.tolist()):
+            s, t = src[i], tgt[i]
+            assert batch.src_valid_lens[r] == len(s) + 1
+            assert batch.src[r].tolist() == [*s, 2] + [0] * (Ls - len(s) - 1)
+            assert batch.tgt_valid_lens[r] == len(t) + 1
+            assert batch.tgt_in[r].tolist() == [1, *t] + [0] * (Lt - len(t) - 1)
+            assert batch.tgt_out[r].tolist() == [*t, 2] + [0] * (Lt - len(t) - 1)
+        lens = torch.maximum(batch.src_valid_lens, batch.tgt_valid_lens)
+        spans.append((int(lens.min()), int(lens.max())))
+        assert batch.num_tokens == int(batch.tgt_valid_lens.sum())
+        seen.extend(batch.indices.tolist())
+    assert sorted(seen) == list(range(len(src)))  # every example once per epoch
+    # bucketing: batches cover consecutive length ranges (they overlap at most at an end)
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_max_batch_size_and_max_len():
+    src, tgt = ids(make_pairs())
+    b = TokenBatcher(src, tgt, max_tokens=10_000, max_batch_size=16, shuffle=False)
+    assert all(len(x) <= 16 for x in b)
+    long_ones = sum(1 for s, t in zip(src, tgt) if len(s) + 1 > 10 or len(t) + 1 > 10)
+    d = TokenBatcher(src, tgt, max_tokens=200, max_len=10)
+    assert d.n_dropped == long_ones > 0 and d.num_examples == len(src) - long_ones
+    t = TokenBatcher(src, tgt, max_tokens=200, max_len=10, truncate=True)
+    assert t.n_dropped == 0
+    for batch in t:
+        assert batch.src.shape[1] <= 10 and batch.tgt_in.shape[1] <= 10
+        assert (batch.src.gather(1, batch.src_valid_lens[:, None] - 1) == 2).all()
+
+
+def test_shuffle_is_reproducible_by_seed_and_epoch():
+    src, tgt = ids(make_pairs())
+    a = [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, seed=5)]
+    b = [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, seed=5)]
+    c = [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, seed=6)]
+    assert a == b and a != c
+    d = TokenBatcher(src, tgt, max_tokens=100, seed=5)
+    first = [key(x) for x in d]
+    second = [key(x) for x in d]  # the iterator moved on to epoch 1
+    assert first == a and second != first and d.epoch == 2
+    d.set_epoch(1)
+    assert [key(x) for x in d] == second
+    unshuffled = [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, shuffle=False)]
+    assert unshuffled == [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, shuffle=False)]
+
+
+def test_resume_yields_exactly_the_remaining_batches():
+    src, tgt = ids(make_pairs())
+    ref = TokenBatcher(src, tgt, max_tokens=100, seed=1)
+    epoch0 = [key(x) for x in ref]
+    epoch1 = [key(x) for x in ref]
+    run = TokenBatcher(src, tgt, max_tokens=100, seed=1)
+    it = iter(run)
+    got = [key(next(it)) for _ in range(7)]
+    state = json.loads(json.dumps(run.state_dict()))  # a checkpoint stores it
+    assert state["epoch"] == 0 and state["batch_index"] == 7
+    resumed = TokenBatcher(src, tgt, max_tokens=100, seed=1)
+    resumed.load_state_dict(state)
+    rest = [key(x) for x in resumed]
+    assert got + rest == epoch0
+    assert [key(x) for x in resumed] == epoch1  # and then the next epoch as usual
+    # a position at the end of an epoch resumes at the next one
+    end = TokenBatcher(src, tgt, max_tokens=100, seed=1)
+    end.load_state_dict({**state, "batch_index": len(epoch0)})
+    assert [key(x) for x in end] == epoch1
+
+
+def test_load_state_dict_refuses_other_settings():
+    src, tgt = ids(make_pairs(50))
+    state = TokenBatcher(src, tgt, max_tokens=100, seed=1).state_dict()
+    other = TokenBatcher(src, tgt, max_tokens=90, seed=1)
+    with pytest.raises(ValueError, match="max_tokens: saved 100, here 90"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="state must be a dict"):
+        other.load_state_dict({"epoch": 0})
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_partition_the_batches(world_size):
+    src, tgt = ids(make_pairs())
+    full = [key(x) for x in TokenBatcher(src, tgt, max_tokens=100, seed=2)]
+    shards = [
+        [
+            key(x)
+            for x in TokenBatcher(src, tgt, max_tokens=100, seed=2, rank=r, world_size=world_size)
+        ]
+        for r in range(world_size)
+    ]
+    assert len({len(s) for s in shards}) == 1  # every rank takes the same number of steps
+    usable = len(full) - len(full) % world_size
+    merged = [b for step in zip(*shards) for b in step]
+    assert merged == full[:usable]
+    all_examples = [i for s in shards for b in s for i in b]
+    assert len(all_examples) == len(set(all_examples))
+
+
+def test_rank_from_environment(monkeypatch):
+    src, tgt = ids(make_pairs(60))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    b = TokenBatcher(src, tgt, max_tokens=50)
+    assert (b.rank, b.world_size) == (1, 2)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="RANK must be an int"):
+        TokenBatcher(src, tgt, max_tokens=50)
+
+
+def test_batcher_bad_arguments():
+    src, tgt = ids(make_pairs(20))
+    with pytest.raises(ValueError, match="aligned"):
+        TokenBatcher(src, tgt[:-1])
+    with pytest.raises(ValueError, match="smaller than the longest example"):
+        TokenBatcher(src, tgt, max_tokens=5)
+    with pytest.raises(ValueError, match="rank must be an int in"):
+        TokenBatcher(src, tgt, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="max_tokens must be an int"):
+        TokenBatcher(src, tgt, max_tokens=0)
+    with pytest.raises(ValueError, match="no example fits"):
+        TokenBatcher([[5] * 20], [[5] * 20], max_len=4)
+
+
+def test_from_pairs_and_to_device():
+    pairs = [("go .", "va !"), ("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme .")]
+    tok = WordTokenizer.train([s for p in pairs for s in p], min_freq=1)
+    b = TokenBatcher.from_pairs(pairs, tok, tok, max_tokens=64, shuffle=False)
+    batch = next(iter(b))
+    assert len(batch) == 3
+    moved = batch.to("cpu")
+    assert torch.equal(moved.src, batch.src)
+    order = batch.indices.tolist()
+    assert tok.decode(batch.tgt_out[order.index(0)].tolist()) == "va !"
