@@ -20,6 +20,8 @@ from torch import Tensor, nn
 
 from ..functional import additive_attention, attention
 from ..functional.scores import Score, check_score
+from .kv_cache import KVCache
+from .position import RotaryEmbedding
 
 __all__ = [
     "AdditiveAttention",
@@ -456,6 +458,16 @@ class MultiHeadAttention(nn.Module):
     ``need_weights=True`` the per-head weights ``(B, H, Lq, Lk)`` are kept in
     ``.attention_weights``.  Extra keyword masks (``key_padding_mask``, ``attn_mask``,
     ``is_causal``) follow :func:`qkv.functional.attention`.
+
+    Keyword-only extras:
+
+    * ``rotary`` (constructor): a :class:`qkv.nn.position.RotaryEmbedding` rotating the
+      projected queries and keys by their positions (RoPE), from 0 or, with a growing cache, from
+      the number of positions already cached;
+    * ``cache`` (forward): a :class:`qkv.nn.kv_cache.KVCache` for incremental decoding.  A growing
+      cache appends the keys/values of the new positions and attends over all of them (masks then
+      refer to all ``L_cached + Lk`` keys); a static cache is filled on first use and then reused,
+      ``keys``/``values`` being ignored (they may be None).
     """
 
     def __init__(
@@ -470,12 +482,24 @@ class MultiHeadAttention(nn.Module):
         value_size: int | None = None,
         score: Score = "scaled_dot",
         scale: float | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
         self.head_dim = _heads("num_hiddens", num_hiddens, num_heads)
         self.num_hiddens, self.num_heads = num_hiddens, num_heads
         _score(score, scale)
         self.score, self.scale = score, scale
+        if rotary is not None:
+            if not isinstance(rotary, RotaryEmbedding):
+                raise TypeError(
+                    f"rotary: expected a RotaryEmbedding or None, got {type(rotary).__name__}"
+                )
+            if rotary.head_dim != self.head_dim:
+                raise ValueError(
+                    f"rotary: expected head_dim={self.head_dim} (num_hiddens // num_heads), "
+                    f"got a RotaryEmbedding of head_dim={rotary.head_dim}"
+                )
+        self.rotary = rotary
         qs = num_hiddens if query_size is None else _positive_int("query_size", query_size)
         ks = num_hiddens if key_size is None else _positive_int("key_size", key_size)
         vs = num_hiddens if value_size is None else _positive_int("value_size", value_size)
@@ -497,12 +521,26 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor:
         H, d = self.num_heads, self.head_dim
         # (B, L, num_hiddens) -> (B, H, L, d)
         q = self.W_q(_want_3d("queries", queries)).unflatten(-1, (H, d)).transpose(1, 2)
-        k = self.W_k(_want_3d("keys", keys)).unflatten(-1, (H, d)).transpose(1, 2)
-        v = self.W_v(_want_3d("values", values)).unflatten(-1, (H, d)).transpose(1, 2)
+        if cache is not None and cache.static and self.rotary is not None:
+            raise ValueError(
+                "cache: a static (cross-attention) cache cannot be used with rotary embeddings, "
+                "whose query and key positions must be those of one sequence"
+            )
+        if cache is not None and cache.static and not cache.empty:
+            k, v = cache.keys, cache.values  # the encoder's, projected once
+        else:
+            k = self.W_k(_want_3d("keys", keys)).unflatten(-1, (H, d)).transpose(1, 2)
+            v = self.W_v(_want_3d("values", values)).unflatten(-1, (H, d)).transpose(1, 2)
+            if self.rotary is not None:
+                offset = 0 if cache is None else cache.length
+                q, k = self.rotary(q, offset), self.rotary(k, offset)
+            if cache is not None:
+                k, v = cache.set(k, v) if cache.static else cache.append(k, v)
         out, self.attention_weights = attention(
             q,
             k,

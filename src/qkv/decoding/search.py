@@ -1,0 +1,278 @@
+"""Greedy and beam search over an :class:`~qkv.nn.seq2seq.EncoderDecoder` of either kind.
+
+The encoder runs once per batch.  With ``use_cache=True`` (the default) each new token costs one
+decoder step: the decoder takes only the last token and its state carries the self-attention keys
+and values of every layer (the encoder's cross-attention keys and values are projected once); for
+the Bahdanau model the state is the GRU's hidden state.  With ``use_cache=False`` every step
+re-runs the decoder over the whole prefix (the book's way), which gives the same tokens, slower.
+
+Batches are padded (``src_valid_lens``); every computation is per row, so a sentence's result does
+not depend on its neighbours, their padding, or the batch size.  A finished sentence keeps being
+fed its EOS token (greedy) or has all its beams dead (-inf) until the whole batch is done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
+
+Hypothesis = tuple[list[int], float]  # (token ids without BOS/EOS, length-normalised score)
+
+
+# ---------------------------------------------------------------------------- checks
+def _int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_inputs(
+    model: nn.Module, src: object, src_valid_lens: object
+) -> tuple[Tensor, Tensor | None]:
+    for attr in ("encode", "init_state", "decode", "reorder_state"):
+        if not callable(getattr(model, attr, None)):
+            raise TypeError(
+                f"model: expected an EncoderDecoder (with encode, init_state, decode, "
+                f"reorder_state), got {type(model).__name__} without {attr}"
+            )
+    if not isinstance(src, Tensor) or src.dim() != 2 or src.is_floating_point():
+        got = f"{src.dtype} {tuple(src.shape)}" if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"src: expected integer token ids of shape (B, Ls), got {got}")
+    if src_valid_lens is None:
+        return src, None
+    if not isinstance(src_valid_lens, Tensor):
+        src_valid_lens = torch.as_tensor(src_valid_lens, device=src.device)
+    if src_valid_lens.shape != (src.shape[0],) or src_valid_lens.is_floating_point():
+        raise ValueError(
+            f"src_valid_lens: expected integer lengths of shape ({src.shape[0]},), got "
+            f"{src_valid_lens.dtype} {tuple(src_valid_lens.shape)}"
+        )
+    return src, src_valid_lens.to(src.device)
+
+
+class _EvalMode:
+    """Evaluation mode (no dropout) and no autograd for the duration; restores the mode."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.training = model, model.training
+        self.inference = torch.inference_mode()
+
+    def __enter__(self) -> None:
+        self.model.eval()
+        self.inference.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inference.__exit__(*exc)
+        self.model.train(self.training)
+
+
+def _step(model, tokens: Tensor, t: int, state, state0, use_cache: bool):
+    """Logits ``(rows, V)`` of the next token after ``tokens[:, :t + 1]``, and the new state."""
+    if use_cache:
+        logits, state = model.decode(tokens[:, t : t + 1], state)
+    else:  # the book's way: the whole prefix again, from the initial state
+        logits, _ = model.decode(tokens[:, : t + 1], state0)
+    return logits[:, -1], state
+
+
+# ---------------------------------------------------------------------------- greedy
+def greedy_search(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | Sequence[int] | None = None,
+    *,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """The most likely next token at every step, for each sentence of the batch.
+
+    Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None.  Returns, per sentence,
+    at most ``max_len`` token ids, without BOS and EOS.
+    """
+    src, vl = _check_inputs(model, src, src_valid_lens)
+    _int("max_len", max_len, 1)
+    _int("bos_id", bos_id, 0)
+    _int("eos_id", eos_id, 0)
+    B = src.shape[0]
+    with _EvalMode(model):
+        state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
+        state = state0
+        tokens = torch.full((B, max_len + 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        steps = max_len
+        for t in range(max_len):
+            logits, state = _step(model, tokens, t, state, state0, use_cache)
+            nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
+            tokens[:, t + 1] = nxt
+            finished |= nxt == eos_id
+            if bool(finished.all()):
+                steps = t + 1
+                break
+    out = []
+    for row in tokens[:, 1 : steps + 1].tolist():
+        out.append(row[: row.index(eos_id)] if eos_id in row else row)
+    return out
+
+
+# ---------------------------------------------------------------------------- beam search
+def _penalised(score: float, length: int, alpha: float) -> float:
+    """``score / length ** alpha`` (fairseq's and Hugging Face's length normalisation)."""
+    return score / (max(length, 1) ** alpha)
+
+
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | Sequence[int] | None = None,
+    *,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """Beam search, batched over sentences.
+
+    Each sentence keeps ``beam_size`` live hypotheses.  At every step the ``2 * beam_size`` best
+    extensions are ranked; those ending in EOS among the first ``beam_size`` are finished with the
+    score ``sum(log p) / length ** length_penalty`` (``length`` counts the EOS), and the best
+    ``beam_size`` others live on.  A sentence is done when it has ``beam_size`` finished
+    hypotheses (fairseq's rule); at ``max_len`` its live hypotheses are finished as they are.
+
+    Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None.  Returns per sentence its ``n_best``
+    hypotheses ``(token ids without BOS/EOS, score)``, best first.
+    """
+    src, vl = _check_inputs(model, src, src_valid_lens)
+    _int("max_len", max_len, 1)
+    _int("bos_id", bos_id, 0)
+    _int("eos_id", eos_id, 0)
+    K = _int("beam_size", beam_size, 1)
+    _int("n_best", n_best, 1)
+    if n_best > K:
+        raise ValueError(f"n_best: expected at most beam_size={K}, got {n_best}")
+    if (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float))
+        or not math.isfinite(length_penalty)
+    ):
+        raise ValueError(f"length_penalty: expected a finite float, got {length_penalty!r}")
+    alpha = float(length_penalty)
+    B, dev = src.shape[0], src.device
+    finals: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
+    with _EvalMode(model):
+        state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
+        # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams
+        state = model.reorder_state(state, torch.arange(B, device=dev).repeat_interleave(K))
+        state0 = state
+        tokens = torch.full((B * K, max_len + 1), bos_id, dtype=torch.long, device=dev)
+        scores = torch.full((B, K), float("-inf"), device=dev)
+        scores[:, 0] = 0.0  # one live beam at first, so the K beams differ
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        base = torch.arange(B, device=dev).unsqueeze(1) * K  # (B, 1)
+        t = -1
+        for t in range(max_len):
+            logits, state = _step(model, tokens, t, state, state0, use_cache)
+            logp = F.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+            V = logp.shape[-1]
+            cand = (scores.unsqueeze(-1) + logp.view(B, K, V)).view(B, K * V)
+            top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
+            top_beam, top_tok = top_i // V, top_i % V
+            is_eos = top_tok == eos_id
+            # EOS among the K best: a finished hypothesis
+            fin = is_eos[:, :K] & torch.isfinite(top_v[:, :K]) & ~done.unsqueeze(1)
+            if bool(fin.any()):
+                for b, j in fin.nonzero().tolist():
+                    row = b * K + int(top_beam[b, j])
+                    score = _penalised(float(top_v[b, j]), t + 1, alpha)
+                    finals[b].append((score, len(finals[b]), tokens[row, 1 : t + 1].tolist()))
+                    if len(finals[b]) >= K:
+                        done[b] = True
+            # the K best extensions that are not EOS live on
+            live_v, live_j = top_v.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
+            scores = live_v.masked_fill(done.unsqueeze(1), float("-inf"))
+            if bool(done.all()):
+                break
+            rows = (base + top_beam.gather(1, live_j)).view(-1)  # (B*K,)
+            tokens = tokens.index_select(0, rows)
+            tokens[:, t + 1] = top_tok.gather(1, live_j).view(-1)
+            if use_cache:  # within a sentence: the encoder's part stays as it is
+                state = model.reorder_state(state, rows, include_encoder=False)
+        else:  # max_len reached: the live hypotheses end here
+            for b in range(B):
+                if done[b]:
+                    continue
+                for k in range(K):
+                    s = float(scores[b, k])
+                    if math.isfinite(s):
+                        ids = tokens[b * K + k, 1 : t + 2].tolist()
+                        finals[b].append((_penalised(s, t + 1, alpha), len(finals[b]), ids))
+    out = []
+    for hyps in finals:
+        hyps.sort(key=lambda h: (-h[0], h[1]))  # best first; ties: first finished first
+        out.append([(ids, score) for score, _, ids in hyps[:n_best]])
+    return out
+
+
+# ---------------------------------------------------------------------------- entry point
+def generate(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | Sequence[int] | None = None,
+    *,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 1,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+    use_cache: bool = True,
+) -> list[list[int]] | list[list[Hypothesis]]:
+    """Translate a batch: greedy (``beam_size=1``) or beam search.
+
+    Args:
+        model: an :class:`~qkv.nn.seq2seq.EncoderDecoder` (Transformer or Bahdanau); it runs in
+            eval mode without autograd, and its mode is restored afterwards.
+        src: ``(B, Ls)`` source token ids, right-padded.
+        src_valid_lens: ``(B,)`` source lengths, or None when nothing is padded.
+        max_len: the most tokens to generate per sentence (EOS included).
+        bos_id, eos_id: the target's begin- and end-of-sequence ids.
+        beam_size: 1 for greedy search.
+        length_penalty: ``alpha`` of the beam score ``sum(log p) / length ** alpha``.
+        n_best: hypotheses to return per sentence (at most ``beam_size``).
+        use_cache: incremental decoding (one step per token); False re-runs the whole prefix.
+
+    Returns:
+        With ``n_best=1``, per sentence its best token ids without BOS and EOS (a list of lists);
+        otherwise per sentence a list of ``n_best`` ``(token ids, score)`` pairs, best first.
+    """
+    K = _int("beam_size", beam_size, 1)
+    _int("n_best", n_best, 1)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
+    common: dict[str, Any] = dict(max_len=max_len, bos_id=bos_id, eos_id=eos_id)
+    if K == 1 and n_best == 1:
+        return greedy_search(model, src, src_valid_lens, use_cache=use_cache, **common)
+    hyps = beam_search(
+        model,
+        src,
+        src_valid_lens,
+        beam_size=K,
+        length_penalty=length_penalty,
+        n_best=n_best,
+        use_cache=use_cache,
+        **common,
+    )
+    if n_best == 1:
+        return [h[0][0] if h else [] for h in hyps]
+    return hyps

@@ -1,0 +1,139 @@
+"""A key/value cache for one attention layer, for incremental decoding.
+
+:class:`KVCache` holds the projected keys and values ``(B, H, L, d)`` of one
+:class:`qkv.nn.MultiHeadAttention`.  Two kinds:
+
+* growing (``static=False``, decoder self-attention): each call appends the keys/values of the new
+  positions; storage is preallocated and doubled when full, so appending one position costs
+  ``O(1)`` amortised copies instead of concatenating the whole prefix;
+* static (``static=True``, cross-attention over the encoder): filled by the first call, then
+  reused as is; the encoder's keys and values are projected once per sentence.
+
+Beam search reorders the rows (``B``) with :meth:`KVCache.reorder`.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Projected keys and values of one attention layer.
+
+    Args:
+        static: True for cross-attention (filled once, then reused); False for self-attention
+            (grows by the new positions at every call).
+        capacity: positions to preallocate for a growing cache (it doubles when exceeded).
+
+    Attributes:
+        length: the number of cached positions ``L``.
+    """
+
+    def __init__(self, *, static: bool = False, capacity: int | None = None) -> None:
+        if not isinstance(static, bool):
+            raise TypeError(f"static: expected a bool, got {type(static).__name__}")
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise ValueError(f"capacity: expected a positive int or None, got {capacity!r}")
+        self.static = static
+        self.capacity = capacity
+        self.length = 0
+        self._k: Tensor | None = None  # (B, H, capacity, d)
+        self._v: Tensor | None = None
+
+    def __repr__(self) -> str:
+        shape = None if self._k is None else tuple(self.keys.shape)
+        return f"KVCache(static={self.static}, length={self.length}, keys={shape})"
+
+    @property
+    def empty(self) -> bool:
+        return self.length == 0
+
+    @property
+    def keys(self) -> Tensor:
+        """Cached keys ``(B, H, L, d)`` (a view of the storage)."""
+        if self._k is None:
+            raise RuntimeError("KVCache: the cache is empty")
+        return self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor:
+        """Cached values ``(B, H, L, dv)`` (a view of the storage)."""
+        if self._v is None:
+            raise RuntimeError("KVCache: the cache is empty")
+        return self._v[:, :, : self.length]
+
+    def _check(self, k: Tensor, v: Tensor) -> None:
+        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 4 or v.dim() != 4:
+            raise ValueError("k, v: expected 4-D tensors (B, H, L, d)")
+        if k.shape[:3] != v.shape[:3]:
+            raise ValueError(
+                f"v: expected (B, H, L) = {tuple(k.shape[:3])} like k, got {tuple(v.shape)}"
+            )
+        if self._k is not None and (
+            k.shape[:2] != self._k.shape[:2]
+            or k.shape[3] != self._k.shape[3]
+            or v.shape[3] != self._v.shape[3]
+        ):
+            raise ValueError(
+                f"k: expected (B, H, ., d) = {tuple(self.keys.shape)} like the cached keys, "
+                f"got {tuple(k.shape)}"
+            )
+
+    def set(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k (B, H, L, d)`` and ``v (B, H, L, dv)`` as the whole cache."""
+        self._check(k, v)
+        self._k, self._v, self.length = k, v, k.shape[2]
+        return k, v
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k (B, H, n, d)``, ``v (B, H, n, dv)``; return all keys and values so far."""
+        if self.static:
+            raise RuntimeError("KVCache: a static cache is filled once with set()")
+        self._check(k, v)
+        n = k.shape[2]
+        end = self.length + n
+        if self._k is None or end > self._k.shape[2]:
+            cap = max(end, 2 * (0 if self._k is None else self._k.shape[2]), self.capacity or 0)
+            B, H = k.shape[:2]
+            nk = k.new_empty(B, H, cap, k.shape[3])
+            nv = v.new_empty(B, H, cap, v.shape[3])
+            if self.length:
+                nk[:, :, : self.length] = self.keys
+                nv[:, :, : self.length] = self.values
+            self._k, self._v = nk, nv
+        self._k[:, :, self.length : end] = k
+        self._v[:, :, self.length : end] = v
+        self.length = end
+        return self.keys, self.values
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` ``(B',)`` of the batch, in that order (beam search)."""
+        if self._k is None:
+            return
+        if self.static or index.numel() != self._k.shape[0]:
+            self._k = self.keys.index_select(0, index)
+            self._v = self.values.index_select(0, index)
+            if not self.static:  # keep room to grow
+                self._k, self._v = self._grow(self._k), self._grow(self._v)
+            return
+        L = self.length
+        self._k[:, :, :L] = self._k[:, :, :L].index_select(0, index)
+        self._v[:, :, :L] = self._v[:, :, :L].index_select(0, index)
+
+    def _grow(self, t: Tensor) -> Tensor:
+        cap = max(self.capacity or 0, t.shape[2])
+        if cap == t.shape[2]:
+            return t
+        out = t.new_empty(*t.shape[:2], cap, t.shape[3])
+        out[:, :, : t.shape[2]] = t
+        return out
+
+    def to(self, *args, **kwargs) -> KVCache:
+        """Move or cast the stored tensors (like ``Tensor.to``); returns self."""
+        if self._k is not None:
+            self._k, self._v = self._k.to(*args, **kwargs), self._v.to(*args, **kwargs)
+        return self

@@ -1,0 +1,572 @@
+"""The Transformer (Vaswani et al. 2017) with the book's (d2l 1.0) modules and signatures.
+
+* :class:`PositionWiseFFN`, :class:`AddNorm` (post-norm as the paper and the book; pre-norm with
+  ``norm_first=True``);
+* :class:`TransformerEncoderBlock`, :class:`TransformerEncoder`: ``forward(X, valid_lens)``;
+* :class:`TransformerDecoderBlock`, :class:`TransformerDecoder`: ``init_state(enc_outputs,
+  enc_valid_lens)`` then ``forward(X, state) -> (logits, state)``.
+
+All attention runs through :class:`qkv.nn.MultiHeadAttention`; weights are materialised only when
+``need_weights=True`` is passed, otherwise the fused backend runs.
+
+Decoding.  Without a cache (training, or decoding the book's way) the decoder's input ``X`` is the
+whole target prefix from position 0 and its self-attention is causal.  With
+``init_state(..., use_cache=True)`` each ``forward`` takes only the new tokens: their keys and
+values are appended to a per-layer :class:`~qkv.nn.kv_cache.KVCache`, and the encoder's keys and
+values are projected once, on the first call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .kv_cache import KVCache
+from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
+
+__all__ = [
+    "ACTIVATIONS",
+    "AddNorm",
+    "PositionWiseFFN",
+    "TransformerDecoder",
+    "TransformerDecoderBlock",
+    "TransformerDecoderState",
+    "TransformerEncoder",
+    "TransformerEncoderBlock",
+]
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
+
+
+# ---------------------------------------------------------------------------- checks
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
+def _dropout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"dropout: expected a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _activation(name: str) -> nn.Module:
+    if name == "relu":
+        return nn.ReLU()
+    if name == "gelu":
+        return nn.GELU()
+    raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
+
+
+def _token_ids(name: str, X: object) -> Tensor:
+    if not isinstance(X, Tensor) or X.dim() != 2:
+        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
+        raise ValueError(f"{name}: expected token ids of shape (B, L), got {got}")
+    if X.is_floating_point():  # the book feeds torch.ones(...) to the encoder; accept it
+        X = X.long()
+    return X
+
+
+def _xavier_(module: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every Linear (as torch.nn.Transformer)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+# ---------------------------------------------------------------------------- building blocks
+class PositionWiseFFN(nn.Module):
+    """The position-wise feed-forward network, d2l 1.0's ``PositionWiseFFN(ffn_num_hiddens,
+    ffn_num_outputs)``: ``dense2(activation(dense1(X)))``.
+
+    The book infers the input size lazily; here it is ``ffn_num_input`` (keyword), defaulting to
+    ``ffn_num_outputs`` as in every Transformer block.
+
+    Shapes: ``(..., ffn_num_input) -> (..., ffn_num_outputs)``.
+    """
+
+    def __init__(
+        self,
+        ffn_num_hiddens: int,
+        ffn_num_outputs: int,
+        *,
+        ffn_num_input: int | None = None,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        _positive_int("ffn_num_hiddens", ffn_num_hiddens)
+        _positive_int("ffn_num_outputs", ffn_num_outputs)
+        n_in = ffn_num_outputs if ffn_num_input is None else ffn_num_input
+        _positive_int("ffn_num_input", n_in)
+        self.dense1 = nn.Linear(n_in, ffn_num_hiddens)
+        self.activation = _activation(activation)
+        self.dense2 = nn.Linear(ffn_num_hiddens, ffn_num_outputs)
+
+    def forward(self, X: Tensor) -> Tensor:
+        return self.dense2(self.activation(self.dense1(X)))
+
+
+class AddNorm(nn.Module):
+    """The residual connection and layer normalisation, d2l's ``AddNorm(norm_shape, dropout)``.
+
+    Post-norm (the paper, the book): ``forward(X, Y) = LayerNorm(X + dropout(Y))`` where ``Y`` is
+    the sublayer's output on ``X``.  Pre-norm (``norm_first=True``): the sublayer reads
+    :meth:`pre` ``(X) = LayerNorm(X)`` and ``forward(X, Y) = X + dropout(Y)``.
+
+    Shapes: X, Y ``(..., *norm_shape)`` -> same.
+    """
+
+    def __init__(
+        self, norm_shape: int | Sequence[int], dropout: float, *, norm_first: bool = False
+    ) -> None:
+        super().__init__()
+        shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
+        if not shape or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape
+        ):
+            raise ValueError(
+                f"norm_shape: expected a positive int or a sequence of them, got {norm_shape!r}"
+            )
+        self.dropout = nn.Dropout(_dropout(dropout))
+        self.ln = nn.LayerNorm(shape)
+        self.norm_first = _bool("norm_first", norm_first)
+
+    def pre(self, X: Tensor) -> Tensor:
+        """What the sublayer reads: ``LayerNorm(X)`` with pre-norm, ``X`` with post-norm."""
+        return self.ln(X) if self.norm_first else X
+
+    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
+        if self.norm_first:
+            return X + self.dropout(Y)
+        return self.ln(self.dropout(Y) + X)
+
+    def extra_repr(self) -> str:
+        return "norm_first=True" if self.norm_first else ""
+
+
+# ---------------------------------------------------------------------------- encoder
+class TransformerEncoderBlock(nn.Module):
+    """d2l 1.0's ``TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
+    use_bias=False)``: self-attention and a feed-forward network, each with :class:`AddNorm`.
+
+    ``forward(X (B, L, D), valid_lens=None, *, key_padding_mask=None, need_weights=False)``
+    returns ``(B, L, D)``; ``valid_lens`` ``(B,)`` or a ``key_padding_mask`` ``(B, L)`` hide the
+    padding.  With ``need_weights=True`` the weights ``(B, H, L, L)`` are in
+    ``self.attention.attention_weights``.
+    """
+
+    def __init__(
+        self,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        dropout: float,
+        use_bias: bool = False,
+        *,
+        norm_first: bool = False,
+        rotary: RotaryEmbedding | None = None,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(
+            num_hiddens, num_heads, dropout, _bool("use_bias", use_bias), rotary=rotary
+        )
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
+        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
+
+    def forward(
+        self,
+        X: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
+        Q = self.addnorm1.pre(X)
+        Y = self.addnorm1(
+            X,
+            self.attention(
+                Q,
+                Q,
+                Q,
+                valid_lens,
+                key_padding_mask=key_padding_mask,
+                need_weights=need_weights,
+            ),
+        )
+        return self.addnorm2(Y, self.ffn(self.addnorm2.pre(Y)))
+
+
+class _Stack(nn.Module):
+    """What the encoder and the decoder share: validation, embedding, positions, blocks."""
+
+    def _setup(
+        self,
+        vocab_size: int,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        num_blks: int,
+        dropout: float,
+        pos_encoding: str,
+        max_len: int,
+    ) -> RotaryEmbedding | None:
+        _positive_int("vocab_size", vocab_size)
+        _positive_int("num_hiddens", num_hiddens)
+        _positive_int("ffn_num_hiddens", ffn_num_hiddens)
+        _positive_int("num_heads", num_heads)
+        _positive_int("num_blks", num_blks)
+        _dropout(dropout)
+        _positive_int("max_len", max_len)
+        if num_hiddens % num_heads:
+            raise ValueError(
+                f"num_hiddens: expected a multiple of num_heads={num_heads}, got {num_hiddens}"
+            )
+        if pos_encoding not in POSITIONAL_ENCODINGS:
+            raise ValueError(
+                f"pos_encoding: expected one of {POSITIONAL_ENCODINGS}, got {pos_encoding!r}"
+            )
+        self.num_hiddens, self.num_blks = num_hiddens, num_blks
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        # N(0, 1/D): after the book's sqrt(D) scaling the embeddings have unit variance, like the
+        # positional encoding they are added to
+        nn.init.normal_(self.embedding.weight, std=num_hiddens**-0.5)
+        self.pos_encoding = make_positional_encoding(pos_encoding, num_hiddens, dropout, max_len)
+        if pos_encoding != "rotary":
+            return None
+        return RotaryEmbedding(num_hiddens // num_heads, max_len=max_len)
+
+    def _embed(self, X: Tensor, offset: int = 0) -> Tensor:
+        # the book: embeddings are scaled by sqrt(num_hiddens), then the positions are added
+        return self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset)
+
+
+class TransformerEncoder(_Stack):
+    """d2l 1.0's ``TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+    num_blks, dropout, use_bias=False)``.
+
+    ``forward(X (B, L) token ids, valid_lens (B,) or None, *, need_weights=False)`` returns
+    ``(B, L, num_hiddens)``.  With ``need_weights=True``, ``self.attention_weights`` is the list
+    of per-layer weights ``(B, H, L, L)`` (None otherwise).
+
+    Keyword-only options: ``pos_encoding`` (``"sinusoidal"`` (the book), ``"learned"``,
+    ``"rotary"``, ``"none"``), ``norm_first`` (pre-norm, with a final LayerNorm), ``max_len`` (the
+    positional table), ``activation`` (``"relu"``, ``"gelu"``).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        num_blks: int,
+        dropout: float,
+        use_bias: bool = False,
+        *,
+        pos_encoding: str = "sinusoidal",
+        norm_first: bool = False,
+        max_len: int = 1000,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        rotary = self._setup(
+            vocab_size,
+            num_hiddens,
+            ffn_num_hiddens,
+            num_heads,
+            num_blks,
+            dropout,
+            pos_encoding,
+            max_len,
+        )
+        self.blks = nn.Sequential()
+        for i in range(num_blks):
+            self.blks.add_module(
+                f"block{i}",
+                TransformerEncoderBlock(
+                    num_hiddens,
+                    ffn_num_hiddens,
+                    num_heads,
+                    dropout,
+                    use_bias,
+                    norm_first=norm_first,
+                    rotary=rotary,
+                    activation=activation,
+                ),
+            )
+        self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
+        _xavier_(self.blks)
+        self.attention_weights: list[Tensor] | None = None
+
+    def forward(
+        self, X: Tensor, valid_lens: Tensor | None = None, *, need_weights: bool = False
+    ) -> Tensor:
+        X = self._embed(_token_ids("X", X))
+        weights = [] if need_weights else None
+        for blk in self.blks:
+            X = blk(X, valid_lens, need_weights=need_weights)
+            if weights is not None:
+                weights.append(blk.attention.attention_weights)
+        self.attention_weights = weights
+        return X if self.norm is None else self.norm(X)
+
+
+# ---------------------------------------------------------------------------- decoder
+@dataclass
+class TransformerDecoderState:
+    """What the decoder carries between calls.
+
+    Attributes:
+        enc_outputs: ``(B, Ls, D)`` the encoder's outputs.
+        enc_valid_lens: ``(B,)`` source lengths, or None (no padding).
+        self_caches: per layer, the growing self-attention :class:`KVCache`; None when decoding
+            without a cache (then ``X`` is always the whole prefix).
+        cross_caches: per layer, the static cross-attention :class:`KVCache` (None likewise).
+    """
+
+    enc_outputs: Tensor
+    enc_valid_lens: Tensor | None = None
+    self_caches: list[KVCache] | None = None
+    cross_caches: list[KVCache] | None = None
+
+    @property
+    def use_cache(self) -> bool:
+        return self.self_caches is not None
+
+    @property
+    def offset(self) -> int:
+        """Target positions already decoded (0 without a cache)."""
+        return self.self_caches[0].length if self.self_caches else 0
+
+
+class TransformerDecoderBlock(nn.Module):
+    """d2l 1.0's ``TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i)``:
+    causal self-attention, cross-attention over the encoder, a feed-forward network.
+
+    ``forward(X (B, L, D), state, *, need_weights=False)`` returns ``(Y (B, L, D), state)``, with
+    ``state`` a :class:`TransformerDecoderState`.  Without a cache the self-attention is causal
+    over ``X``; with one, ``X`` holds the new positions, appended to the block's cache ``i``.
+    The cross-attention hides the encoder's padding with ``state.enc_valid_lens``.
+    """
+
+    def __init__(
+        self,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        dropout: float,
+        i: int,
+        *,
+        use_bias: bool = False,
+        norm_first: bool = False,
+        rotary: RotaryEmbedding | None = None,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ValueError(f"i: expected the block's index, a non-negative int, got {i!r}")
+        self.i = i
+        use_bias = _bool("use_bias", use_bias)
+        self.attention1 = MultiHeadAttention(
+            num_hiddens, num_heads, dropout, use_bias, rotary=rotary
+        )
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
+        self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, use_bias)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
+        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
+        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
+
+    def forward(
+        self, X: Tensor, state: TransformerDecoderState, *, need_weights: bool = False
+    ) -> tuple[Tensor, TransformerDecoderState]:
+        if not isinstance(state, TransformerDecoderState):
+            raise TypeError(
+                f"state: expected a TransformerDecoderState (from TransformerDecoder.init_state), "
+                f"got {type(state).__name__}"
+            )
+        B, L, _ = X.shape
+        self_cache = cross_cache = None
+        dec_valid_lens, causal = None, True
+        if state.use_cache:
+            self_cache, cross_cache = state.self_caches[self.i], state.cross_caches[self.i]
+            causal = False
+            if L > 1:  # new query j sees the cached keys and new keys up to itself (d2l's lens)
+                past = self_cache.length
+                dec_valid_lens = torch.arange(past + 1, past + L + 1, device=X.device).expand(B, L)
+        Q = self.addnorm1.pre(X)
+        Y = self.addnorm1(
+            X,
+            self.attention1(
+                Q,
+                Q,
+                Q,
+                dec_valid_lens,
+                is_causal=causal,
+                need_weights=need_weights,
+                cache=self_cache,
+            ),
+        )
+        enc = state.enc_outputs
+        Z = self.addnorm2(
+            Y,
+            self.attention2(
+                self.addnorm2.pre(Y),
+                enc,
+                enc,
+                state.enc_valid_lens,
+                need_weights=need_weights,
+                cache=cross_cache,
+            ),
+        )
+        return self.addnorm3(Z, self.ffn(self.addnorm3.pre(Z))), state
+
+
+class TransformerDecoder(_Stack):
+    """d2l 1.0's ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+    num_blks, dropout)``.
+
+    ``init_state(enc_outputs (B, Ls, D), enc_valid_lens (B,) or None, *, use_cache=False)``
+    returns a :class:`TransformerDecoderState`; ``forward(X (B, L) token ids, state, *,
+    need_weights=False)`` returns ``(logits (B, L, vocab_size), state)``.  With
+    ``need_weights=True``, ``self.attention_weights`` is ``[self_attention, cross_attention]``,
+    each a list of per-layer weights ``(B, H, L, L_keys)`` (the book's layout).
+
+    Keyword-only options: those of :class:`TransformerEncoder`, plus ``use_bias`` and
+    ``tie_embeddings`` (the output projection shares the embedding's weight).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_hiddens: int,
+        ffn_num_hiddens: int,
+        num_heads: int,
+        num_blks: int,
+        dropout: float,
+        *,
+        use_bias: bool = False,
+        pos_encoding: str = "sinusoidal",
+        norm_first: bool = False,
+        max_len: int = 1000,
+        activation: str = "relu",
+        tie_embeddings: bool = False,
+    ) -> None:
+        super().__init__()
+        rotary = self._setup(
+            vocab_size,
+            num_hiddens,
+            ffn_num_hiddens,
+            num_heads,
+            num_blks,
+            dropout,
+            pos_encoding,
+            max_len,
+        )
+        self.blks = nn.Sequential()
+        for i in range(num_blks):
+            self.blks.add_module(
+                f"block{i}",
+                TransformerDecoderBlock(
+                    num_hiddens,
+                    ffn_num_hiddens,
+                    num_heads,
+                    dropout,
+                    i,
+                    use_bias=use_bias,
+                    norm_first=norm_first,
+                    rotary=rotary,
+                    activation=activation,
+                ),
+            )
+        self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+        _xavier_(self.blks)
+        if _bool("tie_embeddings", tie_embeddings):
+            self.dense.weight = self.embedding.weight
+        self.tie_embeddings = tie_embeddings
+        self.attention_weights: list[list[Tensor]] | None = None
+
+    def init_state(
+        self,
+        enc_outputs: Tensor,
+        enc_valid_lens: Tensor | None = None,
+        *,
+        use_cache: bool = False,
+        capacity: int | None = None,
+    ) -> TransformerDecoderState:
+        """The state for decoding against ``enc_outputs`` ``(B, Ls, D)``.
+
+        Args:
+            enc_valid_lens: ``(B,)`` source lengths, or None.
+            use_cache: decode incrementally (each ``forward`` takes only the new tokens).
+            capacity: target positions to preallocate in each cache (it grows anyway).
+        """
+        if not isinstance(enc_outputs, Tensor) or enc_outputs.dim() != 3:
+            got = tuple(enc_outputs.shape) if isinstance(enc_outputs, Tensor) else enc_outputs
+            raise ValueError(
+                f"enc_outputs: expected the encoder's output (B, Ls, {self.num_hiddens}), got "
+                f"{type(got).__name__ if not isinstance(got, tuple) else got}"
+            )
+        if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
+            enc_valid_lens = torch.as_tensor(enc_valid_lens, device=enc_outputs.device)
+        state = TransformerDecoderState(enc_outputs, enc_valid_lens)
+        if _bool("use_cache", use_cache):
+            state.self_caches = [KVCache(capacity=capacity) for _ in range(self.num_blks)]
+            state.cross_caches = [KVCache(static=True) for _ in range(self.num_blks)]
+        return state
+
+    def forward(
+        self, X: Tensor, state: TransformerDecoderState, *, need_weights: bool = False
+    ) -> tuple[Tensor, TransformerDecoderState]:
+        if not isinstance(state, TransformerDecoderState):
+            raise TypeError(
+                f"state: expected a TransformerDecoderState (from init_state), got "
+                f"{type(state).__name__}"
+            )
+        X = self._embed(_token_ids("X", X), state.offset)
+        weights = [[], []] if need_weights else None
+        for blk in self.blks:
+            X, state = blk(X, state, need_weights=need_weights)
+            if weights is not None:
+                weights[0].append(blk.attention1.attention_weights)
+                weights[1].append(blk.attention2.attention_weights)
+        self.attention_weights = weights
+        if self.norm is not None:
+            X = self.norm(X)
+        return self.dense(X), state
+
+    def reorder_state(
+        self, state: TransformerDecoderState, index: Tensor, *, include_encoder: bool = True
+    ) -> TransformerDecoderState:
+        """Keep rows ``index`` ``(B',)`` of the state, in that order (beam search).
+
+        With ``include_encoder=False`` only the self-attention caches are reordered: valid when
+        every row keeps the same source sentence (reordering beams within a sentence).
+        """
+        if state.self_caches is not None:
+            for c in state.self_caches:
+                c.reorder(index)
+        if include_encoder:
+            state.enc_outputs = state.enc_outputs.index_select(0, index)
+            if state.enc_valid_lens is not None:
+                state.enc_valid_lens = state.enc_valid_lens.index_select(0, index)
+            if state.cross_caches is not None:
+                for c in state.cross_caches:
+                    c.reorder(index)
+        return state

@@ -1,0 +1,183 @@
+"""qkv.decoding: greedy and beam search, with and without the KV cache, for both model kinds.
+
+Results are compared as token ids.  The models are random but their EOS logit is calibrated so
+sentences stop at different steps (some never), which exercises stopping and dead rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _models_helpers import BOS, EOS, MAX_LEN, PAD, batch, calibrate_eos, tiny
+
+from qkv.decoding import beam_search, generate, greedy_search
+
+KINDS = ["transformer", "bahdanau"]
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def setup(request):
+    torch.manual_seed(7)
+    model = tiny(request.param)
+    src, lens = batch(B=6, L=9, seed=3)
+    calibrate_eos(model, src, lens)
+    return model, src, lens
+
+
+def gen(model, src, lens, **kw):
+    return generate(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, **kw)
+
+
+def test_calibrated_outputs_vary_in_length(setup):
+    model, src, lens = setup
+    lengths = [len(x) for x in gen(model, src, lens)]
+    assert len(set(lengths)) >= 2 and max(lengths) <= MAX_LEN
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cache_gives_the_tokens_of_the_full_prefix(setup, dtype):
+    model, src, lens = setup
+    model = model.to(dtype)
+    try:
+        assert gen(model, src, lens) == gen(model, src, lens, use_cache=False)
+        a = gen(model, src, lens, beam_size=3, n_best=3)
+        b = gen(model, src, lens, beam_size=3, n_best=3, use_cache=False)
+        assert [[ids for ids, _ in h] for h in a] == [[ids for ids, _ in h] for h in b]
+        for ha, hb in zip(a, b):
+            for (_, sa), (_, sb) in zip(ha, hb):
+                assert sa == pytest.approx(sb, abs=1e-4)
+    finally:
+        model.float()
+
+
+def test_beam_of_one_is_greedy(setup):
+    model, src, lens = setup
+    greedy = greedy_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS)
+    beam = beam_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1)
+    assert [h[0][0] for h in beam] == greedy
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_results_do_not_depend_on_batch_or_padding(setup, beam_size):
+    model, src, lens = setup
+    together = gen(model, src, lens, beam_size=beam_size)
+    for i in range(src.shape[0]):
+        alone = src[i : i + 1, : int(lens[i])]
+        assert gen(model, alone, lens[i : i + 1], beam_size=beam_size) == [together[i]]
+    # more padding, and a different order and batch size
+    wide = F.pad(src, (0, 5), value=PAD)
+    order = torch.tensor([4, 0, 2])
+    part = gen(model, wide[order], lens[order], beam_size=beam_size)
+    assert part == [together[i] for i in order.tolist()]
+    # garbage (not PAD) past the valid length changes nothing either
+    noisy = src.clone()
+    noisy[torch.arange(src.shape[1])[None, :] >= lens[:, None]] = 5
+    assert gen(model, noisy, lens, beam_size=beam_size) == together
+
+
+def test_n_best_are_sorted_and_scored(setup):
+    """Each score is sum(log p) / length ** alpha of its own tokens (EOS counted when said)."""
+    model, src, lens = setup
+    alpha = 0.6
+    hyps = gen(model, src, lens, beam_size=4, n_best=3, length_penalty=alpha)
+    enc_outputs = model.encode(src, lens)
+    for b, h in enumerate(hyps):
+        assert len(h) == 3
+        scores = [s for _, s in h]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(ids) for ids, _ in h}) == 3
+        for ids, score in h:
+            said_eos = len(ids) < MAX_LEN
+            tgt = [BOS, *ids] + ([EOS] if said_eos else [])
+            with torch.no_grad():
+                state = model.init_state(enc_outputs, lens)
+                state = model.reorder_state(state, torch.tensor([b]))
+                logits, _ = model.decode(torch.tensor([tgt[:-1]]), state)
+            logp = F.log_softmax(logits[0].double(), -1)
+            total = logp[torch.arange(len(tgt) - 1), torch.tensor(tgt[1:])].sum().item()
+            assert score == pytest.approx(total / (len(tgt) - 1) ** alpha, abs=1e-4)
+            assert EOS not in ids and BOS not in ids
+
+
+def test_beam_finds_at_least_the_greedy_score_without_length_penalty(setup):
+    model, src, lens = setup
+    g = gen(model, src, lens, beam_size=1, n_best=1)
+    best = gen(model, src, lens, beam_size=5, n_best=5, length_penalty=0.0)
+    greedy_in_beam = 0
+    for ids, hs in zip(g, best):
+        if ids in [h for h, _ in hs]:
+            greedy_in_beam += 1
+    assert greedy_in_beam >= 1  # beam search explores the greedy path too
+
+
+def test_generate_restores_training_mode_and_needs_no_grad(setup):
+    model, src, lens = setup
+    model.train()
+    try:
+        a = gen(model, src, lens)
+        assert model.training
+        model.eval()
+        assert a == gen(model, src, lens)  # dropout was off while generating
+    finally:
+        model.eval()
+
+
+def test_output_formats(setup):
+    model, src, lens = setup
+    one = gen(model, src, lens, beam_size=2)
+    assert isinstance(one, list) and all(isinstance(x, list) for x in one)
+    assert all(isinstance(t, int) for x in one for t in x)
+    many = gen(model, src, lens, beam_size=2, n_best=2)
+    assert all(len(h) == 2 and isinstance(h[0][1], float) for h in many)
+    assert [h[0][0] for h in many] == one
+
+
+def test_no_valid_lens_means_unpadded():
+    model = tiny()
+    src = torch.randint(3, 20, (3, 5))
+    a = generate(model, src, None, max_len=4, bos_id=BOS, eos_id=EOS)
+    b = generate(model, src, torch.tensor([5, 5, 5]), max_len=4, bos_id=BOS, eos_id=EOS)
+    assert a == b and all(len(x) <= 4 for x in a)
+
+
+def test_stops_at_once_when_everything_ends():
+    model = tiny()
+    with torch.no_grad():
+        model.decoder.dense.bias[EOS] = 100.0
+    src, lens = batch(B=3)
+    assert gen(model, src, lens) == [[], [], []]
+    hyps = gen(model, src, lens, beam_size=3, n_best=2)
+    assert all(h[0][0] == [] for h in hyps)
+    assert all(math.isfinite(s) for h in hyps for _, s in h)
+
+
+@pytest.mark.parametrize(
+    ("kw", "arg"),
+    [
+        (dict(max_len=0), "max_len"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(beam_size=2, n_best=3), "n_best"),
+        (dict(beam_size=2, length_penalty=float("nan")), "length_penalty"),
+        (dict(bos_id=-1), "bos_id"),
+    ],
+)
+def test_argument_errors(kw, arg):
+    model = tiny()
+    src, lens = batch(B=2)
+    args = dict(max_len=4, bos_id=BOS, eos_id=EOS) | kw
+    with pytest.raises(ValueError, match=arg):
+        generate(model, src, lens, **args)
+
+
+def test_input_errors():
+    model = tiny()
+    with pytest.raises(ValueError, match="src"):
+        generate(model, torch.zeros(2, 3), None, max_len=3, bos_id=BOS, eos_id=EOS)
+    with pytest.raises(ValueError, match="src_valid_lens"):
+        generate(model, torch.zeros(2, 3, dtype=torch.long), [3], max_len=3, bos_id=1, eos_id=2)
+    src = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match="model"):
+        generate(torch.nn.Linear(2, 2), src, None, max_len=3, bos_id=1, eos_id=2)
