@@ -243,3 +243,21 @@ def test_from_pairs_and_to_device():
     assert torch.equal(moved.src, batch.src)
     order = batch.indices.tolist()
     assert tok.decode(batch.tgt_out[order.index(0)].tolist()) == "va !"
+
+
+def test_benchmark_runs_at_small_scale(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "data.py"
+    spec = importlib.util.spec_from_file_location("qkv_benchmarks_data", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "b.json"
+    assert bench.main(["--pairs", "2000", "--max-tokens", "512", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [s["stage"] for s in res["stages"]] == [
+        "read", "normalise", "split", "vocabulary", "tokenise", "batch",
+    ]  # fmt: skip
+    assert res["stages"][0]["note"].startswith("2000 pairs") and "total" in capsys.readouterr().out
