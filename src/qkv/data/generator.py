@@ -102,13 +102,13 @@ def _n(en: str, fr: str, gender: str, tags: str, en_pl: str = "", fr_pl: str = "
 
 NOUNS: tuple[Noun, ...] = (
     # people (person): their gender is the noun's
-    _n("man", "homme", "m", "person adult noposs", en_pl="men"),
-    _n("woman", "femme", "f", "person adult noposs", en_pl="women"),
-    _n("boy", "garçon", "m", "person kid noposs"),
-    _n("girl", "fille", "f", "person kid noposs"),
+    _n("man", "homme", "m", "person adult grown looks noposs", en_pl="men"),
+    _n("woman", "femme", "f", "person adult grown looks noposs", en_pl="women"),
+    _n("boy", "garçon", "m", "person kid looks noposs"),
+    _n("girl", "fille", "f", "person kid looks noposs"),
     _n("child", "enfant", "m", "person kid", en_pl="children"),
-    _n("brother", "frère", "m", "person adult kin"),
-    _n("sister", "sœur", "f", "person adult kin"),
+    _n("brother", "frère", "m", "person adult kin sibling"),
+    _n("sister", "sœur", "f", "person adult kin sibling"),
     _n("father", "père", "m", "person adult kin unique"),
     _n("mother", "mère", "f", "person adult kin unique"),
     # animals
@@ -215,7 +215,13 @@ OBJECTS = "food thing place"
 ADJECTIVES: tuple[Adj, ...] = (
     # before the noun
     _a("big", "grand", before=True, attr="animal food thing place", pred="animal food thing place"),
-    _a("small", "petit", before=True, attr=f"kid animal {OBJECTS}", pred=f"{ANIMATE} {OBJECTS}"),
+    _a(
+        "small",
+        "petit",
+        before=True,
+        attr=f"kid sibling animal {OBJECTS}",
+        pred=f"{ANIMATE} {OBJECTS}",
+    ),
     _a("good", "bon", "bonne", before=True, attr="food readable kid", pred="food"),
     _a("bad", "mauvais", before=True, attr="food readable", pred="food"),
     _a(
@@ -225,11 +231,11 @@ ADJECTIVES: tuple[Adj, ...] = (
         "beaux",
         before=True,
         mv="bel",
-        attr="adult animal thing place",
+        attr="looks animal thing place",
         pred=f"{ANIMATE} thing place",
     ),
     _a("pretty", "joli", before=True, attr="thing place", pred="thing place"),
-    _a("young", "jeune", before=True, attr="adult animal", pred=ANIMATE),
+    _a("young", "jeune", before=True, attr="grown sibling animal", pred=ANIMATE),
     _a(
         "old",
         "vieux",
@@ -237,7 +243,7 @@ ADJECTIVES: tuple[Adj, ...] = (
         "vieux",
         before=True,
         mv="vieil",
-        attr="adult animal thing place",
+        attr="grown animal thing place",
         pred=f"{ANIMATE} thing place",
     ),
     _a("new", "nouveau", "nouvelle", "nouveaux", before=True, mv="nouvel", attr="thing place"),
