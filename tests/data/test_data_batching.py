@@ -231,6 +231,10 @@ def test_batcher_bad_arguments():
         TokenBatcher(src, tgt, max_tokens=0)
     with pytest.raises(ValueError, match="no example fits"):
         TokenBatcher([[5] * 20], [[5] * 20], max_len=4)
+    with pytest.raises(ValueError, match="seed must be an int >= 0"):
+        TokenBatcher(src, tgt, seed=-1)
+    with pytest.raises(ValueError, match="exceeds the 1 batches"):
+        len(TokenBatcher(src, tgt, max_tokens=10_000, rank=0, world_size=2))
 
 
 def test_from_pairs_and_to_device():

@@ -145,8 +145,8 @@ class TokenBatcher:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
-        if not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.max_tokens, self.max_batch_size, self.max_len = max_tokens, max_batch_size, max_len
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.src_eos, self.truncate = src_eos, truncate
@@ -246,6 +246,11 @@ class TokenBatcher:
         batches = self._global_plan(epoch)
         if self.world_size > 1:
             usable = len(batches) - len(batches) % self.world_size
+            if usable == 0:
+                raise ValueError(
+                    f"world_size={self.world_size} exceeds the {len(batches)} batches of epoch "
+                    f"{epoch}; lower max_tokens or use fewer ranks"
+                )
             batches = batches[self.rank : usable : self.world_size]
         self._plan_cache = (epoch, batches)
         return batches
