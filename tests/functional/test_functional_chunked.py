@@ -202,14 +202,27 @@ def test_dispatch_memory_budget_and_errors():
 
 def test_dispatch_takes_chunked_instead_of_building_a_large_mask():
     q = k = v = torch.randn(1, 1, 2100, 4)
-    vl = torch.arange(1, 2101).view(1, 2100)
+    vl = (torch.arange(2100) // 2 + 1).view(1, 2100)  # per-query lengths, not causal
     c = qf.explain(q, k, v, valid_lens=vl)
     assert c.backend == "chunked" and "materialised" in c.reasons[0]
+    assert qf.explain(q, k, v, window=64).backend == "chunked"
     assert qf.explain(q, k, v, is_causal=True).backend == "fused"
-    assert (
-        qf.explain(q[:, :, :64], k[:, :, :64], v[:, :, :64], valid_lens=vl[:, :64]).backend
-        == "fused"
-    )
+    small = q[:, :, :64]
+    assert qf.explain(small, small, small, valid_lens=vl[:, :64]).backend == "fused"
+
+
+def test_book_per_query_lengths_become_causal():
+    """The book's decoder mask, valid_lens (B, L) = 1..L, is the causal mask: fused kernel."""
+    q, k, v = (torch.randn(2, 2, 300, 8, dtype=torch.float64) for _ in range(3))
+    vl = torch.arange(1, 301).expand(2, 300)
+    spec = spec_for(q, k, valid_lens=vl)
+    assert spec.is_causal and spec.valid_lens is None
+    assert qf.explain(q, k, v, valid_lens=vl).backend == "fused"
+    out, _ = qf.attention(q, k, v, valid_lens=vl)
+    ref, _ = reference_attention(q, k, v, valid_lens=vl)
+    torch.testing.assert_close(out, ref)
+    same = torch.tensor([[5] * 300, [7] * 300])
+    assert spec_for(q, k, valid_lens=same).valid_lens.shape == (2, 1, 1, 1)
 
 
 def test_window_semantics_match_reference_on_every_backend():

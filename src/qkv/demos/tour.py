@@ -32,11 +32,12 @@ def run(out: Path, quick: bool) -> None:
         qf.masked_softmax(X, torch.tensor([[1, 3], [2, 0]])),
     )
 
-    # seed 001's example: Q = K = V = (cat, milk, it, sweet) in two dimensions
-    E = torch.tensor([[2.0, 2.0], [1.0, 3.0], [2.0, 2.0], [0.0, 4.0]])
+    # seed 001's example: Q = K = V = (cat, milk, it, sweet); d = 4 with the "..." as zeros
+    E = torch.tensor([[0, 2, 2, 0], [0, 1, 3, 0], [0, 2, 2, 0], [0, 0, 4, 0]], dtype=torch.float64)
     out_, w = qf.attention(E[None], E[None], E[None], need_weights=True)
-    _show("seed 001: softmax(QK^T/sqrt(2)) for cat, milk, it, sweet", w[0])
-    _show("seed 001: new embeddings softmax(QK^T/sqrt(2)) V", out_[0])
+    _show("seed 001: softmax(QK^T/sqrt(4)) for cat, milk, it, sweet", w[0])
+    _show("seed 001: new embeddings softmax(QK^T/sqrt(4)) V (columns 2-3)", out_[0, :, 1:3])
+    print("(`qkv demo cat-milk` compares these with the numbers the seed prints)")
 
     B, H, L, d = 2, 4, 7, 16
     q, k, v = (torch.randn(B, H, L, d) for _ in range(3))

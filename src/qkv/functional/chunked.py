@@ -329,8 +329,9 @@ def chunked_attention(
     )
     if flash_ok:
         q, k = prepare_qk(q, k, score)
-        bq = block_q or 256
-        bk = block_k or 512
+        # large query blocks: fewer kernel calls (the diagonal band wastes ~block/L of the work)
+        bq = block_q or 1024
+        bk = block_k or 1024
         if score == "normalized":
             q = q * (float(mult) / _row_norms(q, k, spec, bk))
             mult = 1.0

@@ -262,6 +262,8 @@ def check_masks(
     Raises:
         TypeError / ValueError naming the argument, what was expected and what was received.
     """
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal: expected a bool, got {_describe(is_causal)}")
     vl = None
     if valid_lens is not None:
         if not isinstance(valid_lens, Tensor):
@@ -293,7 +295,15 @@ def check_masks(
                     f"got values from {lo} to {hi}"
                 )
         vl = valid_lens.to(device=device, dtype=torch.long)
-        vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
+        if vl.dim() == 2 and Lq > 0:
+            # canonical forms: per-query lengths 1..Lq are the causal mask (the book's decoder
+            # training mask); lengths equal across queries are a key-padding mask
+            if torch.equal(vl, torch.arange(1, Lq + 1, device=device).clamp(max=Lk).expand(B, Lq)):
+                vl, is_causal = None, True
+            elif bool((vl == vl[:, :1]).all()):
+                vl = vl[:, 0]
+        if vl is not None:
+            vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
 
     kpm = None
     if key_padding_mask is not None:
@@ -343,8 +353,6 @@ def check_masks(
             raise ValueError(f"attn_mask: expected shape {allowed}, got {shape}")
         am = am.to(device)
 
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal: expected a bool, got {_describe(is_causal)}")
     if window is not None and (
         isinstance(window, bool) or not isinstance(window, int) or window < 1
     ):
