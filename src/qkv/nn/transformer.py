@@ -517,11 +517,18 @@ class TransformerDecoder(_Stack):
             use_cache: decode incrementally (each ``forward`` takes only the new tokens).
             capacity: target positions to preallocate in each cache (it grows anyway).
         """
-        if not isinstance(enc_outputs, Tensor) or enc_outputs.dim() != 3:
-            got = tuple(enc_outputs.shape) if isinstance(enc_outputs, Tensor) else enc_outputs
+        if (
+            not isinstance(enc_outputs, Tensor)
+            or enc_outputs.dim() != 3
+            or enc_outputs.shape[-1] != self.num_hiddens
+        ):
+            got = (
+                f"shape {tuple(enc_outputs.shape)}"
+                if isinstance(enc_outputs, Tensor)
+                else type(enc_outputs).__name__
+            )
             raise ValueError(
-                f"enc_outputs: expected the encoder's output (B, Ls, {self.num_hiddens}), got "
-                f"{type(got).__name__ if not isinstance(got, tuple) else got}"
+                f"enc_outputs: expected the encoder's output (B, Ls, {self.num_hiddens}), got {got}"
             )
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             enc_valid_lens = torch.as_tensor(enc_valid_lens, device=enc_outputs.device)
