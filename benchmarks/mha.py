@@ -47,6 +47,24 @@ def make_cases(B: int = 8, L: int = 512, E: int = 512, H: int = 8) -> list[Case]
 
         return f
 
+    ragged = torch.zeros(B, L, dtype=torch.bool)  # row i pads its last i*L/(2B) keys; row 0 none
+    for i in range(B):
+        ragged[i, L - i * L // (2 * B) :] = True
+
+    def infer_ragged(m):
+        def f():
+            with torch.no_grad():
+                return m(x, x, x, key_padding_mask=ragged, need_weights=False)
+
+        return f
+
+    def train_ragged(m):
+        def f():
+            out, _ = m(xg, xg, xg, key_padding_mask=ragged, need_weights=False)
+            out.sum().backward()
+
+        return f
+
     def evald(m):
         m.eval()
         return m
@@ -68,6 +86,13 @@ def make_cases(B: int = 8, L: int = 512, E: int = 512, H: int = 8) -> list[Case]
         Case(
             "inference need_weights=True", "torch MHA", weights(peer_e), weights(ours_e), target=1.0
         ),
+        Case(
+            "inference, ragged padding (no key shared by all rows)",
+            "torch MHA",
+            infer_ragged(peer_e),
+            infer_ragged(ours_e),
+        ),
+        Case("training, ragged padding", "torch MHA", train_ragged(peer_t), train_ragged(ours_t)),
     ]
 
 

@@ -149,3 +149,31 @@ def test_additive_attention_book_shapes_and_masks():
     assert torch.all(w[1] == 0) and torch.all(out[1] == 0)
     with pytest.raises(ValueError, match="w_v: expected a vector of shape"):
         qf.additive_attention(q, k, v, torch.randn(h + 1))
+
+
+def test_shared_trailing_padding_is_trimmed_exactly():
+    q, k, v = (torch.randn(3, 2, 9, 4, dtype=torch.float64) for _ in range(3))
+    kpm = torch.zeros(3, 9, dtype=torch.bool)
+    kpm[:, 6:] = True
+    kpm[1, 2] = True
+    spec = qf.check_masks(
+        B=3,
+        H=2,
+        Lq=9,
+        Lk=9,
+        device=q.device,
+        batched_heads=True,
+        key_padding_mask=kpm,
+        valid_lens=torch.tensor([9, 8, 7]),
+    )
+    assert spec.key_extent() == 6
+    assert spec.trim_keys(6).key_padding_mask.shape == (3, 1, 1, 6)
+    for extra in ({}, {"is_causal": True}, {"window": 3}, {"attn_mask": torch.randn(9, 9)}):
+        a, _ = qf.attention(q, k, v, key_padding_mask=kpm, backend="fused", **extra)
+        b, _ = qf.attention(q, k, v, key_padding_mask=kpm, backend="reference", **extra)
+        torch.testing.assert_close(a, b)
+    all_pad = torch.ones(3, 9, dtype=torch.bool)
+    s2 = qf.check_masks(
+        B=3, H=2, Lq=9, Lk=9, device=q.device, batched_heads=True, key_padding_mask=all_pad
+    )
+    assert s2.key_extent() == 0

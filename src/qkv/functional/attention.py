@@ -277,6 +277,9 @@ def _fused(q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float) -> Te
     d, Lk = q.shape[-1], k.shape[-2]
     mult = qk_multiplier(score, scale, d, Lk)
     q, k = prepare_qk(q, k, score)
+    end = spec.key_extent()  # drop trailing keys that every query has masked (shared padding)
+    if 0 < end < Lk:
+        spec, k, v = spec.trim_keys(end), k[..., :end, :], v[..., :end, :]
     mask, causal = spec.sdpa_mask(q.dtype)
     dead = spec.dead_rows() if mask is not None else None
     if dead is not None and bool(dead.any()):

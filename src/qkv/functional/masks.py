@@ -22,7 +22,7 @@ backend; :meth:`MaskSpec.dead_rows` finds those rows from the masks alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -209,6 +209,38 @@ class MaskSpec:
             dead = dead.expand(*dead.shape[:-2], self.Lq, 1)
         return dead
 
+    def key_extent(self) -> int:
+        """One past the last key that some query may see, from the key-level masks alone.
+
+        Keys from there on are masked for every batch element and query (padding shared by the
+        whole batch, e.g. inputs padded to a fixed length), so backends may drop them.
+        Returns ``Lk`` when nothing can be dropped, 0 when every key is masked.
+        """
+        end = self.Lk
+        if self.valid_lens is not None:
+            end = min(end, int(self.valid_lens.max()))
+        kpm = self.key_padding_mask
+        if kpm is not None and kpm.dtype == torch.bool and end > 0:
+            open_cols = (~kpm[..., :end]).flatten(0, -2).any(dim=0)  # (end,)
+            idx = torch.nonzero(open_cols)
+            end = int(idx[-1]) + 1 if idx.numel() else 0
+        return end
+
+    def trim_keys(self, end: int) -> MaskSpec:
+        """This spec restricted to keys ``0:end`` (see :meth:`key_extent`)."""
+        if end == self.Lk:
+            return self
+        vl = self.valid_lens.clamp(max=end) if self.valid_lens is not None else None
+        kpm = self.key_padding_mask[..., :end] if self.key_padding_mask is not None else None
+        am = self.attn_mask[..., :end] if self.attn_mask is not None else None
+        return replace(
+            self,
+            Lk=end,
+            valid_lens=_drop_noop_lens(vl, end),
+            key_padding_mask=_drop_noop(kpm),
+            attn_mask=am,
+        )
+
     def sdpa_mask(self, dtype: torch.dtype) -> tuple[Tensor | None, bool]:
         """The mask for ``scaled_dot_product_attention`` and its ``is_causal`` flag.
 
@@ -230,6 +262,19 @@ class MaskSpec:
 
     def _device(self) -> torch.device:
         return self.device
+
+
+def _drop_noop(mask: Tensor | None) -> Tensor | None:
+    """A bool mask that forbids nothing is no mask (the fast kernels run without one)."""
+    if mask is not None and mask.dtype == torch.bool and not bool(mask.any()):
+        return None
+    return mask
+
+
+def _drop_noop_lens(vl: Tensor | None, Lk: int) -> Tensor | None:
+    if vl is not None and bool((vl >= Lk).all()):
+        return None
+    return vl
 
 
 def check_masks(
@@ -304,6 +349,7 @@ def check_masks(
                 vl = vl[:, 0]
         if vl is not None:
             vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
+        vl = _drop_noop_lens(vl, Lk)
 
     kpm = None
     if key_padding_mask is not None:
@@ -322,7 +368,7 @@ def check_masks(
                 f"key_padding_mask: expected shape ({B}, {Lk}) (batch, keys), "
                 f"got {tuple(key_padding_mask.shape)}"
             )
-        kpm = key_padding_mask.to(device).view(B, 1, 1, Lk)
+        kpm = _drop_noop(key_padding_mask.to(device).view(B, 1, 1, Lk))
 
     am = None
     if attn_mask is not None:
