@@ -1,15 +1,196 @@
-"""The ``qkv`` command."""
+"""The ``qkv`` command: ``train``, ``translate``, ``evaluate`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 
+# flag -> TrainConfig key, for the flags of `qkv train` (all default to "not given")
+_TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--data": ("data", str, "parallel text in any qkv.data format (default: the bundled corpus)"),
+    "--format": ("data_format", str, "the data file's format (default: guessed)"),
+    "--model": ("model", str, "transformer (default) or bahdanau"),
+    "--max-steps": ("max_steps", int, "optimizer updates (default 10000)"),
+    "--max-minutes": ("max_minutes", float, "stop after this many minutes of this invocation"),
+    "--seed": ("seed", int, "seed of the weights, dropout and batch order (default 0)"),
+    "--max-tokens": ("max_tokens", int, "token budget of one micro-batch per process"),
+    "--accum-steps": ("accum_steps", int, "micro-batches per update (gradient accumulation)"),
+    "--lr": ("lr", float, "peak learning rate (default 1e-3)"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up updates, then 1/sqrt decay"),
+    "--label-smoothing": ("label_smoothing", float, "label smoothing epsilon (default 0.1)"),
+    "--clip-norm": ("clip_norm", float, "gradient-norm clipping, 0 for none (default 1.0)"),
+    "--eval-every": ("eval_every", int, "validation loss and BLEU every N updates"),
+    "--save-every": ("save_every", int, "checkpoint every N updates"),
+    "--keep-last": ("keep_last", int, "checkpoints kept besides the best (default 3)"),
+    "--patience": ("patience", int, "early stopping: evaluations without a better BLEU"),
+    "--log-every": ("log_every", int, "progress line every N updates"),
+    "--device": ("device", str, "auto (default), cpu, cuda, cuda:N"),
+    "--threads": ("threads", int, "CPU threads for torch (0: torch's default)"),
+}
 
+
+def _fail(command: str, err: BaseException) -> int:
+    print(f"qkv {command}: error: {err}", file=sys.stderr)
+    return 1 if not isinstance(err, (ValueError, TypeError, FileNotFoundError)) else 2
+
+
+# ---------------------------------------------------------------------------- train
+def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
+    from .train import TrainConfig, load_config_file, parse_assignment
+    from .train.checkpoint import latest_checkpoint, load_checkpoint
+
+    changes: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        changes.update(load_config_file(args.config))
+    flags: dict[str, Any] = {}
+    for flag, (key, _, _) in _TRAIN_FLAGS.items():
+        dest = flag[2:].replace("-", "_")
+        if hasattr(args, dest):
+            flags[key] = getattr(args, dest)
+    for name in ("bf16", "tensorboard"):
+        if getattr(args, name, False):
+            flags[name] = True
+    for text in getattr(args, "set", None) or []:
+        key, value = parse_assignment(text)
+        flags[key] = value
+    out = Path(args.out)
+    if args.resume:
+        latest = latest_checkpoint(out / "checkpoints")
+        if latest is not None:
+            saved = load_checkpoint(latest, with_tensors=False).train_config
+            base = TrainConfig.from_dict(saved)
+            return base.updated({**changes, **flags}), True
+    return TrainConfig().updated({**changes, **flags}), args.resume
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .train import CheckpointError, TrainingError, train
+
+    try:
+        config, resume = _train_config(args)
+        result = train(config, args.out, resume=resume, progress=not args.quiet)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("train", e)
+    except TrainingError as e:
+        print(f"qkv train: stopped: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("qkv train: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    if result.best_checkpoint is not None:
+        print(f"best checkpoint: {result.best_checkpoint} (valid BLEU {result.best_bleu:.2f})")
+    return 0
+
+
+# ---------------------------------------------------------------------------- translate
+def _read_inputs(texts: Sequence[str]) -> list[str]:
+    if texts:
+        return list(texts)
+    return [line.rstrip("\r\n") for line in sys.stdin]
+
+
+def _attention_path(base: Path, i: int, n: int) -> Path:
+    return base if n == 1 else base.with_name(f"{base.stem}-{i + 1}{base.suffix}")
+
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    from .train import CheckpointError
+    from .translate import Translator
+
+    try:
+        if args.attention is not None:
+            suffix = Path(args.attention).suffix.lower()
+            if suffix not in (".png", ".svg", ".pdf", ".html", ".htm"):
+                raise ValueError(
+                    f"--attention: expected a file ending in .png, .svg, .pdf or .html, got "
+                    f"{args.attention!r}"
+                )
+        if args.n_best > args.beam:
+            raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
+        tr = Translator.load(args.model_dir, device=args.device)
+        texts = _read_inputs(args.text)
+        if not texts:
+            return 0
+        res = tr.translate(
+            texts,
+            beam_size=args.beam,
+            n_best=args.n_best,
+            length_penalty=args.length_penalty,
+            max_len=args.max_len,
+        )
+        for i, r in enumerate(res):
+            if args.n_best == 1:
+                print(r)
+            else:
+                for text, score in r:
+                    print(f"{i}\t{score:.4f}\t{text}")
+        sys.stdout.flush()
+        if args.attention is not None:
+            base = Path(args.attention)
+            for i, text in enumerate(texts):
+                att = tr.attention(text, beam_size=args.beam, max_len=args.max_len)
+                path = att.save(_attention_path(base, i, len(texts)))
+                print(f"attention of {text!r} -> {path}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("translate", e)
+    return 0
+
+
+# ---------------------------------------------------------------------------- evaluate
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .data import read_pairs
+    from .train import CheckpointError, TrainConfig, load_run_data
+    from .train.checkpoint import load_checkpoint
+    from .translate import Translator
+
+    try:
+        tr = Translator.load(args.model_dir, device=args.device)
+        if args.data is not None:
+            pairs, report = read_pairs(args.data, args.format)
+            if report.n_skipped:
+                print(f"qkv evaluate: {report}", file=sys.stderr)
+            what = args.data
+        else:
+            ckpt = load_checkpoint(tr.path, with_tensors=False)
+            cfg = TrainConfig.from_dict(ckpt.train_config)
+            from .data import Split
+
+            data = load_run_data(
+                cfg,
+                split=Split.from_dict(ckpt.split),
+                tokenizers=(tr.src_tokenizer, tr.tgt_tokenizer),
+            )
+            pairs = {"test": data.test, "valid": data.valid, "train": data.train}[args.split]
+            what = f"the {args.split} split of {data.source}"
+            if not pairs:
+                raise ValueError(f"--split: the run's {args.split} split is empty")
+        if args.limit is not None:
+            pairs = pairs[: args.limit]
+        ev = tr.evaluate(pairs, beam_size=args.beam, length_penalty=args.length_penalty)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("evaluate", e)
+    if args.json:
+        print(
+            json.dumps(
+                {**ev.to_dict(), "data": str(what), "model": str(tr.path), "beam": args.beam}
+            )
+        )
+    else:
+        print(f"{ev.n} sentences from {what}, model {tr.path}, beam {args.beam}")
+        print(f"BLEU = {ev.bleu:.2f}   ({ev.bleu_detail})")
+        print(f"  signature: {ev.signatures['bleu']}")
+        print(f"chrF = {ev.chrf:.2f}")
+        print(f"  signature: {ev.signatures['chrf']}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- demo
 def _cmd_demo(args: argparse.Namespace) -> int:
     from . import demos
 
@@ -22,10 +203,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
         return 2
     out = Path(args.out)
-    registry[name].run(out, args.quick)
-    return 0
+    return int(registry[name].run(out, args.quick) or 0)
 
 
+# ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qkv", description="Attention mechanisms and the Transformer on PyTorch."
@@ -33,6 +214,81 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qkv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+
+    tr = sub.add_parser(
+        "train",
+        help="train a translation model (also under torchrun for several processes)",
+        description="Train a Transformer or Bahdanau translator. Settings: defaults < --config "
+        "FILE < flags < --set KEY=VALUE. Under `torchrun --nproc_per_node N` it trains with "
+        "DistributedDataParallel.",
+    )
+    S = argparse.SUPPRESS
+    tr.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
+    tr.add_argument("--out", default="runs/qkv", help="run folder (default: runs/qkv)")
+    tr.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    for flag, (_, typ, text) in _TRAIN_FLAGS.items():
+        kw: dict[str, Any] = {"type": typ, "default": S, "help": text}
+        if flag == "--model":
+            kw["choices"] = ("transformer", "bahdanau")
+        tr.add_argument(flag, **kw)
+    tr.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    tr.add_argument(
+        "--tensorboard", action="store_true", help="TensorBoard logs in OUT/tensorboard"
+    )
+    tr.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any setting, e.g. --set model.num_hiddens=128 (repeatable)",
+    )
+    tr.add_argument("--quiet", action="store_true", help="no progress output")
+    tr.set_defaults(func=_cmd_train)
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--model-dir",
+            required=True,
+            help="a qkv train --out folder (its best checkpoint) or a checkpoint folder",
+        )
+        p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+        p.add_argument("--length-penalty", type=float, default=1.0, help="beam length penalty")
+        p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+
+    t = sub.add_parser(
+        "translate", help="translate TEXT arguments, or stdin lines", description="Translate."
+    )
+    model_args(t)
+    t.add_argument("--n-best", type=int, default=1, help="print K translations per input")
+    t.add_argument("--max-len", type=int, default=None, help="most tokens per translation")
+    t.add_argument(
+        "--attention",
+        metavar="FILE",
+        help="draw each sentence's attention to FILE (.png, .svg, .pdf or .html; "
+        "several inputs: FILE-1.png, FILE-2.png, ...)",
+    )
+    t.add_argument("text", nargs="*", help="sentences (default: read lines from stdin)")
+    t.set_defaults(func=_cmd_translate)
+
+    e = sub.add_parser(
+        "evaluate",
+        help="sacreBLEU and chrF of a model on parallel text",
+        description="Translate the sources and score against the references (normalised as "
+        "the model's training data) with sacreBLEU's BLEU and chrF.",
+    )
+    model_args(e)
+    e.add_argument("--data", help="parallel text (default: the run's own test split)")
+    e.add_argument("--format", help="the data file's format (default: guessed)")
+    e.add_argument(
+        "--split",
+        choices=("test", "valid", "train"),
+        default="test",
+        help="without --data: which part of the run's data (default: test)",
+    )
+    e.add_argument("--limit", type=int, default=None, help="score only the first N pairs")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_cmd_evaluate)
 
     demo = sub.add_parser("demo", help="run a demo (`qkv demo --list` shows them)")
     demo.add_argument("name", nargs="?", help="which demo (default: the main one)")
@@ -49,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import demos
 
         for d in sorted(demos.load().values(), key=lambda d: d.name):
-            print(f"{d.name:>20}  {d.help}")
+            mark = " (default)" if d.name == demos.DEFAULT else ""
+            print(f"{d.name:>20}  {d.help}{mark}")
         return 0
     return int(args.func(args) or 0)
 

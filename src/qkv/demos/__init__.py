@@ -22,9 +22,10 @@ class Demo:
 
 
 REGISTRY: dict[str, Demo] = {}
-DEFAULT = "tour"
+DEFAULT = "translate"
 # demo modules, imported on first use so `qkv --help` stays fast
 _MODULES = (
+    "qkv.demos.translate",
     "qkv.demos.tour",
     "qkv.demos.nadaraya_watson",
     "qkv.demos.positional_encoding",

@@ -1,0 +1,48 @@
+"""Training translation models: the loop, schedules, losses, checkpoints and DDP.
+
+``qkv train`` is :func:`train` with a :class:`TrainConfig`; see ``docs/train.md``.
+"""
+
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    resolve_model_dir,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from .config import RESUMABLE_KEYS, TrainConfig, load_config_file, parse_assignment
+from .loop import (
+    RunData,
+    StepStats,
+    TrainingError,
+    TrainResult,
+    load_run_data,
+    make_optimizer,
+    train,
+    train_update,
+)
+from .losses import sequence_loss
+from .schedules import InverseSqrtSchedule, inverse_sqrt_lr
+
+__all__ = [
+    "RESUMABLE_KEYS",
+    "CheckpointError",
+    "InverseSqrtSchedule",
+    "RunData",
+    "StepStats",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingError",
+    "inverse_sqrt_lr",
+    "load_checkpoint",
+    "load_config_file",
+    "load_run_data",
+    "make_optimizer",
+    "parse_assignment",
+    "resolve_model_dir",
+    "save_checkpoint",
+    "sequence_loss",
+    "train",
+    "train_update",
+    "verify_checkpoint",
+]

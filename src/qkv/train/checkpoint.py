@@ -1,0 +1,478 @@
+"""Checkpoints that lose nothing, written so that a crash never leaves a half-written one.
+
+A run's folder ``OUT`` holds::
+
+    OUT/checkpoints/step-00001200/   one complete checkpoint (see below)
+    OUT/checkpoints/best.json        which checkpoint has the best validation BLEU
+    OUT/checkpoints/latest.json      the newest checkpoint
+
+and one checkpoint folder holds::
+
+    manifest.json       format, version, step, and the size and SHA-256 of every other file
+    model.safetensors   the weights (safetensors: no pickle, loads without running code)
+    model.json          the qkv.nn.Seq2SeqConfig that rebuilds the model
+    train.json          the qkv.train.TrainConfig of the run
+    tokenizers/         the source and target tokenizers, their normaliser included
+    split.json          which pairs are train / valid / test (with the data's fingerprint)
+    trainer.json        step, data position, best BLEU, early-stopping count, history
+    trainer.pt          optimizer and schedule state, every rank's RNG states (tensors only;
+                        read back with torch.load(weights_only=True))
+
+Writing is atomic: everything goes into ``.tmp-step-...`` beside the final folder, every file is
+flushed and fsynced, then the folder is renamed into place (``os.replace``), and the pointer files
+are replaced the same way (temporary file in the same folder, fsync, ``os.replace``). A folder
+without its ``manifest.json`` is never a checkpoint, and temporary folders left by a killed run
+are removed on the next start. Loading checks the manifest, the sizes and the checksums, and a
+checkpoint that is corrupt or is not a qkv checkpoint raises :class:`CheckpointError` with what
+is wrong, not a traceback from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "best_checkpoint",
+    "find_checkpoints",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_model_weights",
+    "prune_checkpoints",
+    "resolve_model_dir",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
+
+CHECKPOINT_FORMAT = "qkv.checkpoint"
+CHECKPOINT_VERSION = 1
+MANIFEST = "manifest.json"
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be used: missing, corrupt, foreign or mismatched."""
+
+
+# ---------------------------------------------------------------------------- atomic files
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync,
+    ``os.replace``. Readers see the old content or the new one, never a part."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    _fsync_dir(p.parent)
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """:func:`atomic_write_bytes` of ``obj`` as indented UTF-8 JSON."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- saving
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    *,
+    model: nn.Module,
+    model_config: dict,
+    train_config: dict,
+    write_tokenizers: Callable[[Path], None],
+    split: dict,
+    trainer_state: dict,
+    tensors: dict,
+) -> Path:
+    """Write checkpoint ``step`` into ``root`` (``OUT/checkpoints``) atomically.
+
+    Args:
+        root: the checkpoints folder (created if needed).
+        step: the number of updates done.
+        model: the unwrapped model (not the DDP wrapper); its ``state_dict()`` is saved with
+            safetensors (tied weights once).
+        model_config: ``Seq2SeqConfig.to_dict()``.
+        train_config: ``TrainConfig.to_dict()``.
+        write_tokenizers: ``fn(folder)`` that saves the tokenizers into ``folder``.
+        split: ``Split.to_dict()``.
+        trainer_state: JSON-serialisable loop state (data position, counters, history).
+        tensors: optimizer/schedule/RNG state: tensors, numbers, strings, lists, tuples, dicts
+            (what ``torch.load(weights_only=True)`` reads back).
+
+    Returns:
+        The final checkpoint folder ``root/step-XXXXXXXX``.
+    """
+    from safetensors.torch import save_file
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:08d}"
+    final = root / name
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+
+    # safetensors refuses shared storage: save each tensor once, remember the aliases
+    state = model.state_dict()
+    seen: dict[int, str] = {}
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    for key, value in state.items():
+        ident = value.untyped_storage().data_ptr() if value.numel() else -1
+        if ident in seen and ident != -1 and state[seen[ident]].shape == value.shape:
+            aliases[key] = seen[ident]
+            continue
+        seen[ident] = key
+        unique[key] = value.detach().to("cpu").contiguous()
+    save_file(unique, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    with open(tmp / "model.safetensors", "rb+") as f:
+        os.fsync(f.fileno())
+
+    def dump(fname: str, obj: Any) -> None:
+        _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
+
+    dump("model.json", {"config": model_config, "aliases": aliases})
+    dump("train.json", train_config)
+    dump("split.json", split)
+    dump("trainer.json", trainer_state)
+    torch.save(tensors, tmp / "trainer.pt")
+    with open(tmp / "trainer.pt", "rb+") as f:
+        os.fsync(f.fileno())
+    write_tokenizers(tmp / "tokenizers")
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            if p.parent != tmp:
+                with open(p, "rb+") as f:
+                    os.fsync(f.fileno())
+            rel = p.relative_to(tmp).as_posix()
+            files[rel] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+    from .. import __version__
+
+    dump(
+        MANIFEST,
+        {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "qkv_version": __version__,
+            "step": step,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files,
+        },
+    )
+    for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
+        _fsync_dir(d)
+    if final.exists():  # the same step written again (a resumed run that stopped right here)
+        old = root / f".old-{name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    atomic_write_json(root / "latest.json", {"step": step, "path": name})
+    return final
+
+
+# ---------------------------------------------------------------------------- finding
+def find_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoint folders under ``root`` (``OUT/checkpoints``), oldest step first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / MANIFEST).is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The newest complete checkpoint under ``root``, or None."""
+    found = find_checkpoints(root)
+    return found[-1] if found else None
+
+
+def best_checkpoint(root: str | Path) -> Path | None:
+    """The checkpoint ``best.json`` names (best validation BLEU), if it still exists."""
+    pointer = Path(root) / "best.json"
+    if not pointer.is_file():
+        return None
+    try:
+        name = json.loads(pointer.read_text(encoding="utf-8"))["path"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    p = Path(root) / str(name)
+    return p if (p / MANIFEST).is_file() else None
+
+
+def prune_checkpoints(root: str | Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` checkpoints and the best one, plus temporary
+    folders of killed writers. Returns the deleted folders."""
+    root = Path(root)
+    found = find_checkpoints(root)
+    keep = set(found[-keep_last:])
+    best = best_checkpoint(root)
+    if best is not None:
+        keep.add(best)
+    removed = []
+    for p in found:
+        if p not in keep:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def remove_stale_temporaries(root: str | Path) -> None:
+    """Remove ``.tmp-*``/``.old-*`` folders and files a killed writer left in ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for p in root.iterdir():
+        if p.name.startswith((".tmp-", ".old-")) or ".tmp-" in p.name:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The checkpoint folder to use for ``path``: a checkpoint folder itself, or a run's ``OUT``
+    (its best checkpoint by validation BLEU, else its newest).
+
+    Raises:
+        CheckpointError: nothing usable there.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"model dir: {str(p)!r} does not exist")
+    if p.is_file():
+        raise CheckpointError(
+            f"model dir: {str(p)!r} is a file; expected a qkv run folder (the --out of qkv "
+            "train) or one of its checkpoint folders"
+        )
+    if (p / MANIFEST).is_file():
+        return p
+    if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
+        raise CheckpointError(
+            f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
+            f"{MANIFEST}, which qkv writes last)"
+        )
+    for root in (p / "checkpoints", p):
+        if root.is_dir():
+            found = best_checkpoint(root) or latest_checkpoint(root)
+            if found is not None:
+                return found
+    raise CheckpointError(
+        f"model dir: {str(p)!r} holds no qkv checkpoint (expected {MANIFEST} in it, or "
+        f"checkpoints/step-*/ under it, as written by qkv train)"
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+def verify_checkpoint(folder: str | Path) -> dict:
+    """Check a checkpoint folder against its manifest; return the manifest.
+
+    Raises:
+        CheckpointError: no manifest, a foreign format or version, a missing file, or a file
+            whose size or SHA-256 differs from the manifest (corruption, truncation).
+    """
+    d = Path(folder)
+    mpath = d / MANIFEST
+    if not d.is_dir():
+        raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
+    if not mpath.is_file():
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} is not a qkv checkpoint (no {MANIFEST}); qkv writes "
+            "checkpoints with qkv train"
+        )
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
+            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
+            f"{CHECKPOINT_FORMAT!r})"
+        )
+    if manifest.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} has format version {manifest.get('version')!r}; this qkv "
+            f"reads version {CHECKPOINT_VERSION}"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
+    for rel, meta in files.items():
+        p = d / rel
+        if not p.is_file():
+            raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
+        size = p.stat().st_size
+        if size != meta.get("bytes"):
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is corrupt: {size} bytes, the manifest says "
+                f"{meta.get('bytes')}"
+            )
+        if _sha256(p) != meta.get("sha256"):
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is corrupt: its SHA-256 differs from the "
+                "manifest's"
+            )
+    return manifest
+
+
+def _read_json(d: Path, name: str) -> Any:
+    try:
+        return json.loads((d / name).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint: {str(d)!r} has no {name}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint: {name} in {str(d)!r} is corrupt: {e}") from None
+
+
+def load_model_weights(folder: str | Path, model: nn.Module) -> None:
+    """Load ``model.safetensors`` of ``folder`` into ``model`` (strictly).
+
+    Raises:
+        CheckpointError: an unreadable file, or weights that do not fit the model (missing or
+            unexpected names, other shapes), listed in the message.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = Path(folder)
+    try:
+        tensors = load_file(str(d / "model.safetensors"))
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
+        ) from None
+    meta = _read_json(d, "model.json")
+    for alias, target in (meta.get("aliases") or {}).items():
+        if target in tensors:
+            tensors[alias] = tensors[target]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    shapes = [
+        f"{k}: saved {tuple(tensors[k].shape)}, model {tuple(own[k].shape)}"
+        for k in own
+        if k in tensors and tensors[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        if shapes:
+            parts.append(f"other shapes {shapes[:3]}{' ...' if len(shapes) > 3 else ''}")
+        raise CheckpointError(
+            f"checkpoint: the weights in {str(d)!r} do not fit the model its model.json "
+            f"describes ({'; '.join(parts)})"
+        )
+    with torch.no_grad():
+        for k, v in own.items():
+            v.copy_(tensors[k])
+
+
+@dataclass
+class LoadedCheckpoint:
+    """What :func:`load_checkpoint` read from a checkpoint folder (weights are loaded into a
+    model separately, by :func:`load_model_weights`)."""
+
+    path: Path
+    manifest: dict
+    model_config: dict
+    train_config: dict
+    split: dict
+    trainer_state: dict
+    tensors: dict | None
+
+
+def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedCheckpoint:
+    """Verify and read a checkpoint folder (see the module docstring for its files).
+
+    Args:
+        folder: a checkpoint folder (``OUT/checkpoints/step-...``).
+        with_tensors: also read ``trainer.pt`` (optimizer, schedule and RNG state; only
+            resuming needs it).
+
+    Raises:
+        CheckpointError: see :func:`verify_checkpoint`; also unreadable JSON or state.
+    """
+    d = Path(folder)
+    manifest = verify_checkpoint(d)
+    model_meta = _read_json(d, "model.json")
+    if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
+        raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
+    tensors = None
+    if with_tensors:
+        try:
+            tensors = torch.load(d / "trainer.pt", map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint: {str(d)!r} has no trainer.pt") from None
+        except Exception as e:  # torch raises several kinds on a bad file
+            raise CheckpointError(
+                f"checkpoint: trainer.pt in {str(d)!r} is unreadable ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
+    return LoadedCheckpoint(
+        path=d,
+        manifest=manifest,
+        model_config=model_meta["config"],
+        train_config=_read_json(d, "train.json"),
+        split=_read_json(d, "split.json"),
+        trainer_state=_read_json(d, "trainer.json"),
+        tensors=tensors,
+    )

@@ -1,0 +1,384 @@
+"""The training configuration: one flat dataclass, layered defaults < file < flags.
+
+:class:`TrainConfig` holds everything a run needs besides its output folder. It is saved in every
+checkpoint (``train.json``), so ``--resume`` continues with exactly the settings the run started
+with. A config file is YAML (``.yaml``/``.yml``) or TOML (``.toml``) with the same keys; the
+model's own options (the fields of :class:`qkv.nn.Seq2SeqConfig` besides the vocabulary sizes) go
+in a ``model`` table, whose ``kind`` is the model kind::
+
+    # run.toml
+    max_steps = 4000
+    lr = 1e-3
+    [model]
+    kind = "transformer"
+    num_hiddens = 128
+    num_enc_layers = 2
+
+Flags override the file; ``--set KEY=VALUE`` reaches any key (``--set model.dropout=0.2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..nn.seq2seq import MODEL_KINDS, Seq2SeqConfig
+
+__all__ = [
+    "RESUMABLE_KEYS",
+    "TrainConfig",
+    "load_config_file",
+    "parse_assignment",
+]
+
+#: Keys that may change when a run is resumed: they stop, log or save, but do not change the
+#: trajectory of the weights.
+RESUMABLE_KEYS: frozenset[str] = frozenset(
+    {
+        "max_steps",
+        "max_minutes",
+        "patience",
+        "eval_every",
+        "save_every",
+        "keep_last",
+        "log_every",
+        "tensorboard",
+        "eval_sentences",
+        "device",
+        "threads",
+    }
+)
+
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(Seq2SeqConfig)} - {
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "kind",
+}
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (besides where it writes).
+
+    Data:
+        data: a parallel-text file in any :func:`qkv.data.read_pairs` format (``fra`` ``tsv``
+            ``csv`` ``jsonl``, optionally ``.gz``); None for the bundled English-French corpus.
+        data_format: the file's format, or None to guess.
+        max_pairs: use only the first N pairs of the file (quick experiments), or None.
+        valid, test: held-out parts, a fraction (float) or a count (int); see
+            :func:`qkv.data.split_pairs`.
+        split_seed: the split's seed.
+        normalizer: ``"book"`` (the book's ``preprocess_nmt``: lower case, space before
+            punctuation) or ``"plain"`` (NFC and whitespace only). Saved with the tokenizers.
+        tokenizer: ``"word"`` or ``"sentencepiece"``.
+        min_freq: rarer words become ``<unk>`` (word tokenizer).
+        vocab_size: subword vocabulary size (sentencepiece).
+        joint_vocab: one vocabulary for both sides.
+        max_len: training examples longer than this (in tokens, with ``<eos>``) are dropped.
+
+    Model:
+        model: ``"transformer"`` or ``"bahdanau"``.
+        model_options: other :class:`qkv.nn.Seq2SeqConfig` fields (``num_hiddens``, ...).
+
+    Optimisation:
+        max_steps: optimizer updates.
+        max_minutes: stop (after a checkpoint) once this invocation has run this long; None: no
+            limit.
+        max_tokens: token budget of one micro-batch (padded positions, see
+            :class:`qkv.data.TokenBatcher`), per process.
+        accum_steps: micro-batches per update (gradient accumulation).
+        lr: the peak learning rate, reached after ``warmup_steps``.
+        warmup_steps: linear warm-up, then decay with the inverse square root of the step.
+        weight_decay: AdamW's decoupled weight decay (not applied to biases, norms, embeddings).
+        betas, adam_eps: AdamW's.
+        label_smoothing: epsilon of the label-smoothed cross-entropy.
+        clip_norm: clip the global gradient norm to this; 0 disables clipping.
+        bf16: run forward and loss under bfloat16 autocast.
+        seed: seeds the weights, dropout and batch order.
+
+    Evaluation and checkpoints:
+        eval_every: validation loss and sacreBLEU every N updates (and at the end).
+        eval_sentences: validation sentences decoded for BLEU (0: all).
+        eval_beam: beam size for the validation BLEU (1: greedy).
+        save_every: checkpoint every N updates (and after every evaluation, and at the end).
+        keep_last: keep the newest N checkpoints (the best by validation BLEU is kept as well).
+        patience: stop after this many evaluations without a better BLEU; 0 never stops early.
+        log_every: a progress line every N updates.
+        tensorboard: also write TensorBoard logs to ``OUT/tensorboard`` (needs ``tensorboard``).
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+        threads: CPU threads for torch (0: leave torch's default).
+    """
+
+    data: str | None = None
+    data_format: str | None = None
+    max_pairs: int | None = None
+    valid: float | int = 0.05
+    test: float | int = 0.05
+    split_seed: int = 0
+    normalizer: str = "book"
+    tokenizer: str = "word"
+    min_freq: int = 2
+    vocab_size: int = 8000
+    joint_vocab: bool = False
+    max_len: int = 64
+    model: str = "transformer"
+    model_options: dict[str, Any] = field(default_factory=dict)
+    max_steps: int = 10000
+    max_minutes: float | None = None
+    max_tokens: int = 4096
+    accum_steps: int = 1
+    lr: float = 1e-3
+    warmup_steps: int = 1000
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-8
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    bf16: bool = False
+    seed: int = 0
+    eval_every: int = 1000
+    eval_sentences: int = 500
+    eval_beam: int = 1
+    save_every: int = 1000
+    keep_last: int = 3
+    patience: int = 0
+    log_every: int = 50
+    tensorboard: bool = False
+    device: str = "auto"
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.betas, list):
+            self.betas = tuple(self.betas)
+        self.validate()
+
+    # -- validation -----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check every field; ValueError/TypeError naming the field otherwise."""
+
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"{name}: expected {what}, got {getattr(self, name)!r}")
+
+        need(self.data is None or isinstance(self.data, str), "data", "a path or None")
+        need(
+            self.data_format is None or isinstance(self.data_format, str),
+            "data_format",
+            "a format name or None",
+        )
+        need(
+            self.max_pairs is None or (_is_int(self.max_pairs) and self.max_pairs >= 10),
+            "max_pairs",
+            "an int >= 10 or None",
+        )
+        for name in ("valid", "test"):
+            v = getattr(self, name)
+            need(
+                (_is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v < 1),
+                name,
+                "a fraction in (0, 1) or a count >= 1",
+            )
+        need(self.normalizer in ("book", "plain"), "normalizer", "'book' or 'plain'")
+        need(self.tokenizer in ("word", "sentencepiece"), "tokenizer", "'word' or 'sentencepiece'")
+        need(self.model in MODEL_KINDS, "model", f"one of {MODEL_KINDS}")
+        for name, lo in (
+            ("split_seed", 0),
+            ("min_freq", 1),
+            ("vocab_size", 8),
+            ("max_len", 2),
+            ("max_steps", 1),
+            ("max_tokens", 2),
+            ("accum_steps", 1),
+            ("warmup_steps", 0),
+            ("seed", 0),
+            ("eval_every", 1),
+            ("eval_sentences", 0),
+            ("eval_beam", 1),
+            ("save_every", 1),
+            ("keep_last", 1),
+            ("patience", 0),
+            ("log_every", 1),
+            ("threads", 0),
+        ):
+            need(
+                _is_int(getattr(self, name)) and getattr(self, name) >= lo, name, f"an int >= {lo}"
+            )
+        for name in ("joint_vocab", "bf16", "tensorboard"):
+            need(isinstance(getattr(self, name), bool), name, "true or false")
+        need(
+            self.max_minutes is None or (_is_num(self.max_minutes) and self.max_minutes > 0),
+            "max_minutes",
+            "a positive number of minutes or None",
+        )
+        need(_is_num(self.lr) and 0 < self.lr < math.inf, "lr", "a positive finite number")
+        need(_is_num(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
+        need(
+            isinstance(self.betas, tuple)
+            and len(self.betas) == 2
+            and all(_is_num(b) and 0 <= b < 1 for b in self.betas),
+            "betas",
+            "two numbers in [0, 1)",
+        )
+        need(_is_num(self.adam_eps) and self.adam_eps > 0, "adam_eps", "a number > 0")
+        need(
+            _is_num(self.label_smoothing) and 0 <= self.label_smoothing < 1,
+            "label_smoothing",
+            "a number in [0, 1)",
+        )
+        need(
+            _is_num(self.clip_norm) and self.clip_norm >= 0 and math.isfinite(self.clip_norm),
+            "clip_norm",
+            "a finite number >= 0 (0: off)",
+        )
+        need(isinstance(self.device, str) and bool(self.device), "device", "a device name")
+        if not isinstance(self.model_options, dict):
+            raise TypeError(
+                f"model_options: expected a dict of Seq2SeqConfig fields, got "
+                f"{type(self.model_options).__name__}"
+            )
+        unknown = sorted(set(self.model_options) - _MODEL_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"model_options: unknown model keys {unknown}; known: {sorted(_MODEL_FIELDS)}"
+            )
+        # let the model config check the values now, not after the data has been read
+        Seq2SeqConfig(2, 2, kind=self.model, **self.model_options)
+
+    # -- conversions ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (``betas`` as a list)."""
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """A config from :meth:`to_dict` or a config file's content (see :meth:`updated`)."""
+        return cls().updated(data)
+
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqConfig:
+        """The :class:`qkv.nn.Seq2SeqConfig` of this run's model for these vocabularies."""
+        return Seq2SeqConfig(src_vocab_size, tgt_vocab_size, kind=self.model, **self.model_options)
+
+    def updated(self, changes: dict[str, Any]) -> TrainConfig:
+        """A copy with ``changes`` applied.
+
+        ``changes`` uses this class's keys; ``model`` may be a kind (``"bahdanau"``) or a table
+        ``{"kind": ..., "num_hiddens": ...}``; ``model.NAME`` keys (from ``--set``) set one model
+        option; ``model_options`` entries are merged into the current ones.
+
+        Raises:
+            ValueError: an unknown key or a bad value (the message names the key).
+        """
+        if not isinstance(changes, dict):
+            raise TypeError(f"changes: expected a dict, got {type(changes).__name__}")
+        known = {f.name for f in dataclasses.fields(self)}
+        d = self.to_dict()
+        options = dict(d["model_options"])
+        for key, value in changes.items():
+            if key == "model" and isinstance(value, dict):
+                value = dict(value)
+                if "kind" in value:
+                    d["model"] = value.pop("kind")
+                options.update(value)
+            elif key == "model_options":
+                if not isinstance(value, dict):
+                    raise ValueError(f"model_options: expected a table, got {value!r}")
+                options.update(value)
+            elif key.startswith("model."):
+                name = key[len("model.") :]
+                if name == "kind":
+                    d["model"] = value
+                else:
+                    options[name] = value
+            elif key in known:
+                d[key] = value
+            else:
+                raise ValueError(
+                    f"config: unknown key {key!r}; known keys: {', '.join(sorted(known))} "
+                    f"and model.<{'|'.join(sorted(_MODEL_FIELDS))}>"
+                )
+        d["model_options"] = options
+        for name in ("lr", "weight_decay", "adam_eps", "label_smoothing", "clip_norm"):
+            if _is_int(d[name]):  # 1 in a file means 1.0
+                d[name] = float(d[name])
+        if _is_int(d.get("max_minutes")):
+            d["max_minutes"] = float(d["max_minutes"])
+        if isinstance(d["betas"], list):
+            d["betas"] = tuple(float(b) if _is_int(b) else b for b in d["betas"])
+        return TrainConfig(**d)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file into a dict.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: an unknown extension, a syntax error (with the parser's message), or a file
+            whose top level is not a table.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--config: no such file {str(p)!r}")
+    suffix = p.suffix.lower()
+    text = p.read_text(encoding="utf-8")
+    if suffix == ".toml":
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ImportError:
+                raise ImportError(
+                    "reading a TOML config on Python 3.10 needs tomli: pip install tomli"
+                ) from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"--config: {p} is not valid TOML: {e}") from None
+    elif suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ImportError(
+                "reading a YAML config needs pyyaml: pip install 'qkv[train]'"
+            ) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--config: {p} is not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+    else:
+        raise ValueError(f"--config: expected a .toml, .yaml or .yml file, got {str(p)!r}")
+    if not isinstance(data, dict):
+        raise ValueError(f"--config: expected a table of settings at the top of {p}, got {data!r}")
+    return data
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"KEY=VALUE"`` -> ``(KEY, value)``; the value is read as JSON when it parses (numbers,
+    ``true``/``false``, ``null``, lists), else kept as a string."""
+    if "=" not in text:
+        raise ValueError(f"--set: expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ValueError(f"--set: expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value

@@ -1,0 +1,53 @@
+"""Tiny training settings and a way to run `qkv` in a subprocess, shared by the train tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+TINY = {
+    "transformer": {
+        "kind": "transformer",
+        "num_hiddens": 32,
+        "ffn_num_hiddens": 64,
+        "num_heads": 2,
+        "num_enc_layers": 2,
+        "num_dec_layers": 1,
+    },
+    "bahdanau": {"kind": "bahdanau", "embed_size": 32, "num_hiddens": 32},
+}
+
+
+def tiny_config(kind: str = "transformer", **changes):
+    """A config that trains in about a second on the CPU."""
+    from qkv.train import TrainConfig
+
+    base = {
+        "model": TINY[kind],
+        "valid": 40,
+        "test": 40,
+        "max_steps": 30,
+        "max_tokens": 512,
+        "warmup_steps": 10,
+        "lr": 3e-3,
+        "eval_every": 15,
+        "eval_sentences": 20,
+        "save_every": 15,
+        "log_every": 5,
+    }
+    base.update(changes)
+    return TrainConfig().updated(base)
+
+
+def run_qkv(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """``python -m qkv.cli ARGS`` in a subprocess, one torch thread, output captured."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "qkv.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
+    )

@@ -1,0 +1,170 @@
+"""Checkpoints: atomic writes, what a folder holds, pruning, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from _train_helpers import tiny_config
+
+from qkv.cli import main
+from qkv.train import CheckpointError, load_checkpoint, resolve_model_dir, train
+from qkv.train.checkpoint import (
+    atomic_write_json,
+    find_checkpoints,
+    latest_checkpoint,
+    load_model_weights,
+    remove_stale_temporaries,
+    verify_checkpoint,
+)
+from qkv.translate import Translator
+
+
+def test_folder_holds_everything(trained):
+    root = trained["transformer"] / "checkpoints"
+    ckpt = latest_checkpoint(root)
+    assert ckpt.name == "step-00000030"
+    names = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
+    for f in (
+        "manifest.json",
+        "model.safetensors",
+        "model.json",
+        "train.json",
+        "split.json",
+        "trainer.json",
+        "trainer.pt",
+        "tokenizers/src/tokenizer.json",
+        "tokenizers/tgt/tokenizer.json",
+    ):
+        assert f in names
+    manifest = verify_checkpoint(ckpt)
+    assert manifest["format"] == "qkv.checkpoint" and manifest["step"] == 30
+    assert set(manifest["files"]) == names - {"manifest.json"}
+    loaded = load_checkpoint(ckpt)
+    assert set(loaded.tensors) == {"optimizer", "schedule", "rng"}
+    assert loaded.trainer_state["data"]["epoch"] >= 0
+    assert loaded.trainer_state["step"] == 30
+    assert json.loads((root / "latest.json").read_text())["path"] == ckpt.name
+    best = json.loads((root / "best.json").read_text())
+    assert (root / best["path"]).is_dir()
+    assert resolve_model_dir(trained["transformer"]) == root / best["path"]
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]
+
+
+def test_keep_last_and_best(tmp_path, corpus_file):
+    cfg = tiny_config(data=str(corpus_file), max_steps=20, save_every=4, eval_every=10, keep_last=2)
+    train(cfg, tmp_path, progress=False)
+    steps = [p.name for p in find_checkpoints(tmp_path / "checkpoints")]
+    best = json.loads((tmp_path / "checkpoints" / "best.json").read_text())["path"]
+    assert steps[-2:] == ["step-00000016", "step-00000020"]
+    assert set(steps) == {"step-00000016", "step-00000020", best}
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "x.json"
+    atomic_write_json(target, {"a": 1})
+    atomic_write_json(target, {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_unfinished_folders_are_not_checkpoints(tmp_path, trained):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    good = latest_checkpoint(trained["transformer"] / "checkpoints")
+    shutil.copytree(good, root / ".tmp-step-00000040-123")  # a writer killed before the rename
+    shutil.copytree(good, root / "step-00000050")
+    (root / "step-00000050" / "manifest.json").unlink()  # never finalised
+    shutil.copytree(good, root / "step-00000030")
+    assert latest_checkpoint(root).name == "step-00000030"
+    remove_stale_temporaries(root)
+    assert not (root / ".tmp-step-00000040-123").exists()
+
+
+@pytest.fixture
+def ckpt_copy(tmp_path, trained):
+    src = latest_checkpoint(trained["transformer"] / "checkpoints")
+    dst = tmp_path / "ckpt"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _corrupt_byte(path, offset=-10):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (lambda d: _corrupt_byte(d / "model.safetensors"), "model.safetensors .* is corrupt"),
+        (
+            lambda d: (d / "trainer.pt").write_bytes((d / "trainer.pt").read_bytes()[:100]),
+            "trainer.pt .* is corrupt",
+        ),
+        (lambda d: (d / "split.json").unlink(), "incomplete: split.json is missing"),
+        (lambda d: (d / "manifest.json").write_text("{not json"), "corrupt"),
+        (lambda d: (d / "manifest.json").unlink(), "not a qkv checkpoint"),
+        (
+            lambda d: (d / "manifest.json").write_text(json.dumps({"format": "fairseq"})),
+            "not a qkv checkpoint",
+        ),
+    ],
+)
+def test_corrupt_or_foreign_checkpoint_is_a_clear_error(ckpt_copy, damage, match, capsys):
+    damage(ckpt_copy)
+    with pytest.raises(CheckpointError, match=match):
+        Translator.load(ckpt_copy)
+    assert main(["translate", "--model-dir", str(ckpt_copy), "go ."]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv translate: error: ") and "Traceback" not in err
+    assert "checkpoint" in err
+
+
+def test_weights_of_another_model_are_refused(ckpt_copy, trained):
+    other = latest_checkpoint(trained["bahdanau"] / "checkpoints")
+    from qkv.nn import build_model
+
+    model = build_model(load_checkpoint(ckpt_copy, with_tensors=False).model_config)
+    with pytest.raises(CheckpointError, match="do not fit the model"):
+        load_model_weights(other, model)
+
+
+def test_a_plain_torch_file_is_not_a_model_dir(tmp_path, capsys):
+    torch.save({"w": torch.ones(2)}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="is a file"):
+        resolve_model_dir(tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="holds no qkv checkpoint"):
+        resolve_model_dir(tmp_path)
+    assert main(["evaluate", "--model-dir", str(tmp_path), "--json"]) == 2
+    assert "holds no qkv checkpoint" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    _corrupt_byte(latest_checkpoint(out / "checkpoints") / "trainer.pt", 200)
+    assert main(["train", "--out", str(out), "--resume", "--max-steps", "40"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.pt" in err and "corrupt" in err and "Traceback" not in err
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path, trained, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    assert main(["train", "--out", str(out), "--max-steps", "40"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_resume_refuses_changed_settings(tmp_path, trained):
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    saved = load_checkpoint(latest_checkpoint(out / "checkpoints"), with_tensors=False)
+    from qkv.train import TrainConfig
+
+    cfg = TrainConfig.from_dict(saved.train_config).updated({"lr": 0.5})
+    with pytest.raises(ValueError, match="lr: checkpoint"):
+        train(cfg, out, resume=True, progress=False)

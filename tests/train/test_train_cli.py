@@ -1,0 +1,182 @@
+"""qkv translate / evaluate / demo, and the attention of a translation, for both model kinds."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from qkv.cli import main
+from qkv.translate import SentenceAttention, Translator, corpus_scores
+
+KINDS = ["transformer", "bahdanau"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_translate_arguments_and_stdin(trained, kind, capsys, monkeypatch):
+    d = str(trained[kind])
+    assert main(["translate", "--model-dir", d, "I lost.", "He's calm."]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    tr = Translator.load(d)
+    # the CLI normalises as training did: "I lost." is "i lost ."
+    assert lines == tr.translate(["i lost .", "he's calm ."])
+    monkeypatch.setattr("sys.stdin", io.StringIO("I lost.\nHe's calm.\n"))
+    assert main(["translate", "--model-dir", d]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_translate_n_best(trained, kind, capsys):
+    d = str(trained[kind])
+    assert (
+        main(["translate", "--model-dir", d, "--beam", "3", "--n-best", "2", "go .", "i lost ."])
+        == 0
+    )
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [r[0] for r in rows] == ["0", "0", "1", "1"]
+    scores = [float(r[1]) for r in rows]
+    assert scores[0] >= scores[1] and scores[2] >= scores[3]
+    assert main(["translate", "--model-dir", d, "--beam", "2", "--n-best", "3", "go ."]) == 2
+    assert "--n-best" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_evaluate_json(trained, kind, capsys, corpus_file):
+    d = str(trained[kind])
+    assert (
+        main(["evaluate", "--model-dir", d, "--data", str(corpus_file), "--limit", "30", "--json"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    res = json.loads(out)
+    assert res["n"] == 30 and 0 <= res["bleu"] <= 100 and 0 <= res["chrf"] <= 100
+    assert (
+        res["signatures"]["bleu"].startswith("nrefs:1|") and "chrF" not in res["signatures"]["bleu"]
+    )
+    assert "nc:6" in res["signatures"]["chrf"]
+    # the default data: the run's own test split, scored the same way by hand
+    assert main(["evaluate", "--model-dir", d, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n"] == 40 and "test split" in res["data"]
+    assert main(["evaluate", "--model-dir", d]) == 0
+    text = capsys.readouterr().out
+    assert "BLEU = " in text and "chrF = " in text and "signature: nrefs:1" in text
+
+
+def test_corpus_scores_match_sacrebleu():
+    import sacrebleu
+
+    hyps, refs = (
+        ["il est calme .", "je suis chez moi ."],
+        ["il est calme .", "je suis à la maison ."],
+    )
+    ev = corpus_scores(hyps, refs)
+    assert ev.bleu == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert ev.chrf == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert corpus_scores(refs, refs).bleu == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="hypotheses"):
+        corpus_scores(hyps, refs[:1])
+
+
+def _check_weights(w: torch.Tensor, rows: int, cols: int) -> None:
+    assert w.shape[-2:] == (rows, cols)
+    torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5, rtol=0)
+
+
+def test_attention_api_transformer(trained):
+    tr = Translator.load(trained["transformer"])
+    att = tr.attention("he's calm .")
+    assert isinstance(att, SentenceAttention) and att.kind == "transformer"
+    S, T = len(att.src_tokens), len(att.tgt_tokens)
+    assert att.src_tokens[-1] == "<eos>" and att.tgt_tokens[-1] == "<eos>"
+    assert att.tgt_input_tokens[0] == "<bos>" and att.tgt_input_tokens[1:] == att.tgt_tokens[:-1]
+    assert att.translation == tr.translate("he's calm .")
+    assert len(att.encoder_self) == 2 and len(att.decoder_self) == 1 and len(att.cross) == 1
+    for w in att.encoder_self:
+        assert w.shape[0] == 2
+        _check_weights(w, S, S)
+    for w in att.decoder_self:
+        _check_weights(w, T, T)
+        assert torch.all(w.triu(1) == 0)  # causal
+    for w in att.cross:
+        _check_weights(w, T, S)
+    _check_weights(att.cross_mean(), T, S)
+    torch.testing.assert_close(att.cross_mean(0), att.cross[0].mean(0))
+    assert att.bahdanau is None
+    names = [k.name for k in att.kinds()]
+    assert names == ["encoder self-attention", "decoder self-attention", "cross-attention"]
+
+
+def test_attention_api_bahdanau(trained):
+    tr = Translator.load(trained["bahdanau"])
+    att = tr.attention("i lost .")
+    S, T = len(att.src_tokens), len(att.tgt_tokens)
+    assert att.kind == "bahdanau" and att.encoder_self is None and att.decoder_self is None
+    _check_weights(att.bahdanau, T, S)
+    assert [k.name for k in att.kinds()] == ["Bahdanau attention"]
+
+
+def _not_blank_png(path):
+    img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
+    assert img.shape[0] > 100 and img.shape[1] > 100
+    assert img.std() > 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_translate_attention_files(trained, kind, tmp_path, capsys):
+    d = str(trained[kind])
+    png, svg, html = tmp_path / "a.png", tmp_path / "a.svg", tmp_path / "a.html"
+    for path in (png, svg, html):
+        assert main(["translate", "--model-dir", d, "--attention", str(path), "he's calm ."]) == 0
+        assert path.stat().st_size > 1000
+    _not_blank_png(png)
+    assert svg.read_text().lstrip().startswith(("<?xml", "<svg"))
+    page = html.read_text()
+    assert "<canvas" in page and "http://" not in page.replace("http://www.w3.org", "")
+    assert ("Bahdanau attention" if kind == "bahdanau" else "cross-attention") in page
+    # several sentences: one file each
+    assert (
+        main(
+            [
+                "translate",
+                "--model-dir",
+                d,
+                "--attention",
+                str(tmp_path / "m.png"),
+                "go .",
+                "i lost .",
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "m-1.png").exists() and (tmp_path / "m-2.png").exists()
+    assert (
+        main(["translate", "--model-dir", d, "--attention", str(tmp_path / "x.gif"), "go ."]) == 2
+    )
+    assert "--attention" in capsys.readouterr().err
+
+
+def test_demo_quick(tmp_path, capsys):
+    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "test BLEU = " in out and "the book's four sentences" in out
+    for en in ("go .", "i lost .", "he's calm .", "i'm home ."):
+        assert f"  {en}" in out
+    _not_blank_png(tmp_path / "attention-hes-calm.png")
+    assert (tmp_path / "attention-hes-calm.html").exists()
+    summary = json.loads((tmp_path / "translate-demo.json").read_text())
+    assert summary["quick"] is True and summary["n"] > 0
+    # the run folder is a usable model dir
+    assert main(["translate", "--model-dir", str(tmp_path / "translator"), "go ."]) == 0
+
+
+def test_demo_default_is_translate():
+    from qkv import demos
+
+    assert demos.DEFAULT == "translate"
+    assert {"translate", "tour", "masks"} <= set(demos.load())

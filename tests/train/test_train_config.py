@@ -1,0 +1,153 @@
+"""TrainConfig: defaults < file < flags < --set; errors that name the key; resume rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.cli import _train_config, build_parser
+from qkv.train import (
+    InverseSqrtSchedule,
+    TrainConfig,
+    inverse_sqrt_lr,
+    load_config_file,
+    parse_assignment,
+    sequence_loss,
+)
+
+
+def _args(*argv):
+    return build_parser().parse_args(["train", *argv])
+
+
+def test_file_then_flags_then_set(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        'max_steps = 300\nlr = 1\nseed = 4\n[model]\nkind = "bahdanau"\nnum_hiddens = 48\n'
+        "embed_size = 16\n"
+    )
+    config, resume = _train_config(
+        _args(
+            "--config",
+            str(cfg),
+            "--max-steps",
+            "7",
+            "--set",
+            "model.embed_size=24",
+            "--out",
+            str(tmp_path / "o"),
+        )
+    )
+    assert not resume
+    assert config.max_steps == 7  # the flag beats the file
+    assert config.seed == 4 and config.lr == 1.0 and isinstance(config.lr, float)
+    assert config.model == "bahdanau"
+    assert config.model_options == {"num_hiddens": 48, "embed_size": 24}
+    assert config.model_config(10, 12).embed_size == 24
+
+
+def test_yaml_file(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("max_tokens: 2048\nbf16: true\nmodel:\n  num_heads: 2\nbetas: [0.9, 0.99]\n")
+    config, _ = _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))
+    assert config.max_tokens == 2048 and config.bf16 is True
+    assert config.model_options == {"num_heads": 2} and config.betas == (0.9, 0.99)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_flags_without_file_keep_defaults(tmp_path):
+    config, _ = _train_config(_args("--model", "bahdanau", "--bf16", "--out", str(tmp_path)))
+    assert config.model == "bahdanau" and config.bf16
+    assert config.max_steps == TrainConfig().max_steps
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"max_stepz": 3}, "unknown key 'max_stepz'"),
+        ({"max_steps": 0}, "max_steps: expected an int >= 1"),
+        ({"lr": -1.0}, "lr: expected a positive"),
+        ({"model": "gpt"}, "model: expected one of"),
+        ({"model.num_layers": 2}, "model_options: unknown model keys"),
+        ({"model.num_heads": 3}, "num_hiddens: expected a multiple of num_heads"),
+        ({"label_smoothing": 1.5}, "label_smoothing"),
+        ({"valid": 1.5}, "valid: expected a fraction"),
+    ],
+)
+def test_bad_settings_name_the_key(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig().updated(changes)
+
+
+def test_config_file_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_steps = = 3")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_config_file(bad)
+    with pytest.raises(ValueError, match=r"\.toml, \.yaml or \.yml"):
+        (tmp_path / "x.ini").write_text("")
+        load_config_file(tmp_path / "x.ini")
+    with pytest.raises(FileNotFoundError, match="--config"):
+        load_config_file(tmp_path / "missing.yaml")
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="table of settings"):
+        load_config_file(lst)
+
+
+def test_parse_assignment():
+    assert parse_assignment("lr=3e-4") == ("lr", 3e-4)
+    assert parse_assignment("bf16=true") == ("bf16", True)
+    assert parse_assignment("data=some file.tsv") == ("data", "some file.tsv")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_assignment("lr")
+
+
+def test_cli_reports_bad_settings(tmp_path, capsys):
+    from qkv.cli import main
+
+    assert main(["train", "--out", str(tmp_path), "--set", "max_steps=-2"]) == 2
+    err = capsys.readouterr().err
+    assert "qkv train: error: max_steps: expected an int >= 1" in err
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- schedule and loss
+def test_inverse_sqrt_schedule():
+    assert inverse_sqrt_lr(1, peak_lr=1.0, warmup_steps=4) == 0.25
+    assert inverse_sqrt_lr(4, peak_lr=1.0, warmup_steps=4) == 1.0
+    assert math.isclose(inverse_sqrt_lr(16, peak_lr=1.0, warmup_steps=4), 0.5)
+    assert math.isclose(inverse_sqrt_lr(9, peak_lr=2.0, warmup_steps=0), 2.0 / 3.0)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    sched = InverseSqrtSchedule(opt, peak_lr=1.0, warmup_steps=2)
+    assert [sched.step() for _ in range(3)] == [0.5, 1.0, math.sqrt(2 / 3)]
+    assert opt.param_groups[0]["lr"] == math.sqrt(2 / 3)
+    with pytest.raises(ValueError, match="step"):
+        inverse_sqrt_lr(0, peak_lr=1.0, warmup_steps=2)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_sequence_loss_matches_cross_entropy(eps):
+    logits = torch.randn(3, 5, 11, dtype=torch.float64)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss, nll, n = sequence_loss(logits, target, label_smoothing=eps)
+    ref = F.cross_entropy(
+        logits.reshape(-1, 11),
+        target.reshape(-1),
+        ignore_index=0,
+        label_smoothing=eps,
+        reduction="sum",
+    )
+    plain = F.cross_entropy(
+        logits.reshape(-1, 11), target.reshape(-1), ignore_index=0, reduction="sum"
+    )
+    assert n == int((target != 0).sum())
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(nll.double(), plain, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="target"):
+        sequence_loss(logits, target[:, :2])

@@ -1,0 +1,45 @@
+"""Two processes on the CPU under torchrun (gloo): the replicas stay in sync, the loss falls,
+and only rank 0 writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from qkv.train.checkpoint import find_checkpoints
+
+
+def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "qkv.cli", "train", "--data", str(corpus_file), "--out", str(out),
+        "--max-steps", "40", "--save-every", "20", "--eval-every", "40", "--log-every", "5",
+        "--max-tokens", "256", "--warmup-steps", "5", "--lr", "3e-3", "--device", "cpu",
+        "--set", "valid=40", "--set", "test=40", "--set", "eval_sentences=10",
+        "--set", "model.num_hiddens=32", "--set", "model.ffn_num_hiddens=64",
+        "--set", "model.num_heads=2", "--set", "model.num_enc_layers=1",
+        "--set", "model.num_dec_layers=1",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 processes (gloo)" in res.stderr
+    # rank 0 alone reports: one start line, not two
+    assert res.stderr.count("qkv train: new run") == 1
+
+    ckpts = find_checkpoints(out / "checkpoints")
+    assert [c.name for c in ckpts][-1] == "step-00000040"
+    for c in ckpts:  # every checkpoint compared both replicas' parameters
+        state = json.loads((c / "trainer.json").read_text())
+        sums = state["replica_checksums"]
+        assert state["world_size"] == 2 and len(sums) == 2 and sums[0] == sums[1]
+        assert len(__import__("torch").load(c / "trainer.pt", weights_only=True)["rng"]) == 2
+    history = json.loads((ckpts[-1] / "trainer.json").read_text())["history"]
+    losses = [h["loss"] for h in history if "loss" in h]
+    assert len(losses) == 8
+    assert losses[-1] < 0.8 * losses[0], losses
+    # nothing but rank 0's files: no stray temporaries from the other rank
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]

@@ -1,0 +1,113 @@
+"""Resuming is exact: a run killed (SIGKILL) after a checkpoint and resumed ends with bitwise the
+same weights, optimizer state and data position as a run that was never interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from _train_helpers import run_qkv
+from safetensors.torch import load_file
+
+from qkv.train.checkpoint import latest_checkpoint
+
+STEPS = 60
+
+
+def _train_args(data, out):
+    return [
+        "train", "--data", str(data), "--out", str(out), "--max-steps", str(STEPS),
+        "--save-every", "10", "--eval-every", "1000", "--log-every", "10", "--threads", "1",
+        "--max-tokens", "768", "--warmup-steps", "10", "--lr", "3e-3", "--seed", "3",
+        "--set", "valid=40", "--set", "test=40", "--set", "eval_sentences=10",
+        "--set", "model.num_hiddens=64", "--set", "model.ffn_num_hiddens=128",
+        "--set", "model.num_heads=4", "--set", "model.num_enc_layers=2",
+        "--set", "model.num_dec_layers=2", "--set", "model.dropout=0.2",
+    ]  # fmt: skip
+
+
+def _final(out):
+    ckpt = latest_checkpoint(out / "checkpoints")
+    assert ckpt is not None and ckpt.name == f"step-{STEPS:08d}", ckpt
+    return ckpt
+
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, corpus_file):
+    ref_out, cut_out = tmp_path / "reference", tmp_path / "interrupted"
+
+    # the interrupted run: SIGKILL as soon as its first checkpoint is on disk
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkv.cli", *_train_args(corpus_file, cut_out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    first = cut_out / "checkpoints" / "step-00000010" / "manifest.json"
+    deadline = time.monotonic() + 120
+    while not first.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = latest_checkpoint(cut_out / "checkpoints")
+    assert killed_at is not None and killed_at.name < f"step-{STEPS:08d}", "ran to the end"
+
+    # resume it, and run the reference without interruption
+    resumed = run_qkv(*_train_args(corpus_file, cut_out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at update" in resumed.stderr
+    reference = run_qkv(*_train_args(corpus_file, ref_out))
+    assert reference.returncode == 0, reference.stderr
+
+    a, b = _final(ref_out), _final(cut_out)
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), f"{k} differs after resuming"
+    sa = torch.load(a / "trainer.pt", weights_only=True)
+    sb = torch.load(b / "trainer.pt", weights_only=True)
+    for (i, x), (_, y) in zip(sa["optimizer"]["state"].items(), sb["optimizer"]["state"].items()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(x[key], y[key]), f"optimizer {key} of {i} differs"
+    assert torch.equal(sa["rng"][0]["torch"], sb["rng"][0]["torch"])
+    ta = json.loads((a / "trainer.json").read_text())
+    tb = json.loads((b / "trainer.json").read_text())
+    assert ta["data"] == tb["data"] and ta["target_tokens"] == tb["target_tokens"]
+    # the losses logged after the resume point are the uninterrupted run's
+    la = {h["step"]: h["loss"] for h in ta["history"] if "loss" in h}
+    lb = {h["step"]: h["loss"] for h in tb["history"] if "loss" in h}
+    assert la == lb
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path, trained):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    before = (latest_checkpoint(out / "checkpoints") / "model.safetensors").read_bytes()
+    res = run_qkv("train", "--out", str(out), "--resume", "--quiet")
+    assert res.returncode == 0, res.stderr
+    after = (latest_checkpoint(out / "checkpoints") / "model.safetensors").read_bytes()
+    assert before == after
+
+
+@pytest.mark.parametrize("extra", [["--max-steps", "45"]])
+def test_resume_can_extend_a_run(tmp_path, trained, extra):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    res = run_qkv("train", "--out", str(out), "--resume", *extra)
+    assert res.returncode == 0, res.stderr
+    assert latest_checkpoint(out / "checkpoints").name == "step-00000045"
+    assert "resumed at update 30" in res.stderr
