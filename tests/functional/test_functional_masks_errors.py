@@ -108,6 +108,7 @@ BAD = [
     (dict(scale="big"), TypeError, "scale"),
     (dict(is_causal=1), TypeError, "is_causal: expected a bool"),
     (dict(window=0), ValueError, "window: expected a positive int"),
+    (dict(window=2.0), TypeError, "window: expected a positive int"),
 ]
 
 
@@ -132,7 +133,9 @@ def test_bad_score_mod_output():
 def test_masked_softmax_bad_input():
     with pytest.raises(ValueError, match="X: expected scores of shape"):
         qf.masked_softmax(torch.randn(4, 5))
-    with pytest.raises(TypeError, match="X: expected a float tensor"):
+    with pytest.raises(
+        TypeError, match=r"X: expected a floating-point tensor, got dtype torch\.int64"
+    ):
         qf.masked_softmax(torch.ones(2, 3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="valid_lens"):
         qf.masked_softmax(torch.randn(2, 3, 4), torch.tensor([5, 1]))

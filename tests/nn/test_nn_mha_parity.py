@@ -236,3 +236,20 @@ def test_forward_errors_name_the_argument():
         m(x, x, x, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="key: expected batch size 2"):
         m(x, torch.randn(3, 5, 8), torch.randn(3, 5, 8))
+
+
+@pytest.mark.parametrize("per_query", [False, True])
+def test_valid_lens_leave_extra_keys_visible(per_query):
+    m = MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True, batch_first=True).eval()
+    x = torch.randn(2, 4, 8)
+    if per_query:
+        vl = torch.tensor([[1, 2, 3, 4], [4, 4, 2, 1]])
+        am = torch.arange(4)[None, None, :] >= vl[:, :, None]  # (B, L, S)
+        ref_out, ref_w = m(x, x, x, attn_mask=am.repeat_interleave(2, 0))
+    else:
+        vl = torch.tensor([2, 4])
+        ref_out, ref_w = m(x, x, x, key_padding_mask=torch.arange(4) >= vl[:, None])
+    out, w = m(x, x, x, valid_lens=vl)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(w, ref_w)
+    assert torch.all(w[..., 4:] > 0)  # bias_k and the zero key stay visible

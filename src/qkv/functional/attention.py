@@ -177,6 +177,9 @@ def _check_scale(scale: object) -> None:
             raise ValueError(
                 f"scale: expected a float or a one-element float tensor, got {_describe(scale)}"
             )
+        value = float(scale.detach())
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"scale: expected a positive finite value, got {value}")
         return
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale: expected a positive float, got {_describe(scale)}")
@@ -206,24 +209,58 @@ def _why_not_fused(
     return reasons
 
 
-def _mask_to_build(spec: MaskSpec) -> bool:
-    """Whether the fused kernel would need a (B, Lq, Lk) mask built from indices."""
+def _mask_to_build(spec: MaskSpec) -> int:
+    """Elements of the mask the fused kernel would need built from indices (0: none).
+
+    Counted on the mask's real broadcast shape: a causal or window mask is ``(Lq, Lk)``, a
+    per-query ``valid_lens`` or padding combined with them adds the batch axis.
+    """
     if spec.empty or spec.only_causal:
-        return False
+        return 0
     per_query = spec.valid_lens is not None and spec.valid_lens.shape[2] > 1
-    return per_query or spec.window is not None or spec.is_causal
+    if not (per_query or spec.window is not None or spec.is_causal):
+        return 0  # the user's own masks (and (B, 1, 1, Lk) padding) are passed as they are
+    shapes = [(1, 1, spec.Lq, spec.Lk)]
+    for m in (spec.valid_lens, spec.key_padding_mask, spec.attn_mask):
+        if m is not None:
+            shapes.append((*m.shape[:2], 1, 1))
+    return math.prod(torch.broadcast_shapes(*shapes))
+
+
+def _available_memory(device: torch.device) -> int | None:
+    """Bytes the device can still allocate (None when unknown)."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.mem_get_info(device)[0])
+        if device.type == "cpu":
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+    except (OSError, RuntimeError, ValueError):  # pragma: no cover - platform dependent
+        return None
+    return None
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(
+        t is not None and isinstance(t, Tensor) and t.requires_grad for t in tensors
+    )
 
 
 def _choose(
-    query, key, spec: MaskSpec, score, scale, need_weights, dropout_p, backend, budget
+    query, key, value, spec: MaskSpec, score, scale, need_weights, dropout_p, backend, budget
 ) -> BackendChoice:
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
     budget = _MEMORY_BUDGET if budget is None else budget
     B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
-    weights = B * H * Lq * Lk * query.element_size()
-    # the reference path holds the scores, the weights and (in training) their gradient
-    reference_bytes = 3 * weights
+    grad = _needs_grad(query, key, value, scale if isinstance(scale, Tensor) else None)
+    elem = query.element_size()
+    n = B * H * Lq * Lk
+    # the reference path holds the scores and the weights, a float32 softmax temporary for half
+    # precision, and in training the weights' gradient
+    reference_bytes = n * (2 * elem + (4 if elem < 4 else 0) + (elem if grad else 0))
     not_fused = _why_not_fused(query, key, score, scale, need_weights)
     not_chunked = []
     if need_weights:
@@ -232,6 +269,11 @@ def _choose(
         not_chunked.append("dropout_p > 0 is not supported by the chunked backend")
     if Lq == 0 or Lk == 0:
         not_chunked.append("empty query or key sequence")
+    float_masks = (spec.key_padding_mask, spec.attn_mask)
+    if any(m is not None and m.requires_grad for m in float_masks) and torch.is_grad_enabled():
+        not_chunked.append(
+            "a float mask requires grad (the chunked backend treats masks as constant)"
+        )
     too_big = (
         f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
         f"(memory budget {_fmt_bytes(budget)})"
@@ -244,50 +286,60 @@ def _choose(
         return BackendChoice(backend, ("requested by the caller",))
 
     if need_weights:
-        if reference_bytes > budget:
+        avail = _available_memory(query.device)
+        if avail is not None and reference_bytes > avail:
             raise AttentionMemoryError(
                 f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
-                f"{_fmt_bytes(reference_bytes)} for the weights and scores, over the memory "
-                f"budget of {_fmt_bytes(budget)}; pass need_weights=False (the chunked backend "
-                f"then runs in O(L) memory) or raise memory_budget="
+                f"{_fmt_bytes(reference_bytes)} for the weights and scores, more than the "
+                f"{_fmt_bytes(avail)} available on {query.device}; pass need_weights=False "
+                f"(the chunked backend then runs in O(L) memory)"
             )
         return BackendChoice("reference", tuple(not_fused))
     if not not_fused:
-        build = B * Lq * Lk
-        if _mask_to_build(spec) and build > _MASK_ELEMENTS_LIMIT and not not_chunked:
+        build = _mask_to_build(spec)
+        # on the CPU, inference: the chunked backend computes index masks faster than the fused
+        # kernel reads a large materialised one; elsewhere only memory decides
+        cpu_inference = query.device.type == "cpu" and not grad
+        too_large = build > _MASK_ELEMENTS_LIMIT if cpu_inference else build * 4 > budget
+        if build and too_large and not not_chunked:
             return BackendChoice(
                 "chunked",
                 (
-                    f"the fused kernel would need a materialised ({B}, {Lq}, {Lk}) mask; "
+                    f"the fused kernel would need a materialised mask of {build} elements; "
                     "the chunked backend computes it from indices",
                 ),
             )
         return BackendChoice("fused")
     if reference_bytes > budget:
         if not_chunked:
-            raise AttentionMemoryError(
-                f"{too_big}, and the chunked backend cannot run this call: {'; '.join(not_chunked)}"
-            )
+            avail = _available_memory(query.device)
+            if avail is None or reference_bytes > avail:
+                raise AttentionMemoryError(
+                    f"{too_big}, more than is available, and the chunked backend cannot run "
+                    f"this call: {'; '.join(not_chunked)}"
+                )
+            return BackendChoice("reference", (*not_fused, *not_chunked))
         return BackendChoice("chunked", (*not_fused, too_big))
     return BackendChoice("reference", tuple(not_fused))
 
 
 # ---------------------------------------------------------------------------- backends
-def _fused(q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float) -> Tensor:
-    d, Lk = q.shape[-1], k.shape[-2]
-    mult = qk_multiplier(score, scale, d, Lk)
+def _fused(q, k, v, spec: MaskSpec, score: Score, mult: float, dropout_p: float) -> Tensor:
     q, k = prepare_qk(q, k, score)
-    end = spec.key_extent()  # drop trailing keys that every query has masked (shared padding)
-    if 0 < end < Lk:
-        spec, k, v = spec.trim_keys(end), k[..., :end, :], v[..., :end, :]
     mask, causal = spec.sdpa_mask(q.dtype)
-    dead = spec.dead_rows() if mask is not None else None
-    if dead is not None and bool(dead.any()):
-        # Give dead rows something to attend to, then zero them: finite values and gradients
-        # whatever the kernel does with an all-masked row.
-        mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
-    else:
-        dead = None
+    dead = None
+    if mask is not None:
+        # rows with no key allowed, read off the mask just built (SDPA: True = may attend)
+        no_key = (
+            ~mask.any(dim=-1, keepdim=True)
+            if mask.dtype == torch.bool
+            else (torch.isneginf(mask).all(dim=-1, keepdim=True))
+        )
+        if bool(no_key.any()):
+            # Give dead rows something to attend to, then zero them: finite values and
+            # gradients whatever the kernel does with an all-masked row.
+            dead = no_key
+            mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     out = F.scaled_dot_product_attention(
         q,
         k,
@@ -304,10 +356,8 @@ def _fused(q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float) -> Te
 
 
 def _reference(
-    q, k, v, spec: MaskSpec, score: Score, scale, dropout_p: float
+    q, k, v, spec: MaskSpec, score: Score, mult, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
-    d, Lk = q.shape[-1], k.shape[-2]
-    mult = qk_multiplier(score, scale, d, Lk)
     q, k = prepare_qk(q, k, score)
     if score == "normalized":
         scores = normalize_rows(grouped_qk(q, k), spec.blocked(), mult)
@@ -318,30 +368,44 @@ def _reference(
         scores = run_score_mod(score, scores)
     # in place on our own temporary; a score_mod's output may be needed by its backward
     scores = apply_masks(scores, spec, inplace=not callable(score))
-    dead = None if callable(score) else spec.dead_rows()
-    weights = safe_softmax(scores, dead)
+    weights = safe_softmax(scores)  # finds rows left with no key from the masked scores
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     return grouped_wv(weights, v), weights
 
 
 def _attend(
-    query, key, value, spec: MaskSpec, choice: BackendChoice, score, scale, dropout_p, need_weights
+    query, key, value, spec: MaskSpec, choice: BackendChoice, score, mult, dropout_p, need_weights
 ):
     squeeze = query.dim() == 3
     if squeeze:  # (B, L, d) -> (B, 1, L, d)
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
     weights = None
     if choice.backend == "fused":
-        out = _fused(query, key, value, spec, score, scale, dropout_p)
+        out = _fused(query, key, value, spec, score, mult, dropout_p)
     elif choice.backend == "chunked":
-        out = chunked_attention(query, key, value, spec, score, scale)
+        out = chunked_attention(query, key, value, spec, score, mult)
     else:
-        out, weights = _reference(query, key, value, spec, score, scale, dropout_p)
+        out, weights = _reference(query, key, value, spec, score, mult, dropout_p)
     if squeeze:
         out = out.squeeze(1)
         weights = weights.squeeze(1) if weights is not None else None
     return out, (weights if need_weights else None)
+
+
+def _prepare(query, key, value, score, scale, need_weights, masks):
+    """Validate, resolve the score's multiplier on the full key length, canonicalise the masks
+    and, when the weights are not returned, drop trailing keys every query has masked."""
+    spec = _spec(query, key, *masks)
+    mult = qk_multiplier(score, scale, query.shape[-1], key.shape[-2])
+    if isinstance(mult, Tensor):
+        mult = mult.to(query.dtype).reshape(())
+    if not need_weights:
+        end = spec.key_extent()
+        if 0 < end < spec.Lk:
+            spec = spec.trim_keys(end)
+            key, value = key[..., :end, :], value[..., :end, :]
+    return key, value, spec, mult
 
 
 def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window) -> MaskSpec:
@@ -388,8 +452,9 @@ def explain(
     _check_scale(scale)
     p = _check_dropout(dropout_p)
     _check_budget(memory_budget)
-    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    return _choose(query, key, spec, score, scale, need_weights, p, backend, memory_budget)
+    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    key, value, spec, _ = _prepare(query, key, value, score, scale, need_weights, masks)
+    return _choose(query, key, value, spec, score, scale, need_weights, p, backend, memory_budget)
 
 
 def attention(
@@ -450,9 +515,10 @@ def attention(
     _check_scale(scale)
     p = _check_dropout(dropout_p)
     _check_budget(memory_budget)
-    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    choice = _choose(query, key, spec, score, scale, need_weights, p, backend, memory_budget)
-    return _attend(query, key, value, spec, choice, score, scale, p, need_weights)
+    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    key, value, spec, mult = _prepare(query, key, value, score, scale, need_weights, masks)
+    choice = _choose(query, key, value, spec, score, scale, need_weights, p, backend, memory_budget)
+    return _attend(query, key, value, spec, choice, score, mult, p, need_weights)
 
 
 def additive_attention(
@@ -527,7 +593,7 @@ def additive_attention(
     features_t = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))
     scores = (features_t @ w_v).unsqueeze(1)  # (B, 1, Lq, Lk)
     scores = apply_masks(scores, spec, inplace=True)
-    weights = safe_softmax(scores, spec.dead_rows())
+    weights = safe_softmax(scores)
     if p > 0.0:
         weights = F.dropout(weights, p=p, training=True)
     out = (weights @ value.unsqueeze(1)).squeeze(1)

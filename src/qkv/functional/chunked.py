@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import MaskSpec
-from .scores import Score, prepare_qk, qk_multiplier, run_score_mod
+from .scores import Score, prepare_qk, run_score_mod
 
 __all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks"]
 
@@ -123,24 +123,29 @@ def _segment_bias(spec: MaskSpec, dtype, q0, q1, seg: Segment) -> Tensor | None:
     return spec.bias(dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
 
 
-def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan, G: int):
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan):
+    """``k``/``v`` already carry ``H`` heads.  Returns the output and the log-sum-exp."""
     B, H, Lq, _ = q.shape
+    acc = _acc_dtype(q.dtype)  # partial results are merged in float32 at least
     out = q.new_zeros(B, H, Lq, v.shape[-1])
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    lse = torch.full((B, H, Lq), _NEG_INF, dtype=lse_dtype, device=q.device)
+    lse = torch.full((B, H, Lq), _NEG_INF, dtype=acc, device=q.device)
     for q0, q1, segs in plan:
         qb = q[:, :, q0:q1]
         acc_o = acc_l = None
         for seg in segs:
-            kb = _expand_heads(k[:, :, seg.k0 : seg.k1], G)
-            vb = _expand_heads(v[:, :, seg.k0 : seg.k1], G)
             bias = _segment_bias(spec, q.dtype, q0, q1, seg)
-            o, lb = _flash(qb, kb, vb, attn_mask=bias, scale=scale)
+            o, lb = _flash(
+                qb, k[:, :, seg.k0 : seg.k1], v[:, :, seg.k0 : seg.k1], attn_mask=bias, scale=scale
+            )
             if bias is not None:  # the kernel reports lse 0 for a row that saw nothing
                 dead = torch.isneginf(bias).all(dim=-1)
                 if bool(dead.any()):
                     lb = lb.masked_fill(dead.expand_as(lb), _NEG_INF)
-            acc_o, acc_l = _merge(acc_o, acc_l, o, lb.to(lse_dtype))
+            acc_o, acc_l = _merge(acc_o, acc_l, o.to(acc), lb.to(acc))
         if acc_o is not None:
             out[:, :, q0:q1] = acc_o
             lse[:, :, q0:q1] = acc_l
@@ -150,7 +155,9 @@ def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan, G: int):
 class _FlashChunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec, scale, plan, G):
-        out, lse = _flash_forward(q, k, v, spec, scale, plan, G)
+        # grouped-query heads: expanded once per call, not once per block
+        ke, ve = _expand_heads(k, G), _expand_heads(v, G)
+        out, lse = _flash_forward(q, ke, ve, spec, scale, plan)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.spec, ctx.scale, ctx.plan, ctx.G = spec, scale, plan, G
         return out
@@ -159,26 +166,30 @@ class _FlashChunked(torch.autograd.Function):
     def backward(ctx, gout):
         q, k, v, out, lse = ctx.saved_tensors
         spec, scale, G = ctx.spec, ctx.scale, ctx.G
+        ke, ve = _expand_heads(k, G), _expand_heads(v, G)
+        acc = _acc_dtype(q.dtype)  # gradients summed over blocks in float32 at least
         gout = gout.contiguous()
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+        dk = torch.zeros(ke.shape, dtype=acc, device=q.device)
+        dv = torch.zeros(ve.shape, dtype=acc, device=q.device)
         # a dead row (lse = -inf) has zero output; +inf makes its recomputed weights exactly 0
         lse_b = lse.masked_fill(torch.isneginf(lse), float("inf"))
         for q0, q1, segs in ctx.plan:
             qb = q[:, :, q0:q1]
             gb = gout[:, :, q0:q1].contiguous()
             ob = out[:, :, q0:q1].contiguous()
-            lb = lse_b[:, :, q0:q1].contiguous()
+            lb = lse_b[:, :, q0:q1].contiguous().to(_acc_dtype(q.dtype))
             for seg in segs:
-                kb = _expand_heads(k[:, :, seg.k0 : seg.k1], G)
-                vb = _expand_heads(v[:, :, seg.k0 : seg.k1], G)
+                kb, vb = ke[:, :, seg.k0 : seg.k1], ve[:, :, seg.k0 : seg.k1]
                 bias = _segment_bias(spec, q.dtype, q0, q1, seg)
                 gq, gk, gv = _flash_bwd(
                     gb, qb, kb, vb, ob, lb, 0.0, False, attn_mask=bias, scale=scale
                 )
                 dq[:, :, q0:q1] += gq
-                dk[:, :, seg.k0 : seg.k1] += _reduce_heads(gk, G)
-                dv[:, :, seg.k0 : seg.k1] += _reduce_heads(gv, G)
-        return dq, dk, dv, None, None, None, None
+                dk[:, :, seg.k0 : seg.k1] += gk
+                dv[:, :, seg.k0 : seg.k1] += gv
+        dk, dv = _reduce_heads(dk, G), _reduce_heads(dv, G)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 
 # ---------------------------------------------------------------------------- generic engine
@@ -267,7 +278,8 @@ class _GenericChunked(torch.autograd.Function):
 
 # ---------------------------------------------------------------------------- entry points
 def _row_sumsq_block(q: Tensor, kb: Tensor, blocked: Tensor | None) -> Tensor:
-    s = (q @ kb.transpose(-2, -1)).square()
+    acc = _acc_dtype(q.dtype)  # squares overflow float16
+    s = (q.to(acc) @ kb.to(acc).transpose(-2, -1)).square()
     if blocked is not None:
         s = s.masked_fill(blocked, 0.0)
     return s.sum(dim=-1, keepdim=True)
@@ -287,18 +299,46 @@ def _row_norms(q: Tensor, k: Tensor, spec: MaskSpec, block_k: int) -> Tensor:
         )
         total = part if total is None else total + part
     if total is None:
-        total = q.new_zeros(*q.shape[:-1], 1)
-    return total.sqrt().clamp_min(1e-12)
+        total = torch.zeros(*q.shape[:-1], 1, dtype=_acc_dtype(q.dtype), device=q.device)
+    return total.sqrt().clamp_min(1e-12)  # float32 at least: 1e-12 underflows float16
+
+
+def _inverse_norms(q: Tensor, k: Tensor, spec: MaskSpec, block_k: int, mult) -> Tensor:
+    """``mult / |q_i . K|`` per query, 0 where the row of scores is all zeros (no visible key,
+    or all scores 0: the reference then gives zero scores too)."""
+    n = _row_norms(q, k, spec, block_k)
+    return torch.where(n > 1e-12, mult / n, torch.zeros_like(n)).to(q.dtype)
 
 
 def _block_sizes(Lq: int, Lk: int, per_pair: int, budget_elems: int = 1 << 22) -> tuple[int, int]:
-    """Query/key block sizes whose ``(lq, lk)`` tile holds at most ``budget_elems`` values."""
-    bk = max(16, min(Lk, 1024))
-    bq = max(16, min(Lq, budget_elems // max(1, per_pair * bk)))
-    while bq < 16 and bk > 16:  # pragma: no cover - very wide per-pair cost
-        bk //= 2
-        bq = max(16, budget_elems // max(1, per_pair * bk))
+    """Query/key block sizes whose ``(lq, lk)`` tile holds at most ``budget_elems`` values
+    (``per_pair`` values per query-key pair, e.g. ``B * H`` or ``B * hidden``); at least 1."""
+    per_pair = max(1, per_pair)
+    bk = max(1, min(Lk, 1024, budget_elems // per_pair))
+    bq = max(1, min(Lq, budget_elems // (per_pair * bk)))
     return bq, bk
+
+
+def _flash_usable(q: Tensor) -> bool:
+    """Whether torch's CPU flash kernel (a private op) is there and answers as expected."""
+    global _FLASH_CHECKED, _flash, _flash_bwd
+    if _flash is None or _flash_bwd is None or q.device.type != "cpu":
+        return False
+    if q.dtype not in _FLASH_DTYPES:
+        return False
+    if not _FLASH_CHECKED:
+        _FLASH_CHECKED = True
+        try:  # a signature change in a future torch falls back to the generic engine
+            t = torch.zeros(1, 1, 2, 8)
+            o, lse = _flash(t, t, t, attn_mask=None, scale=1.0)
+            _flash_bwd(o, t, t, t, o, lse, 0.0, False, attn_mask=None, scale=1.0)
+        except (RuntimeError, TypeError):  # pragma: no cover - depends on the torch build
+            _flash = _flash_bwd = None
+            return False
+    return True
+
+
+_FLASH_CHECKED = False
 
 
 def chunked_attention(
@@ -307,33 +347,32 @@ def chunked_attention(
     v: Tensor,
     spec: MaskSpec,
     score: Score,
-    scale: float | Tensor | None,
+    mult: float | Tensor,
     block_q: int | None = None,
     block_k: int | None = None,
 ) -> Tensor:
-    """Exact attention in O(L) memory.  Shapes as the reference: ``(B, H, L, d)`` 4-D inputs.
+    """Exact attention in O(L) memory.
 
-    Returns the output ``(B, H, Lq, dv)``; differentiable with O(L)-memory backward.
+    Shapes: q ``(B, H, Lq, d)``, k ``(B, Hkv, Lk, d)``, v ``(B, Hkv, Lk, dv)``; ``mult`` is the
+    score's resolved multiplier (:func:`qkv.functional.scores.qk_multiplier`).  Returns the
+    output ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
     """
     B, H, Lq, d = q.shape
     Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
     G = H // Hk
-    mult = qk_multiplier(score, scale, d, Lk)
-    flash_ok = (
-        _flash is not None
-        and _flash_bwd is not None
-        and not callable(score)
-        and not isinstance(mult, Tensor)
-        and q.dtype in _FLASH_DTYPES
-        and q.device.type == "cpu"
-    )
-    if flash_ok:
-        q, k = prepare_qk(q, k, score)
+    if score == "normalized" and q.dtype in (torch.float16, torch.bfloat16):
+        # 1/|q.K| is folded into q, which can overflow half precision: run in float32
+        out = chunked_attention(
+            q.float(), k.float(), v.float(), spec, score, mult, block_q, block_k
+        )
+        return out.to(q.dtype)
+    q, k = prepare_qk(q, k, score)
+    if not callable(score) and not isinstance(mult, Tensor) and _flash_usable(q):
         # large query blocks: fewer kernel calls (the diagonal band wastes ~block/L of the work)
         bq = block_q or 1024
         bk = block_k or 1024
         if score == "normalized":
-            q = q * (float(mult) / _row_norms(q, k, spec, bk))
+            q = q * _inverse_norms(q, k, spec, bk, float(mult))
             mult = 1.0
         width = max(d, dv)  # the kernel wants one head width: zero-pad (dot products unchanged)
         if d < width:
@@ -343,10 +382,9 @@ def chunked_attention(
         out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, G)
         return out[..., :dv] if dv < width else out
 
-    q, k = prepare_qk(q, k, score)
     if score == "normalized":
         _, bk_ = _block_sizes(Lq, Lk, B * H)
-        q = q * (mult / _row_norms(q, k, spec, bk_))
+        q = q * _inverse_norms(q, k, spec, bk_, mult)
         mult = 1.0
     params: tuple[Tensor, ...] = (mult,) if isinstance(mult, Tensor) else ()
     fixed = None if params else float(mult)
@@ -375,7 +413,8 @@ def chunked_additive(
     """Additive attention ``s_ij = w_v . tanh(q_i + k_j)`` in O(L) memory.
 
     Shapes: q ``(B, 1, Lq, h)``, k ``(B, 1, Lk, h)``, v ``(B, 1, Lk, dv)``, w_v ``(h,)``;
-    returns ``(B, 1, Lq, dv)``.  Each block holds at most ~4M values of ``tanh(q + k)``.
+    returns ``(B, 1, Lq, dv)``.  Each block holds at most ~4M values of ``tanh(q + k)`` (or one
+    query-key pair for every batch element when ``B * h`` alone exceeds that).
     """
     B, _, Lq, h = q.shape
     Lk = k.shape[2]

@@ -21,6 +21,7 @@ backend; :meth:`MaskSpec.dead_rows` finds those rows from the masks alone.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -48,7 +49,7 @@ class MaskSpec:
         key_padding_mask: ``(B, 1, 1, Lk)``; bool (True = padding) or float (added), or None.
         attn_mask: ``(B|1, H|1, Lq, Lk)``; bool (True = not allowed) or float (added), or None.
         is_causal: top-left causal masking from indices.
-        window: sliding-window half width from indices, or None.
+        window: sliding-window width ``W`` (query ``i`` sees keys ``i-W < j <= i``), or None.
     """
 
     B: int
@@ -307,6 +308,8 @@ def check_masks(
     Raises:
         TypeError / ValueError naming the argument, what was expected and what was received.
     """
+    if type(is_causal).__name__ == "bool_":  # numpy.bool_
+        is_causal = bool(is_causal)
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: expected a bool, got {_describe(is_causal)}")
     vl = None
@@ -399,8 +402,10 @@ def check_masks(
             raise ValueError(f"attn_mask: expected shape {allowed}, got {shape}")
         am = am.to(device)
 
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or window < 1
-    ):
-        raise ValueError(f"window: expected a positive int, got {_describe(window)}")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+            raise TypeError(f"window: expected a positive int, got {_describe(window)}")
+        window = int(window)
+        if window < 1:
+            raise ValueError(f"window: expected a positive int, got {window}")
     return MaskSpec(B, H, Lq, Lk, vl, kpm, am, is_causal, window, torch.device(device))

@@ -73,9 +73,15 @@ def qk_multiplier(score: Score, scale: float | Tensor | None, d: int, Lk: int) -
 
 def prepare_qk(q: Tensor, k: Tensor, score: Score) -> tuple[Tensor, Tensor]:
     """L2-normalise q and k per row for ``"cosine"``; pass them through otherwise."""
-    if score == "cosine":
-        return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    if score == "cosine":  # in float32 for half precision: eps=1e-12 underflows in float16
+        return _unit(q), _unit(k)
     return q, k
+
+
+def _unit(x: Tensor) -> Tensor:
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return F.normalize(x.float(), dim=-1).to(x.dtype)
+    return F.normalize(x, dim=-1)
 
 
 def grouped_qk(q: Tensor, k: Tensor) -> Tensor:
@@ -112,8 +118,13 @@ def normalize_rows(
 ) -> Tensor:
     """Divide each query's row of scores by its L2 norm over the keys it may see."""
     visible = scores if blocked is None else scores.masked_fill(blocked, 0.0)
-    norm = torch.linalg.vector_norm(visible, dim=-1, keepdim=True).clamp_min(eps)
-    return scores / norm * multiplier
+    # the norm in float32 at least: squares overflow float16, and eps underflows it
+    norm = torch.linalg.vector_norm(visible, dim=-1, keepdim=True, dtype=_acc(scores.dtype))
+    return scores / norm.clamp_min(eps).to(scores.dtype) * multiplier
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def run_score_mod(fn: ScoreMod, scores: Tensor, q0: int = 0, k0: int = 0) -> Tensor:

@@ -38,15 +38,17 @@ def safe_softmax(scores: Tensor, dead: Tensor | None = None) -> Tensor:
 
     Args:
         scores: ``(..., Lq, Lk)`` scores with forbidden positions at ``-inf``.
-        dead: optional bool ``(..., Lq, 1)``, True for rows known to be all ``-inf``; when None
-            such rows are found from the scores (one extra reduction).
+        dead: optional bool ``(..., Lq, 1)``, rows known to be dead; rows that are all ``-inf``
+            in ``scores`` (whatever made them so: a mask, a ``score_mod``, a float mask that
+            overflowed in half precision) are found from the scores in any case.
 
     Returns:
         Weights of the shape and dtype of ``scores``; half-precision inputs are normalised in
         float32.  Gradients are finite everywhere, zero through dead rows.
     """
-    if dead is None:
-        dead = torch.isneginf(scores.amax(dim=-1, keepdim=True)) if scores.shape[-1] else None
+    if scores.shape[-1]:
+        found = torch.isneginf(scores.amax(dim=-1, keepdim=True))
+        dead = found if dead is None else (dead | found)
     if dead is not None and not bool(dead.any()):
         dead = None
     if dead is not None:
@@ -74,7 +76,8 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[int] | None = None) 
         Weights, same shape as ``X``; each row sums to 1, or to 0 when its valid length is 0.
     """
     if not isinstance(X, Tensor) or not X.is_floating_point():
-        raise TypeError(f"X: expected a float tensor, got {type(X).__name__}")
+        got = f"dtype {X.dtype}" if isinstance(X, Tensor) else type(X).__name__
+        raise TypeError(f"X: expected a floating-point tensor, got {got}")
     if X.dim() not in (3, 4):
         raise ValueError(
             f"X: expected scores of shape (B, Lq, Lk) or (B, H, Lq, Lk), got {tuple(X.shape)}"
@@ -86,5 +89,5 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[int] | None = None) 
     spec = check_masks(
         B=B, H=H, Lq=Lq, Lk=Lk, device=X.device, batched_heads=True, valid_lens=valid_lens
     )
-    weights = safe_softmax(apply_masks(X4, spec), spec.dead_rows())
+    weights = safe_softmax(apply_masks(X4, spec))
     return weights.squeeze(1) if X.dim() == 3 else weights

@@ -11,6 +11,7 @@ None of them computes a softmax or builds a mask by itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..functional import additive_attention, attention
+from ..functional import additive_attention, attention, check_masks
 from ..functional.scores import Score, check_score
 from .kv_cache import KVCache
 from .position import RotaryEmbedding
@@ -57,8 +58,12 @@ def _heads(embed_name: str, embed_dim: int, num_heads: int) -> int:
 
 def _score(score: Score, scale: float | None) -> None:
     check_score(score)
-    if scale is not None and (not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale: expected a positive float or None, got {scale!r}")
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale: expected a positive finite float or None, got {scale!r}")
 
 
 def _want_3d(name: str, x: object, width: int | None = None) -> Tensor:
@@ -296,6 +301,12 @@ class MultiheadAttention(nn.Module):
             else:
                 is_causal = False
         if self.bias_k is not None or self.add_zero_attn:
+            if valid_lens is not None:
+                # lengths count the given keys; the extra ones must stay visible
+                key_padding_mask, attn_mask = self._lens_to_masks(
+                    valid_lens, key_padding_mask, attn_mask, B, L, S
+                )
+                valid_lens = None
             k, v, key_padding_mask, attn_mask = self._extend_keys(
                 k, v, key_padding_mask, attn_mask, B, S
             )
@@ -332,6 +343,36 @@ class MultiheadAttention(nn.Module):
             if not batched:
                 weights = weights.squeeze(0)
         return out, weights
+
+    def _lens_to_masks(self, valid_lens, key_padding_mask, attn_mask, B, L, S):
+        """``valid_lens`` as a bool padding mask ``(B, S)`` or, per query, a ``(B, H, L, S)``
+        attn_mask merged with the given masks (validated by the functional checks)."""
+        spec = check_masks(
+            B=B,
+            H=1,
+            Lq=L,
+            Lk=S,
+            device=self.out_proj.weight.device,
+            batched_heads=True,
+            valid_lens=valid_lens,
+        )
+        blocked = spec.blocked()  # (B, 1, 1|L, S) or None (lengths that mask nothing)
+        if blocked is None:
+            return key_padding_mask, attn_mask
+        if blocked.shape[2] == 1:
+            pad = blocked.view(B, S)
+            if key_padding_mask is None:
+                return pad, attn_mask
+            if key_padding_mask.dtype == torch.bool:
+                return key_padding_mask | pad, attn_mask
+            return key_padding_mask.masked_fill(pad, float("-inf")), attn_mask
+        per_query = blocked.expand(B, self.num_heads, L, S)
+        if attn_mask is None:
+            return key_padding_mask, per_query
+        am = attn_mask if attn_mask.dim() == 4 else attn_mask.view(1, 1, L, S)
+        if am.dtype == torch.bool:
+            return key_padding_mask, am | per_query
+        return key_padding_mask, am.masked_fill(per_query, float("-inf"))
 
     def _extend_keys(self, k, v, key_padding_mask, attn_mask, B, S):
         """torch's ``add_bias_kv`` / ``add_zero_attn``: extra key/value positions at the end."""
