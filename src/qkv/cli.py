@@ -171,6 +171,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             if not pairs:
                 raise ValueError(f"--split: the run's {args.split} split is empty")
         if args.limit is not None:
+            if args.limit < 1:
+                raise ValueError(f"--limit: expected a number of pairs >= 1, got {args.limit}")
             pairs = pairs[: args.limit]
         ev = tr.evaluate(pairs, beam_size=args.beam, length_penalty=args.length_penalty)
     except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:

@@ -19,8 +19,9 @@ BOOK_SENTENCES: tuple[tuple[str, str], ...] = (
     ("i'm home .", "je suis chez moi ."),
 )
 
-#: the full demo: ~1.2M parameters; on 2 CPU cores the step budget ends in about 5 minutes, the
-#: time cap (8 min of training) only matters on a much slower or busier machine
+#: the full demo: 1.1M parameters; validation BLEU passes 90 after about 400 updates. On 2 idle CPU
+#: cores the step budget ends in about 3 minutes; the time cap (8 minutes of training) only matters
+#: on a much slower or busier machine
 FULL: dict[str, Any] = {
     "model": {
         "kind": "transformer",
@@ -31,14 +32,14 @@ FULL: dict[str, Any] = {
         "num_dec_layers": 2,
         "dropout": 0.1,
     },
-    "max_steps": 1500,
+    "max_steps": 700,
     "max_minutes": 8.0,
     "max_tokens": 4096,
     "lr": 2e-3,
     "warmup_steps": 300,
-    "eval_every": 500,
+    "eval_every": 350,
     "eval_sentences": 300,
-    "save_every": 500,
+    "save_every": 350,
     "keep_last": 1,
     "log_every": 50,
 }
@@ -130,7 +131,9 @@ def run(out: Path, quick: bool) -> int:
     att = tr.attention("he's calm .")
     png = att.save(out / "attention-hes-calm.png")
     html = att.save(out / "attention-hes-calm.html")
-    print(f"\nwrote {png}  (cross-attention of 'he's calm .' per layer, heads averaged)")
+    print(
+        f"\nwrote {png}  (encoder, decoder and cross-attention of 'he's calm .', per layer, heads averaged)"
+    )
     print(f"wrote {html}  (interactive: every layer, head and kind)")
     summary = {
         "test_bleu": round(ev.bleu, 2),

@@ -501,6 +501,8 @@ def _run(
     say = bar.message
 
     # -- where we start -----------------------------------------------------------------------
+    if config.data is not None:
+        config = config.updated({"data": str(Path(config.data).resolve())})
     ckpt: LoadedCheckpoint | None = None
     if info.is_main:
         remove_stale_temporaries(ckroot)
@@ -522,9 +524,6 @@ def _run(
         config = _check_resume_config(saved, config)
     elif resume:
         say(f"qkv train: nothing to resume in {out}; starting a new run")
-
-    if config.data is not None:
-        config = config.updated({"data": str(Path(config.data).resolve())})
 
     # -- data and model -----------------------------------------------------------------------
     if ckpt is not None:
