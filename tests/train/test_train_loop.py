@@ -81,3 +81,29 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="config"):
         train({"max_steps": 3}, "x")
     assert torch.get_num_threads() >= 1
+
+
+def test_sentencepiece_with_shared_and_tied_embeddings(tmp_path, corpus_file):
+    from safetensors.torch import load_file
+
+    from qkv.translate import Translator
+
+    cfg = tiny_config(
+        data=str(corpus_file), max_steps=4, eval_every=4, save_every=4, tokenizer="sentencepiece",
+        vocab_size=120, joint_vocab=True,
+    ).updated({"model.share_embeddings": True, "model.tie_embeddings": True})  # fmt: skip
+    train(cfg, tmp_path, progress=False)
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    assert (ckpt / "tokenizers" / "joint" / "spm.model").is_file()
+    stored = load_file(ckpt / "model.safetensors")
+    aliases = json.loads((ckpt / "model.json").read_text())["aliases"]
+    assert len(aliases) == 2  # one embedding matrix stored once, used three times
+    assert not set(aliases) & set(stored)
+    tr = Translator.load(tmp_path)
+    m = tr.model
+    assert m.encoder.embedding.weight is m.decoder.embedding.weight
+    att = tr.attention("he's calm .")
+    assert att.src_tokens[-1] == "<eos>" and len(att.cross[0][0]) == len(att.tgt_tokens)
+    for name, t in m.state_dict().items():
+        ref = stored[aliases.get(name, name)]
+        assert torch.equal(t, ref), name

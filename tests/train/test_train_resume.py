@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from qkv.train.checkpoint import latest_checkpoint
 
-STEPS = 60
+STEPS = 100
 
 
 def _train_args(data, out):
