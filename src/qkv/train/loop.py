@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import sys
 import time
@@ -102,7 +103,7 @@ def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
     else:
         pairs, report = read_pairs(config.data, config.data_format)
         source = config.data
-        if report.n_skipped:
+        if report.n_skipped and os.environ.get("RANK", "0") == "0":  # said once under torchrun
             print(f"qkv: {report}", file=sys.stderr)
     if config.max_pairs is not None:
         pairs = pairs[: config.max_pairs]
