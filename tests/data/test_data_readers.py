@@ -218,3 +218,117 @@ def test_bad_arguments(tmp_path):
 def test_report_rejects_unknown_reason():
     with pytest.raises(ValueError, match="reason must be one of"):
         ReadReport("x", "fra").skip("bogus", 1, "")
+
+
+# -- review fixes: TSV has no quoting, CSV quotes cannot swallow lines, line ends, headers --
+
+
+def test_tsv_has_no_quoting_every_physical_line_is_a_record(tmp_path):
+    # the reviewer's file: a csv.reader with default quoting read ('Hi\tSalut\nBye', 'Au revoir')
+    p = tmp_path / "x.tsv"
+    p.write_bytes(b'src\ttgt\nok\td\'accord\n"Hi\tSalut\nBye"\tAu revoir\nyes\toui\n')
+    pairs, report = read_pairs(p)
+    assert report.format == "tsv"
+    assert pairs == [("ok", "d'accord"), ('"Hi', "Salut"), ('Bye"', "Au revoir"), ("yes", "oui")]
+    assert report.lines == 4 and report.n_skipped == 0
+
+
+def test_tsv_quotes_are_kept_and_an_open_quote_swallows_nothing(tmp_path):
+    p = tmp_path / "q.tsv"
+    lines = [b"src\ttgt", b'"Go," he said.\t"Va," dit-il.', b'"oops\tc']
+    lines += [b"w%d\tm%d" % (i, i) for i in range(50)]
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    pairs, report = read_pairs(p)
+    assert pairs[:2] == [('"Go," he said.', '"Va," dit-il.'), ('"oops', "c")]
+    assert len(pairs) == 52 and report.lines == 52 and report.n_skipped == 0
+
+
+def test_csv_unterminated_quote_is_reported_and_the_lines_after_it_are_read(tmp_path):
+    p = tmp_path / "e.csv"
+    p.write_bytes(b"src,tgt\nok,d'accord\n\"hello,bonjour\nhi,salut\nbye,au revoir\n")
+    pairs, report = read_pairs(p)
+    assert pairs == [("ok", "d'accord"), ("hi", "salut"), ("bye", "au revoir")]
+    assert report.skipped == {"unterminated_quote": 1}
+    assert report.examples["unterminated_quote"] == [(3, '"hello,bonjour')]
+    assert report.lines == 4  # every physical data line is counted once
+    assert "quote not closed" in str(report)
+
+
+def test_csv_quote_spanning_implausibly_many_lines_is_unterminated(tmp_path):
+    from qkv.data.readers import MAX_RECORD_LINES
+
+    n = MAX_RECORD_LINES + 5
+    body = [f"w{i},m{i}" for i in range(n)]
+    p = tmp_path / "long.csv"
+    # a stray quote on line 2, "closed" by another stray quote far below
+    p.write_text("src,tgt\n" + '"a,b\n' + "\n".join(body) + '\nz",y\nlast,fin\n', encoding="utf-8")
+    pairs, report = read_pairs(p)
+    assert report.examples["unterminated_quote"][0] == (2, '"a,b')
+    assert pairs[:n] == [(f"w{i}", f"m{i}") for i in range(n)]
+    assert pairs[-1] == ("last", "fin")
+    assert report.lines == n + 3
+    # a multi-line quoted field of a plausible length is still one record
+    ok = tmp_path / "ok.csv"
+    ok.write_text('src,tgt\n"one\ntwo\nthree",un\nx,y\n', encoding="utf-8")
+    pairs, report = read_pairs(ok)
+    assert pairs == [("one\ntwo\nthree", "un"), ("x", "y")]
+    assert report.lines == 4 and report.n_skipped == 0
+
+
+def test_csv_counts_physical_lines(tmp_path):
+    p = tmp_path / "m.csv"
+    p.write_bytes(b'src,tgt\r\n"a\r\nb",c\r\nhi,salut\r\n')
+    pairs, report = read_pairs(p)
+    assert pairs == [("a\nb", "c"), ("hi", "salut")]
+    assert report.lines == 3 and report.pairs == 2
+
+
+def test_csv_field_over_the_size_limit_has_its_own_reason(tmp_path):
+    import csv
+
+    p = tmp_path / "f.csv"
+    p.write_bytes(b"src,tgt\n" + b"a" * (csv.field_size_limit() + 10) + b",b\nhi,salut\n")
+    pairs, report = read_pairs(p)
+    assert pairs == [("hi", "salut")]
+    assert report.skipped == {"field_too_large": 1}
+    assert report.examples["field_too_large"][0][0] == 2
+    assert report.lines == 2
+
+
+def test_header_names_match_regardless_of_case(tmp_path):
+    p = tmp_path / "c.tsv"
+    p.write_text("ID\tSource\tTarget\n1\thi\tsalut\n", encoding="utf-8")
+    assert guess_format(p) == "tsv"
+    assert read_pairs(p)[0] == [("hi", "salut")]
+    c = tmp_path / "c.csv"
+    c.write_text("EN,FR\nhi,salut\n", encoding="utf-8")
+    assert read_pairs(c, src_column="en", tgt_column="Fr")[0] == [("hi", "salut")]
+    both = tmp_path / "both.csv"
+    both.write_text("en,EN,fr\na,b,c\n", encoding="utf-8")
+    assert read_pairs(both, src_column="EN", tgt_column="fr")[0] == [("b", "c")]  # exact wins
+    with pytest.raises(ValueError, match="several"):
+        read_pairs(both, src_column="En", tgt_column="fr")
+
+
+def test_bare_carriage_returns_end_lines(tmp_path):
+    p = tmp_path / "mac.txt"
+    p.write_bytes(b"Go.\tVa !\rHi.\tSalut !\r")
+    pairs, report = read_pairs(p)
+    assert pairs == [("Go.", "Va !"), ("Hi.", "Salut !")]
+    assert report.lines == 2
+    t = tmp_path / "mac.tsv"
+    t.write_bytes(b"src\ttgt\rGo.\tVa !\r\nHi.\tSalut !\r")
+    assert read_pairs(t)[0] == [("Go.", "Va !"), ("Hi.", "Salut !")]
+    en, fr = tmp_path / "a.en", tmp_path / "a.fr"
+    en.write_bytes(b"Go.\rHi.\r")
+    fr.write_bytes(b"Va !\nSalut !\n")
+    assert read_pairs((en, fr))[0] == [("Go.", "Va !"), ("Hi.", "Salut !")]
+
+
+def test_aligned_files_as_a_list(tmp_path):
+    en, fr = tmp_path / "a.en", tmp_path / "a.fr"
+    en.write_text("Go.\n", encoding="utf-8")
+    fr.write_text("Va !\n", encoding="utf-8")
+    assert guess_format([en, fr]) == "aligned"
+    pairs, report = read_pairs([en, fr])
+    assert pairs == [("Go.", "Va !")] and report.format == "aligned"

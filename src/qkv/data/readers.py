@@ -11,9 +11,17 @@ Formats (``format=``):
     The Tatoeba/Anki ``fra.txt`` layout: tab-separated, no header, ``source<TAB>target`` with an
     optional third attribution column (today's download has three columns on every line; the
     book's loader keeps only two-column lines and so drops all of them -- qkv keeps both).
-``"tsv"`` / ``"csv"``
+``"tsv"``
     A header row naming the columns; ``src_column`` / ``tgt_column`` pick them (default: the
-    first of ``src``, ``source`` and of ``tgt``, ``target`` that the header has).
+    first of ``src``, ``source`` and of ``tgt``, ``target`` that the header has; names match
+    regardless of case). Every physical line is one record, split on tabs: there is no quoting,
+    so a ``"`` is text like any other character (TSV exports do not quote).
+``"csv"``
+    The same header row, comma-separated, with CSV quoting: a quoted field may hold commas,
+    ``""`` and line breaks. A record that reaches the end of the file inside an open quote, or
+    whose quoted field runs over more than :data:`MAX_RECORD_LINES` lines, is reported as
+    ``unterminated_quote`` at the line where it starts, and the lines after that line are read
+    as records of their own: a stray ``"`` never swallows the rest of the file.
 ``"jsonl"``
     One JSON object per line; ``src_column`` / ``tgt_column`` name the fields (same defaults).
 ``"aligned"``
@@ -22,6 +30,8 @@ Formats (``format=``):
 
 Any file whose name ends in ``.gz`` is decompressed on the fly. Bytes are decoded as UTF-8
 (a leading byte-order mark is ignored); a line that does not decode is reported, not guessed.
+Lines end at ``\n``, ``\r\n`` or a bare ``\r`` (old Mac files), so no line break is ever read
+as part of a sentence.
 """
 
 from __future__ import annotations
@@ -31,14 +41,19 @@ import gzip
 import io
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-__all__ = ["FORMATS", "ReadReport", "read_pairs"]
+__all__ = ["FORMATS", "MAX_RECORD_LINES", "ReadReport", "read_pairs"]
 
 FORMATS = ("fra", "tsv", "csv", "jsonl", "aligned")
+
+#: A CSV record whose quoted field spans more physical lines than this is taken for an
+#: unterminated quote (reported as ``unterminated_quote``), not for a sentence.
+MAX_RECORD_LINES = 32
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -54,6 +69,9 @@ REASONS = {
     "undecodable": "bytes that are not valid UTF-8",
     "invalid_json": "not a JSON object",
     "missing_field": "source or target field missing or not a string",
+    "unterminated_quote": "CSV quote not closed (at the end of the file or after too many lines)",
+    "field_too_large": "CSV field larger than csv.field_size_limit()",
+    "csv_error": "line the csv module cannot parse",
 }
 
 
@@ -64,7 +82,9 @@ class ReadReport:
     Attributes:
         path: the file (or ``"a + b"`` for aligned files) that was read.
         format: the format used (guessed or given).
-        lines: data lines seen (a header row and a final newline are not lines).
+        lines: physical data lines read (a header row and a final newline are not lines). A
+            CSV record with a multi-line quoted field counts every line it spans, so for CSV
+            ``lines`` can exceed ``pairs + n_skipped``.
         pairs: pairs returned.
         skipped: reason -> number of lines skipped for it (only reasons that occurred).
         examples: reason -> the first ``max_examples`` ``(line_number, text)`` skipped for it;
@@ -82,7 +102,7 @@ class ReadReport:
 
     @property
     def n_skipped(self) -> int:
-        """Total number of lines skipped, all reasons together."""
+        """Total number of lines (CSV: records) skipped, all reasons together."""
         return sum(self.skipped.values())
 
     def skip(self, reason: str, line_number: int, text: str) -> None:
@@ -134,14 +154,18 @@ def _open_bytes(path: Path) -> bytes:
     return data
 
 
+_LINE_BREAK = re.compile(rb"\r\n?|\n")
+
+
 def _lines(data: bytes) -> list[bytes]:
-    """Split raw bytes into lines (``\\n``, ``\\r\\n``); a final newline opens no new line."""
+    """Split raw bytes into lines at ``\\n``, ``\\r\\n`` or a bare ``\\r`` (old Mac files, which
+    would otherwise be one long line); a final line break opens no new line."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    lines = data.split(b"\n")
+    lines = data.split(b"\n") if b"\r" not in data else _LINE_BREAK.split(data)
     if lines and lines[-1] == b"":
         lines.pop()
-    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+    return lines
 
 
 def _decoded(
@@ -160,14 +184,28 @@ def _decoded(
 
 def _pick(
     names: Sequence[str], wanted: str | None, defaults: Sequence[str], arg: str, where: str
-) -> str:
+) -> int:
+    """The index of the column ``wanted`` (or of the first default present) in ``names``.
+
+    Names match regardless of case (``Source`` is ``source``); an exact match wins over a
+    case-insensitive one, and a name that matches several columns only by case is an error.
+    """
+    folded = [n.casefold() for n in names]
     if wanted is not None:
-        if wanted not in names:
-            raise ValueError(f"{arg}={wanted!r} is not among the {where}: {list(names)}")
-        return wanted
+        if wanted in names:
+            return list(names).index(wanted)
+        hits = [i for i, n in enumerate(folded) if n == wanted.casefold()]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise ValueError(
+                f"{arg}={wanted!r} matches several of the {where} when case is ignored: "
+                f"{[names[i] for i in hits]}; pass the exact name"
+            )
+        raise ValueError(f"{arg}={wanted!r} is not among the {where}: {list(names)}")
     for name in defaults:
-        if name in names:
-            return name
+        if name.casefold() in folded:
+            return folded.index(name.casefold())
     raise ValueError(
         f"{arg}: none of the default names {list(defaults)} is among the {where} "
         f"{list(names)}; pass {arg}= to choose one"
@@ -203,50 +241,110 @@ def _read_fra(data: bytes, report: ReadReport) -> list[tuple[str, str]]:
     return pairs
 
 
-def _read_delimited(
-    data: bytes, report: ReadReport, delimiter: str, src_column: str | None, tgt_column: str | None
-) -> list[tuple[str, str]]:
-    raw = _lines(data)
-    if not raw:
-        return []
+def _header(
+    raw: list[bytes], delimiter: str, src_column: str | None, tgt_column: str | None
+) -> tuple[int, int, int]:
+    """``(source index, target index, number of columns)`` from the header row ``raw[0]``."""
     try:
         header_text = raw[0].decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"path: the header row is not valid UTF-8 ({e.reason})") from None
-    header = next(csv.reader([header_text], delimiter=delimiter))
+    if delimiter == "\t":
+        header = header_text.split("\t")
+    else:
+        header = next(csv.reader([header_text], delimiter=delimiter), [])
     header = [h.strip() for h in header]
     where = "header's columns"
-    s = header.index(_pick(header, src_column, _SRC_NAMES, "src_column", where))
-    t = header.index(_pick(header, tgt_column, _TGT_NAMES, "tgt_column", where))
-    width = len(header)
+    s = _pick(header, src_column, _SRC_NAMES, "src_column", where)
+    t = _pick(header, tgt_column, _TGT_NAMES, "tgt_column", where)
+    return s, t, len(header)
+
+
+def _row(
+    pairs: list[tuple[str, str]],
+    report: ReadReport,
+    n: int,
+    row: list[str],
+    s: int,
+    t: int,
+    width: int,
+    delimiter: str,
+) -> None:
+    text = delimiter.join(row)
+    if not row or not any(c.strip() for c in row):
+        report.skip("blank_line", n, text)
+    elif len(row) != width:
+        report.skip("wrong_column_count", n, f"{len(row)} columns, header has {width}: {text}")
+    else:
+        _keep(pairs, report, n, row[s], row[t], text)
+
+
+def _read_tsv(
+    data: bytes, report: ReadReport, src_column: str | None, tgt_column: str | None
+) -> list[tuple[str, str]]:
+    """One record per physical line, split on tabs; no quoting (``"`` is ordinary text)."""
+    raw = _lines(data)
+    if not raw:
+        return []
+    s, t, width = _header(raw, "\t", src_column, tgt_column)
+    pairs: list[tuple[str, str]] = []
+    for n, line in _decoded(raw[1:], report, first_line=2):
+        report.lines += 1
+        _row(pairs, report, n, line.split("\t"), s, t, width, "\t")
+    return pairs
+
+
+def _read_csv(
+    data: bytes, report: ReadReport, src_column: str | None, tgt_column: str | None
+) -> list[tuple[str, str]]:
+    """CSV with quoting; every physical line is counted, and a quote left open is reported."""
+    raw = _lines(data)
+    if not raw:
+        return []
+    s, t, width = _header(raw, ",", src_column, tgt_column)
     pairs: list[tuple[str, str]] = []
     decoded = list(_decoded(raw[1:], report, first_line=2))
     numbers = [n for n, _ in decoded]
-    # csv.reader consumes several physical lines for a quoted field with newlines; line_num
-    # tells how many, so every row is reported at the line where it starts.
-    reader = csv.reader((text + "\n" for _, text in decoded), delimiter=delimiter, strict=False)
-    consumed = 0
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as e:  # pragma: no cover - strict=False makes this rare
-            n = numbers[min(consumed, len(numbers) - 1)]
-            report.lines += 1
-            report.skip("wrong_column_count", n, f"csv error: {e}")
-            consumed = reader.line_num
-            continue
-        n = numbers[consumed]
-        consumed = reader.line_num
-        report.lines += 1
-        text = delimiter.join(row)
-        if not row or not any(c.strip() for c in row):
-            report.skip("blank_line", n, text)
-        elif len(row) != width:
-            report.skip("wrong_column_count", n, f"{len(row)} columns, header has {width}: {text}")
-        else:
-            _keep(pairs, report, n, row[s], row[t], text)
+    texts = [text for _, text in decoded]
+    total = len(texts)
+    # the record being read (index into texts), and whether the reader asked for a line past
+    # the end of the file (or past MAX_RECORD_LINES of that record) while inside it
+    cur = {"start": 0, "ran_out": False}
+
+    def feed(base: int) -> Iterator[str]:
+        for j in range(base, total):
+            if j - cur["start"] >= MAX_RECORD_LINES:
+                break
+            yield texts[j] + "\n"
+        cur["ran_out"] = True
+
+    pos = 0  # index into texts of the first line not read yet
+    while pos < total:
+        # One csv.reader from ``pos`` on; it is rebuilt one line past the start of a record it
+        # could not read, so a broken record costs its first line and nothing after it.
+        base = pos
+        cur["ran_out"] = False
+        reader = csv.reader(feed(base), delimiter=",", strict=False)
+        pos = total
+        while True:
+            start = cur["start"] = base + reader.line_num
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                reason = "field_too_large" if "field limit" in str(e) else "csv_error"
+                report.lines += 1
+                report.skip(reason, numbers[start], f"{e}: {texts[start]}")
+                pos = start + 1
+                break
+            if cur["ran_out"]:  # the end (or the cap) came inside an open quote
+                report.lines += 1
+                report.skip("unterminated_quote", numbers[start], texts[start])
+                pos = start + 1
+                break
+            report.lines += base + reader.line_num - start
+            _row(pairs, report, numbers[start], row, s, t, width, ",")
     return pairs
 
 
@@ -308,16 +406,16 @@ def _bad(b: bytes) -> bool:
     return False
 
 
-def guess_format(path: PathLike | tuple[PathLike, PathLike]) -> str:
+def guess_format(path: PathLike | tuple[PathLike, PathLike] | list[PathLike]) -> str:
     """Guess the format of ``path`` from its name, then its first line.
 
     Returns:
-        one of :data:`FORMATS`. A pair of paths is ``"aligned"``; ``.jsonl``/``.ndjson`` is
+        one of :data:`FORMATS`. A pair of paths (tuple or list) is ``"aligned"``; ``.jsonl``/``.ndjson`` is
         ``"jsonl"``; ``.csv`` is ``"csv"``; a tab-separated file is ``"tsv"`` when its first
         line names a source and a target column, else ``"fra"``; a first line starting with
         ``{`` is ``"jsonl"``.
     """
-    if isinstance(path, tuple):
+    if isinstance(path, (tuple, list)):
         return "aligned"
     name = os.fspath(path).lower()
     if name.endswith(".gz"):
@@ -338,7 +436,7 @@ def guess_format(path: PathLike | tuple[PathLike, PathLike]) -> str:
 
 
 def read_pairs(
-    path: PathLike | tuple[PathLike, PathLike],
+    path: PathLike | tuple[PathLike, PathLike] | list[PathLike],
     format: str | None = None,
     *,
     src_column: str | None = None,
@@ -348,11 +446,12 @@ def read_pairs(
     """Read ``(source, target)`` sentence pairs from a file in any supported format.
 
     Args:
-        path: a file, or a tuple ``(source_file, target_file)`` of aligned files. Names ending
-            in ``.gz`` are decompressed.
+        path: a file, or a pair ``(source_file, target_file)`` (tuple or list) of aligned
+            files. Names ending in ``.gz`` are decompressed.
         format: one of :data:`FORMATS`, or None to guess it (see :func:`guess_format`).
         src_column, tgt_column: column (tsv/csv header) or field (jsonl) names; default the
-            first present of ``src``/``source`` and ``tgt``/``target``.
+            first present of ``src``/``source`` and ``tgt``/``target``. Header names match
+            regardless of case; jsonl field names exactly.
         max_examples: how many skipped lines of each reason the report keeps.
 
     Returns:
@@ -373,8 +472,8 @@ def read_pairs(
     if format == "aligned":
         if not (isinstance(path, (tuple, list)) and len(path) == 2):
             raise TypeError(
-                f"path must be a tuple (source_file, target_file) for format='aligned', "
-                f"got {path!r}"
+                "path must be a tuple or list (source_file, target_file) for "
+                f"format='aligned', got {path!r}"
             )
         a, b = Path(path[0]), Path(path[1])
         report = ReadReport(f"{a} + {b}", format, max_examples=max_examples)
@@ -393,8 +492,8 @@ def read_pairs(
         elif format == "jsonl":
             pairs = _read_jsonl(data, report, src_column, tgt_column)
         else:
-            delim = "\t" if format == "tsv" else ","
-            pairs = _read_delimited(data, report, delim, src_column, tgt_column)
+            read = _read_tsv if format == "tsv" else _read_csv
+            pairs = read(data, report, src_column, tgt_column)
     report.pairs = len(pairs)
     if not pairs:
         if report.lines == 0:
