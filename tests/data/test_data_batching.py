@@ -78,6 +78,73 @@ def test_split_serialises_and_checks_the_data(tmp_path):
         Split.from_dict(bad)
 
 
+def test_split_groups_sources_that_differ_only_by_normalisation():
+    # the reviewer's case: case, NBSP and spacing variants of one source must share a part,
+    # since training normalises them into the same sentence
+    from qkv.data import Normalizer
+
+    pairs = [(f"Sentence {i}.", f"Phrase {i}.") for i in range(200)]
+    pairs += [(f"sentence {i}.", f"Phrase {i} !") for i in range(200)]
+    pairs += [(f"Sentence {i}.", f"Phrase {i}.") for i in range(200, 220)]
+    pairs += [(f"Sentence\u00a0{i}.", f"Une phrase {i}.") for i in range(200, 220)]
+    pairs += [(f"SENTENCE {i} .", f"Phrase {i}.") for i in range(220, 240)]
+    pairs += [(f"  sentence   {i}.", f"Phrase {i}.") for i in range(220, 240)]
+    pairs += [("Élève 1.", "a"), ("E\u0301le\u0300ve 1.", "b"), ("élève 1 .", "c")]
+    # the book's normaliser, whitespace collapsed
+    norm = Normalizer(lowercase=True, nbsp_to_space=True, space_before_punct=",.!?")
+    split = split_pairs(pairs, valid=0.1, test=0.1, seed=0)
+    assert split.grouping == "normalized"
+    tr, va, te = split.apply(pairs)
+    train_src = {norm(s) for s, _ in tr}
+    assert not train_src & {norm(s) for s, _ in te}
+    assert not train_src & {norm(s) for s, _ in va}
+    assert not {norm(s) for s, _ in va} & {norm(s) for s, _ in te}
+    where = {}
+    for name, idx in (("train", split.train), ("valid", split.valid), ("test", split.test)):
+        for i in idx:
+            where.setdefault(norm(pairs[i][0]), set()).add(name)
+    assert all(len(parts) == 1 for parts in where.values())
+    assert len(where) == 241  # 240 sentences and the accented one
+    # deterministic, and independent of line order
+    assert split_pairs(pairs, valid=0.1, test=0.1, seed=0) == split
+    shuffled = pairs[:]
+    random.Random(1).shuffle(shuffled)
+    again = split_pairs(shuffled, valid=0.1, test=0.1, seed=0)
+    assert {shuffled[i] for i in again.test} == {pairs[i] for i in split.test}
+
+
+def test_split_key_overrides_the_grouping():
+    pairs = [(f"s{i}", "t") for i in range(50)] + [(f"S{i}", "T") for i in range(50)]
+    raw = split_pairs(pairs, valid=0.2, test=0.2, seed=0, key=lambda s: s)
+    assert raw.grouping == "custom"
+    tr, _, te = raw.apply(pairs)
+    assert {s.lower() for s, _ in tr} & {s.lower() for s, _ in te}  # the leak raw grouping has
+    by_number = split_pairs(pairs, valid=0.2, test=0.2, seed=0, key=lambda s: s[1:])
+    assert by_number.train != raw.train
+    with pytest.raises(TypeError, match="key must return a str"):
+        split_pairs(pairs, key=len)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key must be a function"):
+        split_pairs(pairs, key="lower")  # type: ignore[arg-type]
+
+
+def test_split_without_variants_is_the_same_as_before_and_old_files_load(tmp_path):
+    # data whose sources are already distinct after normalisation gets the version-1 split
+    # (groups ordered by the hash of the raw source), so older saved splits stay valid
+    pairs = make_pairs(100)
+    new = split_pairs(pairs, valid=5, test=10, seed=0)
+    old = split_pairs(pairs, valid=5, test=10, seed=0, key=lambda s: s)
+    assert (new.train, new.valid, new.test) == (old.train, old.valid, old.test)
+    d = new.to_dict()
+    assert d["version"] == 2 and d["grouping"] == "normalized"
+    v1 = {k: v for k, v in d.items() if k not in ("version", "grouping")}
+    loaded = Split.from_dict(v1)
+    assert loaded.grouping == "raw" and loaded.apply(pairs) == new.apply(pairs)
+    with pytest.raises(ValueError, match="needs a newer qkv"):
+        Split.from_dict({**d, "version": 3})
+    with pytest.raises(ValueError, match="grouping must be"):
+        Split.from_dict({**d, "grouping": "fuzzy"})
+
+
 def test_split_bad_arguments():
     pairs = make_pairs(10)
     with pytest.raises(ValueError, match="valid as a fraction"):

@@ -10,7 +10,7 @@ from .batching import Batch, TokenBatcher
 from .corpus import bundled_corpus_path, bundled_pairs
 from .normalize import Normalizer
 from .readers import FORMATS, ReadReport, guess_format, read_pairs, write_pairs
-from .splits import Split, fingerprint, split_pairs
+from .splits import Split, fingerprint, normalized_source, split_pairs
 from .tokenizers import (
     SentencePieceTokenizer,
     Tokenizer,
@@ -47,6 +47,7 @@ __all__ = [
     "guess_format",
     "load_tokenizer",
     "load_tokenizers",
+    "normalized_source",
     "read_pairs",
     "save_tokenizers",
     "split_pairs",

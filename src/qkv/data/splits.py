@@ -2,9 +2,13 @@
 
 :func:`split_pairs` groups pairs by their source sentence, so that every translation of one
 sentence lands in the same part (Tatoeba has many sentences with several translations: a plain
-random split would put a test sentence's twin in the training set). Groups are ordered by a
-seeded hash of the source text, which makes the split independent of the file's line order,
-and cut to the requested sizes.
+random split would put a test sentence's twin in the training set). Sources are compared after
+:func:`normalized_source` (Unicode NFC, case folded, no-break spaces as spaces, whitespace
+collapsed, no space before punctuation), because training normalises text later: ``"Go."``,
+``"go ."`` and ``"GO\u00a0!"``-style variants would otherwise land in different parts and a test
+sentence would be seen in training. ``key=`` replaces that comparison. Groups are ordered by a
+seeded hash of their (smallest) raw source text, which makes the split independent of the
+file's line order, and cut to the requested sizes.
 
 The result is a :class:`Split`: the index lists plus a fingerprint of the data they index,
 JSON-serialisable, so a run saves it and evaluation applies exactly the same split -- and is
@@ -15,11 +19,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Split", "fingerprint", "split_pairs"]
+__all__ = ["SPLIT_VERSION", "Split", "fingerprint", "normalized_source", "split_pairs"]
+
+#: Version of the saved format. 1: no ``version``/``grouping`` fields, sources grouped by their
+#: raw text. 2: ``grouping`` says how sources were compared (``"normalized"``, ``"custom"``).
+SPLIT_VERSION = 2
+
+_NBSP = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2007": " "})
+_SPACES = re.compile(r"\s+")
+_SPACE_BEFORE_PUNCT = re.compile(r" (?=[^\w\s])")
+
+
+def normalized_source(text: str) -> str:
+    """The default grouping key of :func:`split_pairs`: two sources that any normaliser would
+    make equal get the same key.
+
+    Unicode NFC, case folded, no-break spaces (U+00A0, U+202F, U+2007) as spaces, every run of
+    whitespace one space, ends stripped, and no space before a punctuation mark or symbol, so
+    ``"Go."``, ``"go ."``, ``"GO\u00a0."`` and ``" go  . "`` share the key ``"go."``.
+    """
+    text = unicodedata.normalize("NFC", text).casefold()
+    text = unicodedata.normalize("NFC", text).translate(_NBSP)
+    text = _SPACES.sub(" ", text).strip()
+    return _SPACE_BEFORE_PUNCT.sub("", text)
 
 
 def fingerprint(pairs: Sequence[tuple[str, str]]) -> str:
@@ -42,6 +70,9 @@ class Split:
         seed: the seed that ordered the groups.
         fingerprint: :func:`fingerprint` of those pairs.
         train, valid, test: sorted indices into the pairs; disjoint, covering ``range(n)``.
+        grouping: how sources were compared: ``"normalized"`` (:func:`normalized_source`, the
+            default), ``"custom"`` (a ``key=`` function) or ``"raw"`` (the exact text; splits
+            saved before version 2, which may put variants of a test sentence in training).
     """
 
     n: int
@@ -50,6 +81,7 @@ class Split:
     train: tuple[int, ...]
     valid: tuple[int, ...]
     test: tuple[int, ...]
+    grouping: str = "normalized"
 
     def apply(
         self, pairs: Sequence[tuple[str, str]], check: bool = True
@@ -77,6 +109,8 @@ class Split:
         """A JSON-serialisable dict; :meth:`from_dict` rebuilds an equal split."""
         return {
             "type": "qkv.Split",
+            "version": SPLIT_VERSION,
+            "grouping": self.grouping,
             "n": self.n,
             "seed": self.seed,
             "fingerprint": self.fingerprint,
@@ -87,7 +121,26 @@ class Split:
 
     @classmethod
     def from_dict(cls, d: dict) -> Split:
-        """Rebuild a split from :meth:`to_dict`, checking that the parts partition ``range(n)``."""
+        """Rebuild a split from :meth:`to_dict`, checking that the parts partition ``range(n)``.
+
+        Splits saved before version 2 (no ``version`` field) load with ``grouping="raw"``; a
+        newer version than this qkv knows is refused.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"d must be a dict from Split.to_dict, got {type(d).__name__}")
+        version = d.get("version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"d: version must be an int >= 1, got {version!r}")
+        if version > SPLIT_VERSION:
+            raise ValueError(
+                f"d: a split of version {version} needs a newer qkv; this one reads versions "
+                f"1 to {SPLIT_VERSION}"
+            )
+        grouping = "raw" if version == 1 else d.get("grouping")
+        if grouping not in ("raw", "normalized", "custom"):
+            raise ValueError(
+                f"d: grouping must be 'raw', 'normalized' or 'custom', got {grouping!r}"
+            )
         try:
             split = cls(
                 n=int(d["n"]),
@@ -96,6 +149,7 @@ class Split:
                 train=tuple(int(i) for i in d["train"]),
                 valid=tuple(int(i) for i in d["valid"]),
                 test=tuple(int(i) for i in d["test"]),
+                grouping=grouping,
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"d must be a dict from Split.to_dict, got an error: {e!r}") from None
@@ -116,7 +170,7 @@ class Split:
     def __repr__(self) -> str:
         return (
             f"Split(n={self.n}, seed={self.seed}, train={len(self.train)}, "
-            f"valid={len(self.valid)}, test={len(self.test)})"
+            f"valid={len(self.valid)}, test={len(self.test)}, grouping={self.grouping!r})"
         )
 
 
@@ -137,6 +191,8 @@ def split_pairs(
     valid: float | int = 0.1,
     test: float | int = 0.1,
     seed: int = 0,
+    *,
+    key: Callable[[str], str] | None = None,
 ) -> Split:
     """Split ``pairs`` into train/valid/test, grouping pairs that share a source sentence.
 
@@ -146,6 +202,10 @@ def split_pairs(
             filled with whole source groups, so sizes can exceed the target by at most one
             group.
         seed: orders the groups; the same pairs and seed always give the same split.
+        key: maps a source to the text that decides which sources are "the same sentence";
+            default :func:`normalized_source` (case, Unicode form, no-break and repeated spaces
+            and spaces before punctuation ignored). Pass ``lambda s: s`` to group by the exact
+            text, or your normaliser (e.g. ``Normalizer.book()``).
 
     Returns:
         a :class:`Split`; ``split.apply(pairs)`` gives the three lists.
@@ -155,28 +215,41 @@ def split_pairs(
         raise ValueError("pairs must not be empty")
     if not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a function str -> str or None, got {type(key).__name__}")
     n_valid, n_test = _size(valid, n, "valid"), _size(test, n, "test")
     if n_valid + n_test > n:
         raise ValueError(f"valid + test must not exceed the {n} pairs, got {n_valid} + {n_test}")
+    group_key = normalized_source if key is None else key
     groups: dict[str, list[int]] = {}
+    # each group is ordered by its smallest raw source: for data without variants this is the
+    # source itself, so such a split is the one earlier versions made
+    first: dict[str, str] = {}
     for i, (s, _) in enumerate(pairs):
-        groups.setdefault(s, []).append(i)
+        g = group_key(s)
+        if not isinstance(g, str):
+            raise TypeError(f"key must return a str, got {type(g).__name__} for {s!r}")
+        groups.setdefault(g, []).append(i)
+        if g not in first or s < first[g]:
+            first[g] = s
     salt = str(seed).encode() + b"\x00"
 
-    def key(src: str) -> bytes:
-        return hashlib.blake2b(salt + src.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    def rank(g: str) -> tuple[bytes, str]:
+        src = first[g]
+        digest = hashlib.blake2b(salt + src.encode("utf-8", "surrogatepass"), digest_size=8)
+        return digest.digest(), src
 
-    order = sorted(groups, key=key)
+    order = sorted(groups, key=rank)
     test_idx: list[int] = []
     valid_idx: list[int] = []
     train_idx: list[int] = []
-    for src in order:
+    for g in order:
         if len(test_idx) < n_test:
-            test_idx.extend(groups[src])
+            test_idx.extend(groups[g])
         elif len(valid_idx) < n_valid:
-            valid_idx.extend(groups[src])
+            valid_idx.extend(groups[g])
         else:
-            train_idx.extend(groups[src])
+            train_idx.extend(groups[g])
     return Split(
         n=n,
         seed=seed,
@@ -184,4 +257,5 @@ def split_pairs(
         train=tuple(sorted(train_idx)),
         valid=tuple(sorted(valid_idx)),
         test=tuple(sorted(test_idx)),
+        grouping="normalized" if key is None else "custom",
     )
