@@ -143,6 +143,28 @@ def test_word_tokenizer_decomposed_input_matches_composed():
     assert tok.encode("e\u0301le\u0300ve") == tok.encode("élève") == [4]
 
 
+def test_literal_special_token_text_encodes_to_unk():
+    # a literal "<eos>" in a target must not teach early stopping, nor a literal "<pad>" vanish
+    # from the loss: special-token text is an unknown word, as in SentencePiece
+    tok = WordTokenizer.train(["je suis chez moi ."], min_freq=1, normalizer=Normalizer.book())
+    text = "je <eos> suis <pad> chez <bos> moi <unk> ."
+    ids = tok.encode(text)
+    assert ids == tok.encode_normalized(Normalizer.book()(text))
+    assert [tok.pad_id, tok.bos_id, tok.eos_id] == [0, 1, 2]
+    assert not {tok.pad_id, tok.bos_id, tok.eos_id} & set(ids)
+    assert ids.count(tok.unk_id) == 4 and len(ids) == 9
+    assert tok.decode(ids) == "je <unk> suis <unk> chez <unk> moi <unk> ."
+    src, tgt = encode_pairs([("<eos>", "<pad> moi")], tok, tok)
+    assert src == [[tok.unk_id]] and tgt == [[tok.unk_id, tok.encode("moi")[0]]]
+
+
+def test_sentencepiece_literal_special_token_text_is_not_special():
+    pytest.importorskip("sentencepiece")
+    tok = SentencePieceTokenizer.train([t.lower() for t in TRAIN] * 3, vocab_size=60)
+    ids = tok.encode("le <eos> <pad> garçon")
+    assert not {tok.pad_id, tok.bos_id, tok.eos_id} & set(ids)
+
+
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_sentencepiece_round_trip(tmp_path, model_type):
     pytest.importorskip("sentencepiece")
@@ -186,6 +208,21 @@ def test_sentencepiece_bad_arguments():
         SentencePieceTokenizer.train(["", " "])
     with pytest.raises(TypeError, match="model must be the bytes"):
         SentencePieceTokenizer("not bytes")  # type: ignore[arg-type]
+
+
+def test_sentencepiece_too_small_vocab_size_is_a_value_error():
+    pytest.importorskip("sentencepiece")
+    texts = ["Je suis chez moi.", "Il est calme.", "Va !", "Élève à l'école."] * 5
+    chars = len(set("".join(texts)) - {" "}) + 1  # SentencePiece's "▁" stands for the space
+    with pytest.raises(ValueError, match=rf"vocab_size=10 is too small.*at least {chars + 4}"):
+        SentencePieceTokenizer.train(texts, vocab_size=10)
+    assert SentencePieceTokenizer.train(texts, vocab_size=chars + 4).vocab_size == chars + 4
+    with pytest.raises(ValueError, match=r"256 byte pieces.*vocab_size >= "):
+        SentencePieceTokenizer.train(texts, vocab_size=100, byte_fallback=True)
+    with pytest.raises(ValueError, match="character_coverage must lie in"):
+        SentencePieceTokenizer.train(texts, vocab_size=100, character_coverage=0.5)
+    with pytest.raises(ValueError, match="character_coverage must be a fraction"):
+        SentencePieceTokenizer.train(texts, vocab_size=100, character_coverage=2)
 
 
 PAIRS = [

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .normalize import Normalizer
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+
+_SPECIAL_SET = frozenset(SPECIALS)
 
 __all__ = [
     "SentencePieceTokenizer",
@@ -139,7 +142,10 @@ class WordTokenizer(Tokenizer):
     """The book's word-level tokenizer: split on spaces, look words up in a :class:`Vocab`.
 
     With ``Normalizer.book()`` punctuation is already a separate word (``"go ."``). Words not in
-    the vocabulary encode to ``<unk>`` and decode as the string ``"<unk>"``.
+    the vocabulary encode to ``<unk>`` and decode as the string ``"<unk>"``. The text of a
+    special token (``"<pad>"``, ``"<bos>"``, ``"<eos>"``, ``"<unk>"``) in the input is such a
+    word too: it encodes to ``<unk>``, never to the special id (a literal ``<eos>`` must not end
+    a sentence, nor a literal ``<pad>`` vanish from the loss), as SentencePiece does.
 
     Args:
         vocab: the vocabulary.
@@ -190,8 +196,8 @@ class WordTokenizer(Tokenizer):
         return self.tokenize_normalized(self.normalize(text))
 
     def encode_normalized(self, text: str) -> list[int]:
-        get, unk = self.vocab._stoi.get, Vocab.unk_id
-        return [get(w, unk) for w in text.split(" ") if w]
+        get, unk, special = self.vocab._stoi.get, Vocab.unk_id, _SPECIAL_SET
+        return [unk if w in special else get(w, unk) for w in text.split(" ") if w]
 
     def decode(self, ids: Iterable[int]) -> str:
         skip = (Vocab.pad_id, Vocab.bos_id, Vocab.eos_id)
@@ -269,7 +275,8 @@ class SentencePieceTokenizer(Tokenizer):
             vocab_size: target number of pieces, specials included; a soft limit, so a small
                 corpus gives a smaller vocabulary instead of an error.
             model_type: ``"bpe"`` or ``"unigram"``.
-            character_coverage: fraction of characters covered (1.0 for European languages).
+            character_coverage: fraction of characters covered (1.0 for European languages;
+                SentencePiece accepts 0.98 to 1).
             byte_fallback: spell unseen characters as UTF-8 bytes (adds 256 pieces).
             normalizer: the normaliser to attach (and apply to ``texts`` unless
                 ``pre_normalized``).
@@ -280,6 +287,14 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
         if not isinstance(vocab_size, int) or vocab_size < 8:
             raise ValueError(f"vocab_size must be an int >= 8, got {vocab_size!r}")
+        if (
+            isinstance(character_coverage, bool)
+            or not isinstance(character_coverage, (int, float))
+            or not 0.0 < character_coverage <= 1.0
+        ):
+            raise ValueError(
+                f"character_coverage must be a fraction in (0, 1], got {character_coverage!r}"
+            )
         spm = _spm()
         norm = normalizer if (normalizer is not None and not pre_normalized) else None
         sentences = [norm(t) if norm else t for t in _check_texts(texts)]
@@ -287,26 +302,47 @@ class SentencePieceTokenizer(Tokenizer):
         if not sentences:
             raise ValueError("texts must hold at least one non-empty sentence, got none")
         buf = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_writer=buf,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            byte_fallback=byte_fallback,
-            hard_vocab_limit=False,
-            normalization_rule_name="identity",
-            pad_id=0,
-            bos_id=1,
-            eos_id=2,
-            unk_id=3,
-            pad_piece=PAD,
-            bos_piece=BOS,
-            eos_piece=EOS,
-            unk_piece=UNK,
-            num_threads=num_threads,
-            minloglevel=2,
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=buf,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                byte_fallback=byte_fallback,
+                hard_vocab_limit=False,
+                normalization_rule_name="identity",
+                pad_id=0,
+                bos_id=1,
+                eos_id=2,
+                unk_id=3,
+                pad_piece=PAD,
+                bos_piece=BOS,
+                eos_piece=EOS,
+                unk_piece=UNK,
+                num_threads=num_threads,
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            # SentencePiece's checks fail as RuntimeError("INTERNAL: ...trainer_interface.cc...")
+            cov = re.search(r"character_coverage\(\) >= ([\d.]+)\D+([\d.]+)", str(e))
+            if cov is not None:
+                raise ValueError(
+                    f"character_coverage must lie in [{cov.group(1)}, {cov.group(2)}] for "
+                    f"SentencePiece, got {character_coverage!r}"
+                ) from None
+            # "Vocabulary size is smaller than required_chars. 40 vs 279."
+            m = re.search(r"smaller than required_chars\D*(\d+) vs (\d+)", str(e))
+            if m is None:
+                raise
+            need = int(m.group(2))
+            extra = ", 256 byte pieces" if byte_fallback else ""
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small for these texts: SentencePiece needs at "
+                f"least {need} pieces (the {len(SPECIALS)} specials{extra} and one per distinct "
+                f"character kept by character_coverage={character_coverage}); pass "
+                f"vocab_size >= {need}"
+            ) from None
         return cls(buf.getvalue(), normalizer)
 
     def encode_normalized(self, text: str) -> list[int]:
