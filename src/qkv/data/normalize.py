@@ -6,7 +6,8 @@ time is normalised exactly as its training text was.
 
 ``Normalizer.book()`` is the d2l preprocessing of ``fra.txt``: narrow and ordinary non-breaking
 spaces become spaces, text is lower-cased, and a space is inserted before ``, . ! ?`` when the
-previous character is not a space (``"Go."`` -> ``"go ."``). Every normaliser applies a Unicode
+previous character is not a space (``"Go."`` -> ``"go ."``); unlike the book it also collapses
+whitespace (a tab is a word boundary, not part of a word ``"a\tb"``). Every normaliser applies a Unicode
 normal form first (NFC by default), so ``"e\\u0301"`` and ``"é"`` are the same word.
 """
 
@@ -69,13 +70,19 @@ class Normalizer:
 
     @classmethod
     def book(cls) -> Normalizer:
-        """The d2l ``preprocess_nmt`` normalisation, plus NFC."""
+        """The d2l ``preprocess_nmt`` normalisation, plus NFC and whitespace collapsing.
+
+        The book splits words on single spaces only, so a tab or a newline stays inside a word
+        (``"a\tb."`` is the one word ``"a\tb"``); here every run of whitespace becomes one space
+        and the ends are stripped. Words come out as the book's wherever its words have no
+        whitespace inside; text already normalised (the bundled corpus) is unchanged.
+        """
         return cls(
             unicode_form="NFC",
             lowercase=True,
             nbsp_to_space=True,
             space_before_punct=",.!?",
-            collapse_whitespace=False,
+            collapse_whitespace=True,
         )
 
     def __call__(self, text: str) -> str:
