@@ -254,6 +254,18 @@ def test_load_state_dict_refuses_other_settings():
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="state must be a dict"):
         other.load_state_dict({"epoch": 0})
+    # max_len, truncate and src_eos change the batches too
+    state = TokenBatcher(src, tgt, max_tokens=100, max_len=40, seed=1).state_dict()
+    for kw, msg in [
+        (dict(max_len=30), "max_len: saved 40, here 30"),
+        (dict(max_len=40, truncate=True), "truncate: saved False, here True"),
+        (dict(max_len=40, src_eos=False), "src_eos: saved True, here False"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            TokenBatcher(src, tgt, max_tokens=100, seed=1, **kw).load_state_dict(state)
+    # a state from before these settings were recorded still loads
+    old = {k: v for k, v in state.items() if k not in ("max_len", "truncate", "src_eos")}
+    TokenBatcher(src, tgt, max_tokens=100, max_len=40, seed=1).load_state_dict(old)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -268,11 +280,29 @@ def test_ranks_partition_the_batches(world_size):
         for r in range(world_size)
     ]
     assert len({len(s) for s in shards}) == 1  # every rank takes the same number of steps
-    usable = len(full) - len(full) % world_size
+    pad = -len(full) % world_size
     merged = [b for step in zip(*shards) for b in step]
-    assert merged == full[:usable]
+    assert merged == full + full[:pad]  # padded with the first batches, as DistributedSampler
     all_examples = [i for s in shards for b in s for i in b]
-    assert len(all_examples) == len(set(all_examples))
+    assert set(all_examples) == set(range(len(src)))
+    assert len(all_examples) == len(src) + sum(len(b) for b in full[:pad])
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 7])
+def test_unshuffled_ranks_see_every_example_every_epoch(world_size):
+    # a plan cut to a multiple of world_size dropped the same (longest) batches every epoch
+    src, tgt = ids(make_pairs(400, seed=5))
+    n_full = len(TokenBatcher(src, tgt, max_tokens=60, shuffle=False))
+    assert n_full % world_size  # the case that used to drop batches
+    ranks = [
+        TokenBatcher(src, tgt, max_tokens=60, shuffle=False, rank=r, world_size=world_size)
+        for r in range(world_size)
+    ]
+    for _ in range(2):  # epochs
+        steps = [[key(x) for x in b] for b in ranks]
+        assert len({len(s) for s in steps}) == 1
+        assert len(steps[0]) == -(-n_full // world_size)
+        assert {i for s in steps for b in s for i in b} == set(range(len(src)))
 
 
 def test_rank_from_environment(monkeypatch):

@@ -12,8 +12,11 @@
   number of batches already handed out in that epoch); a checkpoint stores it and
   ``load_state_dict`` makes the next iteration yield exactly the batches that remained.
 * **Sharded.** With ``rank``/``world_size`` (default: the ``RANK``/``WORLD_SIZE`` that torchrun
-  sets) every rank builds the same epoch plan and takes every ``world_size``-th batch; the plan
-  is cut to a multiple of ``world_size`` so that every rank takes the same number of steps.
+  sets) every rank builds the same epoch plan and takes every ``world_size``-th batch. Like
+  ``DistributedSampler``, the plan is padded to a multiple of ``world_size`` by repeating its
+  first batches (wrapping around), so every example is seen every epoch (a cut would drop the
+  same longest batches every epoch when ``shuffle=False``) and all ranks take the same number
+  of steps; at most ``world_size - 1`` batches are seen twice in an epoch.
 
 Teacher forcing as in the book: the target ``y_1 .. y_n`` gives ``tgt_in = <bos> y_1 .. y_n``
 and ``tgt_out = y_1 .. y_n <eos>``, both ``n + 1`` long; the source gets ``<eos>`` appended
@@ -245,13 +248,15 @@ class TokenBatcher:
             return self._plan_cache[1]
         batches = self._global_plan(epoch)
         if self.world_size > 1:
-            usable = len(batches) - len(batches) % self.world_size
-            if usable == 0:
+            if len(batches) < self.world_size:
                 raise ValueError(
                     f"world_size={self.world_size} exceeds the {len(batches)} batches of epoch "
                     f"{epoch}; lower max_tokens or use fewer ranks"
                 )
-            batches = batches[self.rank : usable : self.world_size]
+            # pad with the plan's first batches (DistributedSampler's wrap-around): every
+            # example is seen and every rank takes the same number of steps
+            batches = batches + batches[: -len(batches) % self.world_size]
+            batches = batches[self.rank :: self.world_size]
         self._plan_cache = (epoch, batches)
         return batches
 
@@ -291,6 +296,9 @@ class TokenBatcher:
             "max_batch_size": self.max_batch_size,
             "world_size": self.world_size,
             "shuffle": self.shuffle,
+            "max_len": self.max_len,
+            "truncate": self.truncate,
+            "src_eos": self.src_eos,
         }
 
     def state_dict(self) -> dict:
@@ -302,7 +310,10 @@ class TokenBatcher:
         """Resume at the position ``state`` (from :meth:`state_dict`).
 
         Raises:
-            ValueError: ``state`` was made with settings that give different batches.
+            ValueError: ``state`` was made with settings that give different batches (seed,
+                examples, ``max_tokens``, ``max_batch_size``, ``world_size``, ``shuffle``,
+                ``max_len``, ``truncate``, ``src_eos``); settings a state does not record (it
+                predates them) are not checked.
         """
         if not isinstance(state, dict) or "epoch" not in state or "batch_index" not in state:
             raise ValueError(f"state must be a dict from state_dict(), got {state!r:.100}")
