@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _models_helpers import BOS, EOS, MAX_LEN, PAD, batch, calibrate_eos, tiny
+from _models_helpers import BOS, EOS, MAX_LEN, PAD, V, batch, calibrate_eos, tiny
 
 from qkv.decoding import beam_search, generate, greedy_search
 
@@ -154,6 +154,31 @@ def test_stops_at_once_when_everything_ends():
     assert all(math.isfinite(s) for h in hyps for _, s in h)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_pad_and_bos_are_never_generated(kind):
+    torch.manual_seed(0)
+    model = tiny(kind)
+    with torch.no_grad():  # a model that would rather say PAD or BOS than anything else
+        model.decoder.dense.bias[PAD] = 20.0
+        model.decoder.dense.bias[BOS] = 19.0
+    src, lens = batch(B=4)
+    for use_cache in (True, False):
+        for beam_size in (1, 3):
+            out = gen(model, src, lens, beam_size=beam_size, use_cache=use_cache)
+            assert all(out) and not {PAD, BOS} & {t for ids in out for t in ids}
+    greedy = gen(model, src, lens)
+    assert gen(model, src, lens, use_cache=False) == greedy
+    beam = beam_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1)
+    assert [h[0][0] for h in beam] == greedy
+    # pad_id=None lets PAD through (BOS stays masked); another pad_id masks that id instead
+    raw = gen(model, src, lens, pad_id=None)
+    assert PAD in {t for ids in raw for t in ids} and BOS not in {t for ids in raw for t in ids}
+    other = gen(model, src, lens, pad_id=5)
+    assert 5 not in {t for ids in other for t in ids}
+    with pytest.raises(ValueError, match="pad_id"):
+        gen(model, src, lens, pad_id=V)
+
+
 @pytest.mark.parametrize(
     ("kw", "arg"),
     [
@@ -162,6 +187,7 @@ def test_stops_at_once_when_everything_ends():
         (dict(beam_size=2, n_best=3), "n_best"),
         (dict(beam_size=2, length_penalty=float("nan")), "length_penalty"),
         (dict(bos_id=-1), "bos_id"),
+        (dict(pad_id=-1), "pad_id"),
     ],
 )
 def test_argument_errors(kw, arg):

@@ -9,6 +9,10 @@ re-runs the decoder over the whole prefix (the book's way), which gives the same
 Batches are padded (``src_valid_lens``); every computation is per row, so a sentence's result does
 not depend on its neighbours, their padding, or the batch size.  A finished sentence keeps being
 fed its EOS token (greedy) or has all its beams dead (-inf) until the whole batch is done.
+
+The padding and begin-of-sequence tokens (``pad_id``, default 0, and ``bos_id``) are never
+generated: their log-probabilities are set to -inf at every step, after the softmax, so the
+scores stay the model's own log-probabilities (as Hugging Face's suppressed tokens).
 """
 
 from __future__ import annotations
@@ -73,6 +77,27 @@ class _EvalMode:
         self.model.train(self.training)
 
 
+def _banned(pad_id: int | None, bos_id: int, eos_id: int) -> list[int]:
+    """The ids never generated: PAD and BOS (unless one of them is also the EOS id)."""
+    if pad_id is not None:
+        _int("pad_id", pad_id, 0)
+    return sorted({i for i in (pad_id, bos_id) if i is not None and i != eos_id})
+
+
+def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
+    """``scores`` ``(rows, V)`` with the ``banned`` columns set to -inf (a copy)."""
+    if not banned:
+        return scores
+    V = scores.shape[-1]
+    if banned[-1] >= V:
+        raise ValueError(
+            f"pad_id/bos_id: expected ids below the model's vocabulary size {V}, got {banned}"
+        )
+    scores = scores.clone()
+    scores[:, banned] = float("-inf")
+    return scores
+
+
 def _step(model, tokens: Tensor, t: int, state, state0, use_cache: bool):
     """Logits ``(rows, V)`` of the next token after ``tokens[:, :t + 1]``, and the new state."""
     if use_cache:
@@ -91,17 +116,20 @@ def greedy_search(
     max_len: int,
     bos_id: int,
     eos_id: int,
+    pad_id: int | None = 0,
     use_cache: bool = True,
 ) -> list[list[int]]:
     """The most likely next token at every step, for each sentence of the batch.
 
     Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None.  Returns, per sentence,
-    at most ``max_len`` token ids, without BOS and EOS.
+    at most ``max_len`` token ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id``
+    are never chosen.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
     _int("max_len", max_len, 1)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
+    banned = _banned(pad_id, bos_id, eos_id)
     B = src.shape[0]
     with _EvalMode(model):
         state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
@@ -111,7 +139,7 @@ def greedy_search(
         steps = max_len
         for t in range(max_len):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
-            nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
+            nxt = _suppress(logits, banned).argmax(dim=-1).masked_fill(finished, eos_id)
             tokens[:, t + 1] = nxt
             finished |= nxt == eos_id
             if bool(finished.all()):
@@ -137,6 +165,7 @@ def beam_search(
     max_len: int,
     bos_id: int,
     eos_id: int,
+    pad_id: int | None = 0,
     beam_size: int = 4,
     length_penalty: float = 1.0,
     n_best: int = 1,
@@ -150,6 +179,9 @@ def beam_search(
     ``beam_size`` others live on.  A sentence is done when it has ``beam_size`` finished
     hypotheses (fairseq's rule); at ``max_len`` its live hypotheses are finished as they are.
 
+    ``pad_id`` (None: none) and ``bos_id`` are never generated: their log-probabilities are -inf
+    after the softmax, so scores remain the model's log-probabilities.
+
     Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None.  Returns per sentence its ``n_best``
     hypotheses ``(token ids without BOS/EOS, score)``, best first.
     """
@@ -157,6 +189,7 @@ def beam_search(
     _int("max_len", max_len, 1)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
+    banned = _banned(pad_id, bos_id, eos_id)
     K = _int("beam_size", beam_size, 1)
     _int("n_best", n_best, 1)
     if n_best > K:
@@ -183,7 +216,7 @@ def beam_search(
         t = -1
         for t in range(max_len):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
-            logp = F.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+            logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
             V = logp.shape[-1]
             cand = (scores.unsqueeze(-1) + logp.view(B, K, V)).view(B, K * V)
             top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
@@ -233,6 +266,7 @@ def generate(
     max_len: int,
     bos_id: int,
     eos_id: int,
+    pad_id: int | None = 0,
     beam_size: int = 1,
     length_penalty: float = 1.0,
     n_best: int = 1,
@@ -247,6 +281,8 @@ def generate(
         src_valid_lens: ``(B,)`` source lengths, or None when nothing is padded.
         max_len: the most tokens to generate per sentence (EOS included).
         bos_id, eos_id: the target's begin- and end-of-sequence ids.
+        pad_id: the target's padding id (qkv's vocabularies use 0), or None.  Neither it nor
+            ``bos_id`` is ever generated: both are masked to -inf at every step.
         beam_size: 1 for greedy search.
         length_penalty: ``alpha`` of the beam score ``sum(log p) / length ** alpha``.
         n_best: hypotheses to return per sentence (at most ``beam_size``).
@@ -260,7 +296,7 @@ def generate(
     _int("n_best", n_best, 1)
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
-    common: dict[str, Any] = dict(max_len=max_len, bos_id=bos_id, eos_id=eos_id)
+    common: dict[str, Any] = dict(max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     if K == 1 and n_best == 1:
         return greedy_search(model, src, src_valid_lens, use_cache=use_cache, **common)
     hyps = beam_search(
