@@ -101,3 +101,47 @@ def test_save_attention_dispatches_on_the_extension(tmp_path):
         viz.save_attention(tmp_path / "a.txt", kinds)
     with pytest.raises(ValueError, match="layers"):
         viz.plot_attention(kinds, layers=[5])
+
+
+def test_plot_attention_size_is_bounded_at_500_tokens(tmp_path):
+    # 3 kinds x 6 layers x 500 tokens used to ask for a 667 x 333 inch figure
+    from qkv.viz.heatmaps import FIGURE_MAX, PANEL_MAX
+
+    n = 500
+    w = torch.rand(2, n, n).softmax(-1)
+    toks = [f"t{i}" for i in range(n)]
+    kinds = [viz.AttentionKind(f"kind {i}", [w] * 6, toks, toks) for i in range(3)]
+    fig = viz.plot_attention(kinds)
+    width, height = fig.get_size_inches()
+    assert width <= FIGURE_MAX and height <= FIGURE_MAX
+    assert width <= 6 * (PANEL_MAX + 1.0) + 1.2 and height <= 3 * (PANEL_MAX + 1.0)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 18
+    assert all(len(ax.get_xticklabels()) <= 40 for ax in panels)  # labels thinned to fit
+    assert all(len(ax.get_yticklabels()) <= 40 for ax in panels)
+    # many layers: the panels shrink so that the figure stays within FIGURE_MAX
+    many = viz.plot_attention([viz.AttentionKind("k", [w[:1, :50, :50]] * 40)])
+    assert max(many.get_size_inches()) <= FIGURE_MAX
+
+
+def test_plot_attention_small_inputs_keep_their_size():
+    fig = viz.plot_attention(_kinds())
+    width, height = fig.get_size_inches()
+    assert 3 * 2.0 <= height <= 3 * 5.0 and 2 * 2.0 <= width <= 2 * 5.0 + 1.2
+
+
+def test_dollar_signs_in_tokens_and_titles_are_text(tmp_path):
+    # "$x_{$" is broken mathtext: drawing it used to raise
+    toks = ["$x_{$", "5$", "$a$"]
+    w = torch.rand(1, 3, 3).softmax(-1)
+    kind = viz.AttentionKind("cost $", [w], toks, toks)
+    fig = viz.plot_attention(kind, path=tmp_path / "d.png")
+    assert _ink(tmp_path / "d.png") > 5
+    panel = next(ax for ax in fig.axes if ax.images)
+    assert [t.get_text() for t in panel.get_xticklabels()] == toks
+    assert "cost $" in panel.get_title()
+    viz.show_heatmaps(
+        w, "keys", "queries", titles=["$bad{"], xticklabels=toks, yticklabels=toks,
+        path=tmp_path / "h.png",
+    )  # fmt: skip
+    assert _ink(tmp_path / "h.png") > 5

@@ -20,6 +20,19 @@ __all__ = ["FORMATS", "new_figure", "plot_attention", "save_figure", "show_heatm
 #: file extensions :func:`save_figure` writes, and matplotlib's name for each
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
+# plot_attention's sizes, in inches: a token gets CELL until a panel reaches PANEL_MAX (then the
+# cells shrink), panels are at least PANEL_MIN, and the whole figure stays within FIGURE_MAX on
+# each side (panels shrink below PANEL_MIN if needed) -- far inside Agg's 2**16-pixel limit.
+CELL = 0.22
+PANEL_MIN = 2.0
+PANEL_MAX = 4.0
+FIGURE_MAX = 48.0
+# a tick label of fontsize 8 needs about this much room (inches) along its axis
+_LABEL_ROOM = 0.13
+
+# Tokens and names are data, not mathtext: "$5" must be drawn as "$5", not parsed (and fail).
+_LITERAL = {"parse_math": False}
+
 
 def _mpl() -> Any:
     try:
@@ -101,7 +114,9 @@ def show_heatmaps(
             ``(Lq, Lk)`` input is read as one row / one picture.  Tensor, array or nested list.
         xlabel: label under the bottom row (the keys' axis).
         ylabel: label left of the first column (the queries' axis).
-        titles: one title per column, or None.
+        titles: one title per column, or None. Titles and tick labels are drawn literally (a
+            ``$`` is a dollar sign, not mathtext); ``xlabel``/``ylabel`` keep matplotlib's
+            mathtext.
         figsize: the whole figure's size in inches (as in the book).
         cmap: a matplotlib colour map name.
         xticklabels: ``Lk`` key tokens for the x axis, or None for plain positions.
@@ -157,13 +172,13 @@ def show_heatmaps(
             if c == 0:
                 ax.set_ylabel(ylabel)
             if titles is not None and r == 0:
-                ax.set_title(titles[c])
+                ax.set_title(titles[c], **_LITERAL)
             if xt is not None:
                 step = _tick_step(Lk)
-                ax.set_xticks(range(0, Lk, step), xt[::step], rotation=90)
+                ax.set_xticks(range(0, Lk, step), xt[::step], rotation=90, **_LITERAL)
             if yt is not None:
                 step = _tick_step(Lq)
-                ax.set_yticks(range(0, Lq, step), yt[::step])
+                ax.set_yticks(range(0, Lq, step), yt[::step], **_LITERAL)
     fig.colorbar(image, ax=axes, shrink=0.6)
     if path is not None:
         save_figure(fig, path)
@@ -194,6 +209,12 @@ def plot_attention(
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
+
+    The figure's size is bounded whatever the lengths: a panel is ``CELL`` (0.22) inches a
+    token up to ``PANEL_MAX`` (4) inches a side, and the whole figure at most ``FIGURE_MAX``
+    (48) inches a side, panels shrinking to fit. Tick labels are thinned to what the panel has
+    room for (every token up to about 30 tokens in a 4-inch panel); tokens and kind names are
+    drawn literally (no mathtext).
     """
     ks = as_kinds(kinds)
     depth = max(k.num_layers for k in ks)
@@ -211,15 +232,21 @@ def plot_attention(
         for k in ks
     ]
     vmax = max(float(m.max()) for row in mats for m in row if m is not None) or 1.0
-    cell = 0.22  # inches per token
-    widths = [max(2.2, cell * k.shape[1] + 1.0) for k in ks]
-    heights = [max(2.0, cell * k.shape[0] + 1.0) for k in ks]
-    fig = new_figure((max(widths) * len(chosen) + 1.2, sum(heights)), layout="constrained")
+    # panel sizes (inches, margins for labels included), capped so that the figure stays small
+    # and quick to draw at any length
+    widths = [min(PANEL_MAX, max(PANEL_MIN, CELL * k.shape[1])) + 1.0 for k in ks]
+    heights = [min(PANEL_MAX, max(PANEL_MIN, CELL * k.shape[0])) + 1.0 for k in ks]
+    width, height = max(widths) * len(chosen) + 1.2, sum(heights)
+    shrink = min(1.0, FIGURE_MAX / width, FIGURE_MAX / height)
+    widths, heights = [w * shrink for w in widths], [h * shrink for h in heights]
+    fig = new_figure((width * shrink, height * shrink), layout="constrained")
     axes = fig.subplots(len(ks), len(chosen), squeeze=False)
     image = None
     head_name = "mean of heads" if head == "mean" else f"head {head}"
     for r, k in enumerate(ks):
         Lq, Lk = k.shape
+        # a row's panels share their query tokens: label them on the first drawn panel only
+        labelled = next(c for c, m in enumerate(mats[r]) if m is not None)
         for c, li in enumerate(chosen):
             ax = axes[r, c]
             m = mats[r][c]
@@ -228,11 +255,17 @@ def plot_attention(
                 continue
             image = ax.imshow(m, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
             layer_no = li % k.num_layers
-            ax.set_title(f"{k.name}\nlayer {layer_no}, {head_name}", fontsize=9)
-            sx, sy = _tick_step(Lk), _tick_step(Lq)
-            ax.set_xticks(range(0, Lk, sx), k.key_tokens[::sx], rotation=90, fontsize=8)
-            ax.set_yticks(range(0, Lq, sy), k.query_tokens[::sy], fontsize=8)
-            if c == 0:
+            ax.set_title(f"{k.name}\nlayer {layer_no}, {head_name}", fontsize=9, **_LITERAL)
+            # as many labels as the panel has room for, 40 at most
+            room_x = max(2, min(40, int((max(widths) - 1.0 * shrink) / _LABEL_ROOM)))
+            room_y = max(2, min(40, int((heights[r] - 1.0 * shrink) / _LABEL_ROOM)))
+            sx, sy = _tick_step(Lk, room_x), _tick_step(Lq, room_y)
+            ax.set_xticks(range(0, Lk, sx), k.key_tokens[::sx], rotation=90, fontsize=8, **_LITERAL)
+            if c == labelled:
+                ax.set_yticks(range(0, Lq, sy), k.query_tokens[::sy], fontsize=8, **_LITERAL)
+            else:
+                ax.set_yticks(range(0, Lq, sy), [])
+            if c == labelled:
                 ax.set_ylabel("queries")
             ax.set_xlabel("keys")
     if image is not None:
