@@ -64,3 +64,25 @@ def test_bad_decimals(decimals):
 def test_bad_kinds():
     with pytest.raises(TypeError, match="kinds"):
         attention_html(np.eye(2))
+
+
+def test_placeholders_in_the_title_are_not_substituted():
+    # substituted one after another, a title holding "%%JS%%" pulled the script into <title>
+    kind = AttentionKind("%%CSS%%", [np.eye(2)], ["%%DATA%%", "b"], ["%%TITLE%%", "d"])
+    page = attention_html(kind, title="t %%JS%% %%DATA%% %%CSS%% %%TITLE%%")
+    m = re.search(r"<title>(.*?)</title>", page, re.S)
+    assert m is not None and m.group(1) == "t %%JS%% %%DATA%% %%CSS%% %%TITLE%%"
+    assert page.count('"use strict"') == 1 and page.count("<style>") == 1
+    data = _data(page)
+    assert data["title"] == "t %%JS%% %%DATA%% %%CSS%% %%TITLE%%"
+    assert data["kinds"][0]["name"] == "%%CSS%%" and data["kinds"][0]["q"][0] == "%%DATA%%"
+
+
+def test_lone_surrogates_and_non_ascii_tokens_save(tmp_path):
+    toks = ["\ud800", "café", "\U0001f600"]
+    kind = AttentionKind("k \udfff", [np.eye(3)], toks, toks)
+    path = save_attention_html(tmp_path / "s.html", kind, title="t \ud800")
+    text = path.read_bytes().decode("utf-8")  # valid UTF-8
+    data = _data(text)
+    assert data["kinds"][0]["q"] == toks  # JSON escapes keep the text exactly
+    assert "<title>t \ufffd</title>" in text

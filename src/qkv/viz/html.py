@@ -7,12 +7,16 @@ attends to each, hovering a key colours the queries that attend to it, hovering 
 
 Weights travel as compact JSON: each matrix is a flat row-major list of integers, the weights
 times ``10**decimals`` rounded (``0.0123`` -> ``123`` at 4 decimals); the page divides back.
+The JSON is pure ASCII (other characters as ``\\uXXXX`` escapes), so any token, even one holding
+a lone surrogate, is written safely; the title, the one text outside it, has lone surrogates
+replaced by U+FFFD.
 """
 
 from __future__ import annotations
 
 import html as _html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,9 @@ import numpy as np
 from .data import AttentionKind, as_kinds
 
 __all__ = ["attention_html", "save_attention", "save_attention_html"]
+
+_PLACEHOLDER = re.compile(r"%%(TITLE|CSS|JS|DATA)%%")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _ints(w: np.ndarray, scale: int) -> list[int]:
@@ -67,12 +74,19 @@ def attention_html(
         raise TypeError(f"title: expected a str, got {type(title).__name__}")
     if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
         raise ValueError(f"decimals: expected an int in [1, 6], got {decimals!r}")
-    data = json.dumps(_payload(ks, title, decimals), ensure_ascii=False, separators=(",", ":"))
+    # ASCII JSON: a token with a lone surrogate (which UTF-8 cannot encode) travels as an escape
+    data = json.dumps(_payload(ks, title, decimals), ensure_ascii=True, separators=(",", ":"))
     # inside <script> only "</" could end the element early; "<" never occurs outside strings
     data = data.replace("<", "\\u003c")
-    page = _TEMPLATE.replace("%%TITLE%%", _html.escape(title))
-    page = page.replace("%%CSS%%", _CSS).replace("%%JS%%", _JS)
-    return page.replace("%%DATA%%", data)
+    parts = {
+        "TITLE": _SURROGATE.sub("\ufffd", _html.escape(title)),
+        "CSS": _CSS,
+        "JS": _JS,
+        "DATA": data,
+    }
+    # one pass: text substituted for one placeholder is never searched for another, so a title
+    # holding "%%JS%%" stays text
+    return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _TEMPLATE)
 
 
 def save_attention_html(
