@@ -253,3 +253,26 @@ def test_valid_lens_leave_extra_keys_visible(per_query):
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(w, ref_w)
     assert torch.all(w[..., 4:] > 0)  # bias_k and the zero key stay visible
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("self_attn", [False, True])
+def test_shared_trailing_padding_is_not_projected(batch_first, self_attn):
+    E, H, B, L = 16, 4, 3, 9
+    ref = torch.nn.MultiheadAttention(E, H, batch_first=batch_first).eval()
+    ours = MultiheadAttention(E, H, batch_first=batch_first).eval()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(B, L, E) if batch_first else torch.randn(L, B, E)
+    kv = x if self_attn else (torch.randn_like(x))
+    kpm = torch.zeros(B, L, dtype=torch.bool)
+    kpm[:, 6:] = True
+    kpm[1, 2] = True
+    am = torch.rand(L, L) < 0.2
+    am[:, 0] = False
+    for kw in ({}, {"attn_mask": am}):
+        a, _ = ref(x, kv, kv, key_padding_mask=kpm, need_weights=False, **kw)
+        b, _ = ours(x, kv, kv, key_padding_mask=kpm, need_weights=False, **kw)
+        torch.testing.assert_close(b, a)
+    c, _ = ours(x, kv, kv, valid_lens=torch.tensor([6, 5, 6]), need_weights=False)
+    kpm2 = torch.arange(L)[None] >= torch.tensor([6, 5, 6])[:, None]
+    torch.testing.assert_close(c, ref(x, kv, kv, key_padding_mask=kpm2, need_weights=False)[0])

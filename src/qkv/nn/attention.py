@@ -287,11 +287,38 @@ class MultiheadAttention(nn.Module):
                 f"(batch_first={self.batch_first})"
             )
 
-        q, k, v = self._project(query, key, value)  # (B, L|S, E)
         if attn_mask is not None:
             if not isinstance(attn_mask, Tensor):
                 raise TypeError(f"attn_mask: expected a tensor, got {type(attn_mask).__name__}")
             attn_mask = self._head_mask(attn_mask, B, L, S)
+        extra_keys = self.bias_k is not None or self.add_zero_attn
+        if (
+            not need_weights
+            and not extra_keys
+            and (key_padding_mask is not None or valid_lens is not None)
+        ):
+            # keys that every query has masked (padding shared by the whole batch) are never
+            # projected: their key/value rows would only be multiplied by zero weights
+            end = check_masks(
+                B=B,
+                H=1,
+                Lq=L,
+                Lk=S,
+                device=query.device,
+                batched_heads=True,
+                valid_lens=valid_lens,
+                key_padding_mask=key_padding_mask,
+            ).key_extent()
+            if 0 < end < S:
+                key, value = key[:, :end], (key[:, :end] if value is key else value[:, :end])
+                if key_padding_mask is not None:
+                    key_padding_mask = key_padding_mask[:, :end]
+                if valid_lens is not None:
+                    valid_lens = torch.as_tensor(valid_lens).clamp(max=end)
+                if attn_mask is not None:
+                    attn_mask = attn_mask[..., :end]
+                S = end
+        q, k, v = self._project(query, key, value)  # (B, L|S, E)
         if is_causal and attn_mask is not None:
             # torch's contract: attn_mask is the causal mask and is_causal a hint.  Like torch,
             # use the hint (causal over all keys, extra ones included) when nothing else needs
