@@ -21,6 +21,8 @@ from torch import Tensor, nn
 
 from ..functional import additive_attention, attention, check_masks
 from ..functional.scores import Score, check_score
+from ._checks import positive_int as _positive_int
+from ._checks import probability as _dropout
 from .kv_cache import KVCache
 from .position import RotaryEmbedding
 
@@ -34,18 +36,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- checks
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
-def _dropout(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
-    return float(value)
-
-
 def _heads(embed_name: str, embed_dim: int, num_heads: int) -> int:
     _positive_int(embed_name, embed_dim)
     _positive_int("num_heads", num_heads)

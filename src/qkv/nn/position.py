@@ -13,6 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._checks import positive_int as _positive_int
+from ._checks import probability
+
 __all__ = [
     "POSITIONAL_ENCODINGS",
     "LearnedPositionalEncoding",
@@ -27,16 +30,8 @@ __all__ = [
 POSITIONAL_ENCODINGS: tuple[str, ...] = ("sinusoidal", "learned", "rotary", "none")
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
 def _dropout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"dropout: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    return probability("dropout", value)
 
 
 def _offset(value: object) -> int:

@@ -23,21 +23,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ._checks import positive_int as _positive_int
+from ._checks import probability
 from .attention import AdditiveAttention
 
 __all__ = ["RNNDecoderState", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder"]
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
 def _dropout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"dropout: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    return probability("dropout", value)
 
 
 def _token_ids(name: str, X: object) -> Tensor:

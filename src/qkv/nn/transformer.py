@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ._checks import positive_int as _positive_int
+from ._checks import probability
 from .attention import MultiHeadAttention
 from .kv_cache import KVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
@@ -44,16 +46,8 @@ ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
 
 
 # ---------------------------------------------------------------------------- checks
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
 def _dropout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"dropout: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    return probability("dropout", value)
 
 
 def _bool(name: str, value: object) -> bool:

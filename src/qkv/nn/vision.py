@@ -14,15 +14,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ._checks import positive_int as _positive_int
 from .transformer import TransformerEncoderBlock, _dropout, _xavier_
 
 __all__ = ["ImageEncoder", "ImageToSequence", "sine_position_encoding_2d"]
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
 
 
 def sine_position_encoding_2d(
