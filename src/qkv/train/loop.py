@@ -130,7 +130,9 @@ def load_run_data(
             f"data: {source} gives {len(train)} training and {len(valid)} validation pairs; "
             "expected some of each (more data, or other valid/test sizes)"
         )
-    norm = _normalizer(config.normalizer)
+    # a resumed run keeps the normaliser saved with its tokenizers, even if the named one changed
+    saved = tokenizers[0].normalizer if tokenizers is not None else None
+    norm = saved if saved is not None else _normalizer(config.normalizer)
     train, valid, test = norm.pairs(train), norm.pairs(valid), norm.pairs(test)
     if tokenizers is None:
         opts: dict[str, Any] = (
