@@ -485,6 +485,8 @@ def attention(
         valid_lens: ``(B,)`` or ``(B, Lq)`` integer lengths in ``[0, Lk]`` (d2l).
         key_padding_mask: ``(B, Lk)``, True at padding (torch.nn.MultiheadAttention).
         attn_mask: ``(Lq, Lk)``, ``(B, Lq, Lk)`` or, for 4-D inputs, ``(B|1, H|1, Lq, Lk)``.
+            A 3-D mask is always per batch element, broadcast over heads (torch's SDPA would
+            read a 3-D mask on 4-D inputs as ``(H, Lq, Lk)``: use the 4-D form for per-head).
         is_causal: query ``i`` sees keys ``j <= i`` (top-left aligned, as torch SDPA).
         window: query ``i`` sees keys ``i - window < j <= i``.
 
