@@ -234,6 +234,8 @@ def test_forward_errors_name_the_argument():
         m(x, x, x, attn_mask=torch.zeros(3, 5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"key_padding_mask: expected shape \(2, 5\)"):
         m(x, x, x, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="key_padding_mask: expected a bool or float tensor"):
+        m(x[0], x[0], x[0], key_padding_mask=[False] * 5)
     with pytest.raises(ValueError, match="key: expected batch size 2"):
         m(x, torch.randn(3, 5, 8), torch.randn(3, 5, 8))
 

@@ -267,6 +267,11 @@ class MultiheadAttention(nn.Module):
         k_in = q_in if key is query else batch_first(key)
         v_in = k_in if value is key else (q_in if value is query else batch_first(value))
         query, key, value = q_in, k_in, v_in
+        if key_padding_mask is not None and not isinstance(key_padding_mask, Tensor):
+            raise TypeError(
+                "key_padding_mask: expected a bool or float tensor, got "
+                f"{type(key_padding_mask).__name__}"
+            )
         if not batched and key_padding_mask is not None:
             key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S)
         B, L, _ = query.shape
