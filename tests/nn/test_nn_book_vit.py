@@ -257,3 +257,33 @@ def test_forward_errors():
         m(torch.randn(2, 1, 19), torch.ones(2, 10, 2), book_values())
     with pytest.raises(ValueError, match="x: expected a 3-D tensor"):
         MultiHeadSelfAttention(12, 3)(torch.randn(12))
+
+
+def test_additive_attention_reuses_projected_keys():
+    m = AdditiveAttention(key_size=5, query_size=3, num_hiddens=6).eval()
+    q, k, v = torch.randn(2, 4, 3), torch.randn(2, 7, 5), torch.randn(2, 7, 2)
+    vl = torch.tensor([3, 7])
+    keys = m.project_keys(k)
+    torch.testing.assert_close(m(q, k, v, vl, projected_keys=keys), m(q, k, v, vl))
+    with pytest.raises(ValueError, match="projected_keys: expected last dimension 6"):
+        m(q, k, v, vl, projected_keys=k)
+
+
+def test_bahdanau_decoder_projects_the_source_once():
+    from qkv.nn import Seq2SeqAttentionDecoder, Seq2SeqEncoder
+
+    enc = Seq2SeqEncoder(11, 8, 16, 2).eval()
+    dec = Seq2SeqAttentionDecoder(13, 8, 16, 2).eval()
+    src, vl = torch.randint(0, 11, (3, 6)), torch.tensor([6, 4, 2])
+    state = dec.init_state(enc(src, vl), vl)
+    calls = []
+    dec.attention.W_k.register_forward_hook(lambda *a: calls.append(1))
+    tgt = torch.randint(0, 13, (3, 5))
+    full, _ = dec(tgt, state)
+    assert len(calls) == 1  # once for 5 steps
+    step_state, outs = state, []
+    for t in range(5):  # incremental decoding: the projection rides in the state
+        logits, step_state = dec(tgt[:, t : t + 1], step_state)
+        outs.append(logits)
+    assert len(calls) == 2 and step_state.enc_keys is not None
+    torch.testing.assert_close(torch.cat(outs, 1), full)

@@ -496,9 +496,16 @@ class AdditiveAttention(nn.Module):
         valid_lens: Tensor | Sequence[int] | None = None,
         *,
         need_weights: bool = True,
+        projected_keys: Tensor | None = None,
     ) -> Tensor:
+        """``projected_keys`` (``W_k keys`` from :meth:`project_keys`, ``(B, Lk, num_hiddens)``)
+        skips the key projection: a decoder attending to the same source at every step
+        projects it once."""
         q = self.W_q(_want_3d("queries", queries, self.W_q.in_features))
-        k = self.W_k(_want_3d("keys", keys, self.W_k.in_features))
+        if projected_keys is None:
+            k = self.project_keys(keys)
+        else:
+            k = _want_3d("projected_keys", projected_keys, self.W_k.out_features)
         out, self.attention_weights = additive_attention(
             q,
             k,
@@ -509,6 +516,10 @@ class AdditiveAttention(nn.Module):
             need_weights=need_weights,
         )
         return out
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """``W_k keys``: ``(B, Lk, key_size) -> (B, Lk, num_hiddens)``."""
+        return self.W_k(_want_3d("keys", keys, self.W_k.in_features))
 
 
 class MultiHeadAttention(nn.Module):

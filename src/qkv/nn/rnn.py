@@ -116,11 +116,14 @@ class RNNDecoderState:
         enc_outputs: ``(B, Ls, H)`` the encoder's outputs (keys and values of the attention).
         hidden: ``(num_layers, B, H)`` the GRU's state.
         enc_valid_lens: ``(B,)`` source lengths, or None.
+        enc_keys: ``(B, Ls, H)`` the attention's projection of ``enc_outputs``, computed on the
+            first decoding step and reused by every later one (None until then).
     """
 
     enc_outputs: Tensor
     hidden: Tensor
     enc_valid_lens: Tensor | None = None
+    enc_keys: Tensor | None = None
 
 
 class Seq2SeqAttentionDecoder(nn.Module):
@@ -221,10 +224,15 @@ class Seq2SeqAttentionDecoder(nn.Module):
         if embs.shape[1] == 0:
             raise ValueError("X: expected at least one target token, got shape (B, 0)")
         enc, vl, hidden = state.enc_outputs, state.enc_valid_lens, state.hidden
+        keys = state.enc_keys
+        if keys is None:  # the source is projected once, not at every step
+            keys = self.attention.project_keys(enc)
         outputs, weights = [], []
         for t in range(embs.shape[1]):
             query = hidden[-1].unsqueeze(1)  # (B, 1, H): the last layer's state
-            context = self.attention(query, enc, enc, vl, need_weights=need_weights)  # (B, 1, H)
+            context = self.attention(
+                query, enc, enc, vl, need_weights=need_weights, projected_keys=keys
+            )  # (B, 1, H)
             x = torch.cat((context, embs[:, t : t + 1]), dim=-1)  # (B, 1, H + embed_size)
             out, hidden = self.rnn(x, hidden)  # (B, 1, H), (num_layers, B, H)
             outputs.append(out)
@@ -232,7 +240,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
                 weights.append(self.attention.attention_weights)  # (B, 1, Ls)
         self.attention_weights = torch.cat(weights, dim=1) if need_weights else None
         logits = self.dense(torch.cat(outputs, dim=1))  # (B, T, vocab_size)
-        return logits, replace(state, hidden=hidden)
+        return logits, replace(state, hidden=hidden, enc_keys=keys)
 
     def reorder_state(
         self, state: RNNDecoderState, index: Tensor, *, include_encoder: bool = True
@@ -245,6 +253,8 @@ class Seq2SeqAttentionDecoder(nn.Module):
         state = replace(state, hidden=state.hidden.index_select(1, index))
         if include_encoder:
             state.enc_outputs = state.enc_outputs.index_select(0, index)
+            if state.enc_keys is not None:
+                state.enc_keys = state.enc_keys.index_select(0, index)
             if state.enc_valid_lens is not None:
                 state.enc_valid_lens = state.enc_valid_lens.index_select(0, index)
         return state
