@@ -255,15 +255,23 @@ def best_checkpoint(root: str | Path) -> Path | None:
     return p if (p / MANIFEST).is_file() else None
 
 
-def prune_checkpoints(root: str | Path, keep_last: int) -> list[Path]:
+def prune_checkpoints(
+    root: str | Path, keep_last: int, *, best_step: int | None = None
+) -> list[Path]:
     """Delete all but the newest ``keep_last`` checkpoints and the best one, plus temporary
-    folders of killed writers. Returns the deleted folders."""
+    folders of killed writers. Returns the deleted folders.
+
+    ``best_step`` (the run state's best update) is kept whatever ``best.json`` says: a crash
+    between a checkpoint's rename and the ``best.json`` write leaves the pointer stale, and the
+    run state is the truth."""
     root = Path(root)
     found = find_checkpoints(root)
     keep = set(found[-keep_last:])
     best = best_checkpoint(root)
     if best is not None:
         keep.add(best)
+    if best_step is not None:
+        keep.add(root / f"step-{int(best_step):08d}")
     removed = []
     for p in found:
         if p not in keep:

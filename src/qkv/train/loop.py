@@ -437,6 +437,22 @@ def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
         yield from batcher
 
 
+def _repair_best_pointer(ckroot: Path, state: dict) -> None:
+    """Make ``best.json`` name the run state's best checkpoint: a crash right after a
+    checkpoint's rename, before its ``best.json`` write, leaves the pointer stale."""
+    best_step = state.get("best_step")
+    if best_step is None:
+        return
+    name = f"step-{int(best_step):08d}"
+    if not (ckroot / name / "manifest.json").is_file():
+        return
+    current = best_checkpoint(ckroot)
+    if current is None or current.name != name:
+        atomic_write_json(
+            ckroot / "best.json", {"step": int(best_step), "path": name, "bleu": state["best_bleu"]}
+        )
+
+
 def _check_resume_config(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
     a, b = saved.to_dict(), given.to_dict()
     diff = sorted(k for k in a if k not in RESUMABLE_KEYS and a[k] != b[k])
@@ -602,6 +618,8 @@ def _run(
             )
         _set_rng_state(rngs[info.rank], device)
         state.update({k: ckpt.trainer_state[k] for k in state if k in ckpt.trainer_state})
+        if info.is_main:
+            _repair_best_pointer(ckroot, state)
     else:
         # dropout differs per rank; the weights were drawn from config.seed on every rank
         torch.manual_seed(config.seed * 1009 + 1 + info.rank)
@@ -681,7 +699,7 @@ def _run(
                     ckroot / "best.json",
                     {"step": step, "path": path.name, "bleu": state["best_bleu"]},
                 )
-            prune_checkpoints(ckroot, config.keep_last)
+            prune_checkpoints(ckroot, config.keep_last, best_step=state["best_step"])
         D.barrier()
         return path
 
