@@ -111,3 +111,33 @@ def test_resume_can_extend_a_run(tmp_path, trained, extra):
     assert res.returncode == 0, res.stderr
     assert latest_checkpoint(out / "checkpoints").name == "step-00000045"
     assert "resumed at update 30" in res.stderr
+
+
+def _same_weights(a, b):
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_final_evaluation_off_the_grid_does_not_count_toward_patience(
+    tmp_path, corpus_file, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from _train_helpers import tiny_config
+
+    from qkv.train import train
+
+    # a validation BLEU that never improves: patience decides where the run stops
+    monkeypatch.setattr(
+        "qkv.train.loop.validation_bleu", lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1)
+    )
+    cfg = tiny_config(data=str(corpus_file), max_steps=30, eval_every=7, patience=2,
+                      save_every=100, threads=1)  # fmt: skip
+    ref = train(cfg, tmp_path / "ref", progress=False)
+    cut = tmp_path / "cut"
+    first = train(cfg.updated({"max_steps": 10}), cut, progress=False)
+    assert first.step == 10 and first.stopped == "max_steps"
+    res = train(cfg, cut, resume=True, progress=False)
+    assert ref.stopped == res.stopped == "early_stopping"
+    assert ref.step == res.step == 21
+    assert _same_weights(ref.last_checkpoint, res.last_checkpoint)

@@ -114,7 +114,8 @@ class TrainConfig:
         eval_beam: beam size for the validation BLEU (1: greedy).
         save_every: checkpoint every N updates (and after every evaluation, and at the end).
         keep_last: keep the newest N checkpoints (the best by validation BLEU is kept as well).
-        patience: stop after this many evaluations without a better BLEU; 0 never stops early.
+        patience: stop after this many evaluations on the ``eval_every`` grid without a better
+            BLEU (a final evaluation off the grid does not count); 0 never stops early.
         log_every: a progress line every N updates.
         tensorboard: also write TensorBoard logs to ``OUT/tensorboard`` (needs ``tensorboard``).
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...

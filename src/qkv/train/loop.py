@@ -597,6 +597,7 @@ def _run(
         "best_bleu": None,
         "best_step": None,
         "evals_since_best": 0,
+        "grid_best_bleu": None,
         "target_tokens": 0,
         "history": [],
     }
@@ -618,6 +619,8 @@ def _run(
             )
         _set_rng_state(rngs[info.rank], device)
         state.update({k: ckpt.trainer_state[k] for k in state if k in ckpt.trainer_state})
+        if "grid_best_bleu" not in ckpt.trainer_state:  # written before it was kept apart
+            state["grid_best_bleu"] = state["best_bleu"]
         if info.is_main:
             _repair_best_pointer(ckroot, state)
     else:
@@ -760,11 +763,19 @@ def _run(
                 scores = validation_bleu(
                     model, bleu_pairs, src_tok, tgt_tok, device, beam_size=config.eval_beam
                 )
+                # patience counts only evaluations on the eval_every grid: a final one off the
+                # grid (at max_steps or max_minutes) depends on where this invocation stopped,
+                # and counting it would make a resumed run stop at another update. It may still
+                # become the best checkpoint (its weights are the same in either run).
+                if step % config.eval_every == 0:
+                    grid_best = state["grid_best_bleu"]
+                    if grid_best is None or scores.bleu > grid_best:
+                        state.update(grid_best_bleu=scores.bleu, evals_since_best=0)
+                    else:
+                        state["evals_since_best"] += 1
                 better = state["best_bleu"] is None or scores.bleu > state["best_bleu"]
                 if better:
-                    state.update(best_bleu=scores.bleu, best_step=step, evals_since_best=0)
-                else:
-                    state["evals_since_best"] += 1
+                    state.update(best_bleu=scores.bleu, best_step=step)
                 state["history"].append(
                     {
                         "step": step,
