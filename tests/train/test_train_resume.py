@@ -141,3 +141,32 @@ def test_a_final_evaluation_off_the_grid_does_not_count_toward_patience(
     assert ref.stopped == res.stopped == "early_stopping"
     assert ref.step == res.step == 21
     assert _same_weights(ref.last_checkpoint, res.last_checkpoint)
+
+
+def test_logged_losses_after_a_kill_between_progress_lines(tmp_path, corpus_file, monkeypatch):
+    from _train_helpers import tiny_config
+
+    import qkv.train.loop as loop
+    from qkv.train import train
+
+    cfg = tiny_config(data=str(corpus_file), max_steps=20, eval_every=100, save_every=7,
+                      log_every=5, threads=1)  # fmt: skip
+    ref = train(cfg, tmp_path / "ref", progress=False)
+    real = loop.save_checkpoint
+
+    def killed(root, step, **kw):  # killed right after the checkpoint of update 7
+        path = real(root, step, **kw)
+        if step == 7:
+            raise KeyboardInterrupt("killed")
+        return path
+
+    monkeypatch.setattr(loop, "save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(loop, "save_checkpoint", real)
+    res = train(cfg, tmp_path / "cut", resume=True, progress=False)
+    assert res.resumed_from == 7
+    losses = [{h["step"]: h["loss"] for h in r.history if "loss" in h} for r in (ref, res)]
+    assert list(losses[0]) == [5, 10, 15, 20]
+    assert losses[0] == losses[1]
+    assert _same_weights(ref.last_checkpoint, res.last_checkpoint)

@@ -600,6 +600,8 @@ def _run(
         "grid_best_bleu": None,
         "target_tokens": 0,
         "history": [],
+        # losses of the updates since the last progress line: a resumed run logs the same means
+        "loss_window": [],
     }
     if ckpt is not None:
         tensors = ckpt.tensors or {}
@@ -665,7 +667,6 @@ def _run(
     stopped = "max_steps"
     step = start_step
     window_tokens, window_t0 = 0, time.monotonic()
-    loss_window: list[float] = []
     model.train()
 
     def save(step: int) -> Path | None:
@@ -723,7 +724,7 @@ def _run(
         state["step"] = step
         state["target_tokens"] += stats.tokens
         window_tokens += stats.tokens
-        loss_window.append(stats.loss)
+        state["loss_window"].append(stats.loss)
         elapsed = time.monotonic() - t_start
         log_now = step % config.log_every == 0 or step == config.max_steps
         done_steps = step - start_step
@@ -733,7 +734,7 @@ def _run(
         now = time.monotonic()
         tps = window_tokens / max(now - window_t0, 1e-9)
         if log_now:
-            mean_loss = sum(loss_window) / len(loss_window)
+            mean_loss = sum(state["loss_window"]) / len(state["loss_window"])
             state["history"].append(
                 {"step": step, "loss": round(mean_loss, 5), "lr": stats.lr, "tok_s": round(tps)}
             )
@@ -742,7 +743,7 @@ def _run(
                 writer.add_scalar("train/lr", stats.lr, step)
                 writer.add_scalar("train/tokens_per_s", tps, step)
             bar.update(step, mean_loss, stats.lr, tps, elapsed, eta, True)
-            loss_window, window_tokens, window_t0 = [], 0, now
+            state["loss_window"], window_tokens, window_t0 = [], 0, now
         else:
             bar.update(step, stats.loss, stats.lr, tps, elapsed, eta, False)
 
