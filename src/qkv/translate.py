@@ -366,7 +366,9 @@ class Translator:
 
         Returns:
             For a string: its translation (``n_best=1``) or a list of ``(translation, score)``,
-            best first. For a sequence: a list of those, in order.
+            best first. For a sequence: a list of those, in order. A text that normalises to
+            nothing (blank, whitespace) is not decoded: its translation is ``""`` (n-best:
+            ``[("", 0.0)]``).
         """
         single = isinstance(texts, str)
         items = [texts] if single else texts
@@ -375,9 +377,12 @@ class Translator:
                 f"texts: expected a str or a sequence of str, got {type(texts).__name__}"
             )
         src = [self.encode(t) for t in items]
+        # an input that normalises to nothing (a blank line) translates to "", undecoded: the
+        # model would otherwise make a sentence up from <eos> alone
+        todo = [i for i, ids in enumerate(src) if len(ids) > 1]
         res = generate_ids(
             self.model,
-            src,
+            [src[i] for i in todo],
             bos_id=self.tgt_tokenizer.bos_id,
             eos_id=self.tgt_tokenizer.eos_id,
             device=self.device,
@@ -387,10 +392,9 @@ class Translator:
             max_len=max_len,
         )
         dec = self.tgt_tokenizer.decode
-        if n_best == 1:
-            out: list[Any] = [dec(ids) for ids in res]
-        else:
-            out = [[(dec(ids), float(score)) for ids, score in hyps] for hyps in res]
+        out: list[Any] = ["" if n_best == 1 else [("", 0.0)] for _ in src]
+        for i, r in zip(todo, res):
+            out[i] = dec(r) if n_best == 1 else [(dec(ids), float(score)) for ids, score in r]
         return out[0] if single else out
 
     def attention(
@@ -435,10 +439,14 @@ class Translator:
     def translate_ids(
         self, text: str, *, beam_size: int = 1, max_len: int | None = None
     ) -> list[int]:
-        """The target ids of ``text``'s best translation (without ``<bos>``/``<eos>``)."""
+        """The target ids of ``text``'s best translation (without ``<bos>``/``<eos>``); none
+        for a text that normalises to nothing."""
+        src = self.encode(text)
+        if len(src) <= 1:
+            return []
         (ids,) = generate_ids(
             self.model,
-            [self.encode(text)],
+            [src],
             bos_id=self.tgt_tokenizer.bos_id,
             eos_id=self.tgt_tokenizer.eos_id,
             device=self.device,
@@ -457,7 +465,8 @@ class Translator:
         """Translate every source of ``pairs`` and score against its reference with sacreBLEU.
 
         References get the target tokenizer's normaliser (the model's output is normalised
-        text). Returns an :class:`Evaluation` (BLEU, chrF, their signatures, n).
+        text). Returns an :class:`Evaluation` (BLEU, chrF, their signatures, n). A blank
+        source counts, with the empty translation :meth:`translate` gives it.
         """
         if not pairs:
             raise ValueError("pairs: expected at least one (source, reference) pair, got none")

@@ -180,3 +180,22 @@ def test_demo_default_is_translate():
 
     assert demos.DEFAULT == "translate"
     assert {"translate", "tour", "masks"} <= set(demos.load())
+
+
+def test_blank_inputs_translate_to_nothing(trained, capsys, monkeypatch):
+    d = str(trained["transformer"])
+    tr = Translator.load(d)
+    calls = []
+    real = tr.model.encode
+    monkeypatch.setattr(tr.model, "encode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert tr.translate("") == "" and tr.translate(" \t ") == ""
+    assert tr.translate(["", "  "], beam_size=3, n_best=2) == [[("", 0.0)], [("", 0.0)]]
+    assert tr.translate_ids("   ") == []
+    assert not calls  # nothing was decoded
+    mixed = tr.translate(["go .", "   ", "i lost ."])
+    assert mixed == [tr.translate("go ."), "", tr.translate("i lost .")]
+    monkeypatch.setattr("sys.stdin", io.StringIO("go .\n\n   \ni lost .\n"))
+    assert main(["translate", "--model-dir", d]) == 0
+    assert capsys.readouterr().out.splitlines() == [mixed[0], "", "", mixed[2]]
+    ev = tr.evaluate([("go .", "va !"), (" ", "rien .")])
+    assert ev.n == 2 and ev.hypotheses[1] == ""
