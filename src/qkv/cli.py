@@ -117,24 +117,27 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         texts = _read_inputs(args.text)
         if not texts:
             return 0
-        res = tr.translate(
+        res = tr.generate(
             texts,
             beam_size=args.beam,
             n_best=args.n_best,
             length_penalty=args.length_penalty,
             max_len=args.max_len,
         )
+        dec = tr.tgt_tokenizer.decode
         for i, r in enumerate(res):
             if args.n_best == 1:
-                print(r)
+                print(dec(r))
             else:
-                for text, score in r:
-                    print(f"{i}\t{score:.4f}\t{text}")
+                for ids, score in r:
+                    print(f"{i}\t{float(score):.4f}\t{dec(ids)}")
         sys.stdout.flush()
         if args.attention is not None:
             base = Path(args.attention)
             for i, text in enumerate(texts):
-                att = tr.attention(text, beam_size=args.beam, max_len=args.max_len)
+                # the attention of the very translation printed above (best of the n-best)
+                best = res[i] if args.n_best == 1 else res[i][0][0]
+                att = tr.attention(text, ids=best)
                 path = att.save(_attention_path(base, i, len(texts)))
                 print(f"attention of {text!r} -> {path}", file=sys.stderr)
     except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:

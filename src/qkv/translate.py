@@ -376,9 +376,38 @@ class Translator:
             raise TypeError(
                 f"texts: expected a str or a sequence of str, got {type(texts).__name__}"
             )
-        src = [self.encode(t) for t in items]
-        # an input that normalises to nothing (a blank line) translates to "", undecoded: the
-        # model would otherwise make a sentence up from <eos> alone
+        res = self.generate(
+            items,
+            beam_size=beam_size,
+            n_best=n_best,
+            length_penalty=length_penalty,
+            max_len=max_len,
+        )
+        dec = self.tgt_tokenizer.decode
+        if n_best == 1:
+            out: list[Any] = [dec(ids) for ids in res]
+        else:
+            out = [[(dec(ids), float(score)) for ids, score in hyps] for hyps in res]
+        return out[0] if single else out
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int = 1,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        max_len: int | None = None,
+    ) -> list[Any]:
+        """Target ids of :meth:`translate` (same arguments, a sequence of texts): per text its
+        ids (``n_best=1``) or its ``[(ids, score), ...]``, without ``<bos>``/``<eos>``.
+
+        A text that normalises to nothing is not decoded: ``[]`` (n-best: ``[([], 0.0)]``);
+        the model would otherwise make a sentence up from ``<eos>`` alone.
+        """
+        if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
+            raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
+        src = [self.encode(t) for t in texts]
         todo = [i for i, ids in enumerate(src) if len(ids) > 1]
         res = generate_ids(
             self.model,
@@ -391,22 +420,34 @@ class Translator:
             length_penalty=length_penalty,
             max_len=max_len,
         )
-        dec = self.tgt_tokenizer.decode
-        out: list[Any] = ["" if n_best == 1 else [("", 0.0)] for _ in src]
+        out: list[Any] = [[] if n_best == 1 else [([], 0.0)] for _ in src]
         for i, r in zip(todo, res):
-            out[i] = dec(r) if n_best == 1 else [(dec(ids), float(score)) for ids, score in r]
-        return out[0] if single else out
+            out[i] = r
+        return out
 
     def attention(
-        self, text: str, *, beam_size: int = 1, max_len: int | None = None
+        self,
+        text: str,
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_len: int | None = None,
+        ids: Sequence[int] | None = None,
     ) -> SentenceAttention:
         """Translate ``text`` and return every attention weight the model used for it.
 
-        The translation is decoded first (greedy or beam); then one teacher-forced pass over
-        ``<bos>`` + its tokens materialises the weights, which are exactly those of the
+        The translation is decoded first, exactly as ``translate(text, ...)`` with the same
+        ``beam_size``, ``length_penalty`` and ``max_len`` decodes it, unless ``ids`` gives the
+        translation's target ids already (e.g. from :meth:`generate` over a batch of texts, whose
+        default ``max_len`` follows the batch's longest source). Then one teacher-forced pass
+        over ``<bos>`` + its tokens materialises the weights, which are exactly those of the
         incremental decoding.
         """
-        ids = self.translate_ids(text, beam_size=beam_size, max_len=max_len)
+        if ids is None:
+            ids = self.translate_ids(
+                text, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
+            )
+        ids = [int(i) for i in ids]
         src = torch.tensor([self.encode(text)], dtype=torch.long, device=self.device)
         bos, eos = self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
         dec_in = torch.tensor([[bos, *ids]], dtype=torch.long, device=self.device)
@@ -437,21 +478,17 @@ class Translator:
         )
 
     def translate_ids(
-        self, text: str, *, beam_size: int = 1, max_len: int | None = None
+        self,
+        text: str,
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_len: int | None = None,
     ) -> list[int]:
-        """The target ids of ``text``'s best translation (without ``<bos>``/``<eos>``); none
-        for a text that normalises to nothing."""
-        src = self.encode(text)
-        if len(src) <= 1:
-            return []
-        (ids,) = generate_ids(
-            self.model,
-            [src],
-            bos_id=self.tgt_tokenizer.bos_id,
-            eos_id=self.tgt_tokenizer.eos_id,
-            device=self.device,
-            beam_size=beam_size,
-            max_len=max_len,
+        """The target ids of ``text``'s best translation (without ``<bos>``/``<eos>``), as
+        ``translate(text, ...)`` decodes it; none for a text that normalises to nothing."""
+        (ids,) = self.generate(
+            [text], beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
         )
         return ids
 

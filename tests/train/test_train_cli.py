@@ -199,3 +199,32 @@ def test_blank_inputs_translate_to_nothing(trained, capsys, monkeypatch):
     assert capsys.readouterr().out.splitlines() == [mixed[0], "", "", mixed[2]]
     ev = tr.evaluate([("go .", "va !"), (" ", "rien .")])
     assert ev.n == 2 and ev.hypotheses[1] == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attention_is_that_of_the_printed_translation(trained, kind, tmp_path, capsys, monkeypatch):
+    d = str(trained[kind])
+    texts = ["go .", "he's calm .", "i lost the game and we are all very sad today ."]
+    tr = Translator.load(d)
+    for text in texts:  # the API: the same decoding as translate()
+        want = tr.translate(text, beam_size=4, length_penalty=0.0, max_len=7)
+        att = tr.attention(text, beam_size=4, length_penalty=0.0, max_len=7)
+        assert att.translation == want
+    seen = []
+    real = Translator.attention
+
+    def spy(self, *a, **k):
+        att = real(self, *a, **k)
+        seen.append(att)
+        return att
+
+    monkeypatch.setattr(Translator, "attention", spy)
+    out = tmp_path / "att.html"
+    args = ["translate", "--model-dir", d, "--beam", "4", "--length-penalty", "0"]
+    assert main([*args, "--attention", str(out), *texts]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == len(texts) == len(seen)
+    for line, att in zip(printed, seen):
+        ids = tr.tgt_tokenizer.encode(line)
+        assert att.translation == line and att.tgt_tokens[-1] == "<eos>"
+        assert len(att.tgt_tokens) == len(ids) + 1
