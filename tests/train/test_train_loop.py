@@ -107,3 +107,27 @@ def test_sentencepiece_with_shared_and_tied_embeddings(tmp_path, corpus_file):
     for name, t in m.state_dict().items():
         ref = stored[aliases.get(name, name)]
         assert torch.equal(t, ref), name
+
+
+def test_resuming_an_early_stopped_run_does_nothing(tmp_path, corpus_file, monkeypatch):
+    import io
+
+    monkeypatch.setattr(
+        "qkv.train.loop.validation_bleu",
+        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
+    )
+    cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)
+    res = train(cfg, tmp_path, progress=False)
+    assert res.stopped == "early_stopping" and res.step == 9
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    assert json.loads((ckpt / "trainer.json").read_text())["stopped"] == "early_stopping"
+    before = (ckpt / "model.safetensors").read_bytes()
+    buf = io.StringIO()
+    again = train(cfg, tmp_path, resume=True, stream=buf)
+    assert again.stopped == "early_stopping" and again.step == 9
+    assert "already stopped early at update 9" in buf.getvalue()
+    assert latest_checkpoint(tmp_path / "checkpoints") == ckpt
+    assert (ckpt / "model.safetensors").read_bytes() == before
+    # more patience goes on: one more evaluation without a better BLEU, then it stops again
+    more = train(cfg.updated({"patience": 3}), tmp_path, resume=True, progress=False)
+    assert more.stopped == "early_stopping" and more.step == 12

@@ -602,6 +602,9 @@ def _run(
         "history": [],
         # losses of the updates since the last progress line: a resumed run logs the same means
         "loss_window": [],
+        # "early_stopping" once patience ran out: resuming with the same patience and
+        # max_steps then does nothing
+        "stopped": None,
     }
     if ckpt is not None:
         tensors = ckpt.tensors or {}
@@ -629,6 +632,14 @@ def _run(
         # dropout differs per rank; the weights were drawn from config.seed on every rank
         torch.manual_seed(config.seed * 1009 + 1 + info.rank)
     start_step = int(state["step"])
+    already_stopped = (
+        ckpt is not None
+        and state["stopped"] == "early_stopping"
+        and saved.patience == config.patience
+        and saved.max_steps == config.max_steps
+    )
+    if not already_stopped:
+        state["stopped"] = None
     if start_step != schedule.last_step:
         raise CheckpointError(
             f"checkpoint: inconsistent state (step {start_step}, schedule {schedule.last_step})"
@@ -664,7 +675,7 @@ def _run(
     # -- the loop -------------------------------------------------------------------------------
     stream_of_batches = _infinite(batcher)
     last_ckpt: Path | None = ckpt.path if ckpt else None
-    stopped = "max_steps"
+    stopped = "early_stopping" if already_stopped else "max_steps"
     step = start_step
     window_tokens, window_t0 = 0, time.monotonic()
     model.train()
@@ -707,7 +718,12 @@ def _run(
         D.barrier()
         return path
 
-    while step < config.max_steps:
+    if already_stopped and info.is_main:
+        say(
+            f"qkv train: the run already stopped early at update {step} (patience "
+            f"{config.patience}); nothing to do (a larger --patience or --max-steps goes on)"
+        )
+    while step < config.max_steps and not already_stopped:
         micro = [next(stream_of_batches) for _ in range(config.accum_steps)]
         stats = train_update(
             wrapped,
@@ -799,7 +815,7 @@ def _run(
                 window_t0 = time.monotonic()  # the evaluation is not training time
             flag = D.all_reduce_sum(torch.tensor([stop], device=device))
             if float(flag) > 0 and not final:
-                stopped = "early_stopping"
+                stopped = state["stopped"] = "early_stopping"
                 final = True
         if evaluated or step % config.save_every == 0 or final:
             last_ckpt = save(step) or last_ckpt
