@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
         p.add_argument("--length-penalty", type=float, default=1.0, help="beam length penalty")
-        p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+        p.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
 
     t = sub.add_parser(
         "translate", help="translate TEXT arguments, or stdin lines", description="Translate."

@@ -308,9 +308,16 @@ class Translator:
         """Load from a ``qkv train --out`` folder (its best checkpoint by validation BLEU, else
         its newest) or from one checkpoint folder.
 
+        ``device`` is picked as ``qkv train`` picks it (``"auto"``, ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"``).
+
         Raises:
             CheckpointError: no checkpoint there, or a corrupt or foreign one.
+            ValueError: a bad device name, or CUDA asked for where it is not available.
         """
+        from .train.distributed import pick_device
+
+        device = pick_device(device)
         folder = resolve_model_dir(model_dir)
         ckpt = load_checkpoint(folder, with_tensors=False)
         try:

@@ -228,3 +228,19 @@ def test_attention_is_that_of_the_printed_translation(trained, kind, tmp_path, c
         ids = tr.tgt_tokenizer.encode(line)
         assert att.translation == line and att.tgt_tokens[-1] == "<eos>"
         assert len(att.tgt_tokens) == len(ids) + 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_cuda_without_cuda_is_a_one_line_error(trained, command, capsys):
+    d = str(trained["transformer"])
+    args = ["go ."] if command == "translate" else ["--limit", "2"]
+    assert main([command, "--model-dir", d, "--device", "cuda", *args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        == f"qkv {command}: error: device: 'cuda' was asked for, but CUDA is not available"
+    )
+    with pytest.raises(ValueError, match=r"device: expected .* got 'banana'"):
+        Translator.load(d, device="banana")
+    assert Translator.load(d, device="auto").device == torch.device("cpu")

@@ -24,6 +24,7 @@ __all__ = [
     "barrier",
     "cleanup",
     "param_checksum",
+    "pick_device",
     "setup",
     "unwrap",
 ]
@@ -57,6 +58,21 @@ def _env(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"environment variable {name}: expected an int, got {raw!r}") from None
+
+
+def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> torch.device:
+    """The device ``device`` names: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``,
+    ``"cuda"`` (GPU ``local_rank``), ``"cuda:N"``, ...
+
+    Raises:
+        ValueError: not a device name, or CUDA asked for where it is not available (one line,
+            naming the argument).
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected a device name, got {type(device).__name__}")
+    return _pick_device(device, local_rank)
 
 
 def _pick_device(device: str, local_rank: int) -> torch.device:
