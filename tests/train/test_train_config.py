@@ -151,3 +151,23 @@ def test_sequence_loss_matches_cross_entropy(eps):
     torch.testing.assert_close(nll.double(), plain, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="target"):
         sequence_loss(logits, target[:, :2])
+
+
+def test_yaml_numbers_written_without_a_dot(tmp_path):
+    # PyYAML reads 1e-3 (no dot) as a string; a config file means the number
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "lr: 1e-3\nadam_eps: 1E-9\nmax_minutes: 5e1\nvalid: '40'\nmax_steps: '300'\n"
+        "betas: [0.9, 98e-2]\nmodel:\n  dropout: 1e-1\n  num_heads: '2'\n"
+    )
+    config, _ = _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))
+    assert config.lr == 1e-3 and isinstance(config.lr, float)
+    assert config.adam_eps == 1e-9 and config.max_minutes == 50.0
+    assert config.valid == 40 and config.max_steps == 300 and config.betas == (0.9, 0.98)
+    assert config.model_options == {"dropout": 0.1, "num_heads": 2}
+    cfg.write_text("lr: fast\n")
+    with pytest.raises(ValueError, match="lr: expected a positive finite number, got 'fast'"):
+        _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))
+    cfg.write_text("max_steps: 1e3\n")  # not an int
+    with pytest.raises(ValueError, match="max_steps"):
+        _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))

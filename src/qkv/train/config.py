@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,7 +367,47 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"--config: expected a .toml, .yaml or .yml file, got {str(p)!r}")
     if not isinstance(data, dict):
         raise ValueError(f"--config: expected a table of settings at the top of {p}, got {data!r}")
-    return data
+    return _numbers_from_strings(data)
+
+
+_INT_RE = re.compile(r"^[+-]?\d+$")
+
+
+def _number(value: Any, kind: str) -> Any:
+    """``value`` as a number of ``kind`` (``int``/``float``/``float | int``) if it is a string
+    that spells one (PyYAML reads ``1e-3``, without a dot, as a string), else unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().replace("_", "")
+    if "int" in kind and _INT_RE.match(text):
+        return int(text)
+    if "float" in kind:
+        try:
+            f = float(text)
+        except ValueError:
+            return value
+        return f if math.isfinite(f) else value
+    return value
+
+
+def _numbers_from_strings(data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's numeric strings in int/float fields (top level, ``betas``, the model
+    table) turned into numbers; anything else is left to the validation."""
+    types = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
+    model_types = {f.name: str(f.type) for f in dataclasses.fields(Seq2SeqConfig)}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        kind = types.get(key, "")
+        if key == "betas" and isinstance(value, list):
+            value = [_number(v, "float") for v in value]
+        elif key in ("model", "model_options") and isinstance(value, dict):
+            value = {k: _number(v, model_types.get(k, "")) for k, v in value.items()}
+        elif key.startswith("model."):
+            value = _number(value, model_types.get(key[len("model.") :], ""))
+        elif kind.startswith(("int", "float")):
+            value = _number(value, kind)
+        out[key] = value
+    return out
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
