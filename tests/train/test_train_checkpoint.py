@@ -10,7 +10,7 @@ import torch
 from _train_helpers import tiny_config
 
 from qkv.cli import main
-from qkv.train import CheckpointError, load_checkpoint, resolve_model_dir, train
+from qkv.train import CheckpointError, TrainConfig, load_checkpoint, resolve_model_dir, train
 from qkv.train.checkpoint import (
     atomic_write_json,
     find_checkpoints,
@@ -199,3 +199,23 @@ def test_crash_before_best_json_keeps_the_best_checkpoint(tmp_path, corpus_file,
     assert (root / "step-00000010" / "manifest.json").is_file()
     assert json.loads((root / "best.json").read_text())["path"] == "step-00000010"
     assert Translator.load(tmp_path).path.name == "step-00000010"
+
+
+def test_resume_accepts_model_options_at_their_default(tmp_path, trained):
+    from qkv.nn.seq2seq import Seq2SeqConfig
+
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    default = Seq2SeqConfig(2, 2).dropout
+    base = ["train", "--out", str(out), "--resume", "--quiet", "--set"]
+    assert main([*base, f"model.dropout={default}", "--max-steps", "32"]) == 0
+    assert latest_checkpoint(out / "checkpoints").name == "step-00000032"
+    with pytest.raises(ValueError, match=r"model_options: checkpoint \{'dropout'"):
+        train(
+            TrainConfig.from_dict(
+                load_checkpoint(latest_checkpoint(out / "checkpoints")).train_config
+            ).updated({"model.dropout": default + 0.2}),
+            out,
+            resume=True,
+            progress=False,
+        )

@@ -455,6 +455,12 @@ def _repair_best_pointer(ckroot: Path, state: dict) -> None:
 
 def _check_resume_config(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
     a, b = saved.to_dict(), given.to_dict()
+    # the model options compare as the model they resolve to: an option given at its default
+    # value (--set model.dropout=0.1) is no change
+    ma, mb = saved.model_config(2, 2).to_dict(), given.model_config(2, 2).to_dict()
+    changed = [k for k in ma if ma[k] != mb.get(k)]
+    a["model_options"] = {k: ma[k] for k in changed}
+    b["model_options"] = {k: mb.get(k) for k in changed}
     diff = sorted(k for k in a if k not in RESUMABLE_KEYS and a[k] != b[k])
     if diff:
         shown = ", ".join(f"{k}: checkpoint {a[k]!r}, given {b[k]!r}" for k in diff[:6])
