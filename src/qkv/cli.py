@@ -89,6 +89,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- translate
+def _check_positive(args: argparse.Namespace, *names: str) -> None:
+    """ValueError naming the flag when one of ``names`` is given and below 1."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: expected >= 1, got {value}")
+
+
 def _read_inputs(texts: Sequence[str]) -> list[str]:
     if texts:
         return list(texts)
@@ -111,6 +119,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                     f"--attention: expected a file ending in .png, .svg, .pdf or .html, got "
                     f"{args.attention!r}"
                 )
+        _check_positive(args, "beam", "n_best", "max_len")
         if args.n_best > args.beam:
             raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
         tr = Translator.load(args.model_dir, device=args.device)
@@ -153,6 +162,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .translate import Translator
 
     try:
+        _check_positive(args, "beam")
         tr = Translator.load(args.model_dir, device=args.device)
         if args.data is not None:
             pairs, report = read_pairs(args.data, args.format)

@@ -244,3 +244,18 @@ def test_cuda_without_cuda_is_a_one_line_error(trained, command, capsys):
     with pytest.raises(ValueError, match=r"device: expected .* got 'banana'"):
         Translator.load(d, device="banana")
     assert Translator.load(d, device="auto").device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["translate", "--beam", "0", "go ."], "--beam"),
+        (["translate", "--n-best", "0", "go ."], "--n-best"),
+        (["translate", "--max-len", "0", "go ."], "--max-len"),
+        (["evaluate", "--beam", "0"], "--beam"),
+    ],
+)
+def test_counts_below_one_are_refused(trained, args, flag, capsys):
+    d = str(trained["transformer"])
+    assert main([args[0], "--model-dir", d, *args[1:]]) == 2
+    assert f"error: {flag}: expected >= 1, got 0" in capsys.readouterr().err
