@@ -362,6 +362,13 @@ def verify_checkpoint(folder: str | Path) -> dict:
     if not isinstance(files, dict):
         raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
     for rel, meta in files.items():
+        if (
+            not isinstance(meta, dict)
+            or not rel
+            or Path(rel).is_absolute()
+            or ".." in Path(rel).parts
+        ):
+            raise CheckpointError(f"checkpoint: {mpath} is corrupt (bad file entry {rel!r})")
         p = d / rel
         if not p.is_file():
             raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
