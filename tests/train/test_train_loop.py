@@ -53,8 +53,27 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, corpus_file, monke
         return loss * float("nan"), nll, n
 
     monkeypatch.setattr("qkv.train.loop.sequence_loss", poisoned)
-    with pytest.raises(TrainingError, match="non-finite at update 1"):
+    with pytest.raises(TrainingError, match="non-finite at update 1") as info:
         train(tiny_config(data=str(corpus_file)), tmp_path, progress=False)
+    assert "no checkpoint was written yet" in str(info.value)
+    assert "intact" not in str(info.value)
+
+
+def test_non_finite_loss_after_a_checkpoint_names_it(tmp_path, corpus_file, monkeypatch):
+    from qkv.train import losses
+
+    real = losses.sequence_loss
+    calls = []
+
+    def poisoned_later(logits, target, **kw):
+        loss, nll, n = real(logits, target, **kw)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) > 3 else loss), nll, n
+
+    monkeypatch.setattr("qkv.train.loop.sequence_loss", poisoned_later)
+    cfg = tiny_config(data=str(corpus_file), save_every=2, eval_every=100)
+    with pytest.raises(TrainingError, match=r"update 4 .*the last checkpoint \(step-00000002"):
+        train(cfg, tmp_path, progress=False)
 
 
 def test_progress_lines(tmp_path, corpus_file):

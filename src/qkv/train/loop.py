@@ -253,8 +253,8 @@ def train_update(
         optimizer.zero_grad(set_to_none=True)
         raise TrainingError(
             f"the loss became non-finite at update {schedule.last_step} (loss sum {loss_sum}, "
-            f"gradient norm {grad_norm}); nothing was updated and the last checkpoint is intact. "
-            "Lower lr, keep clip_norm > 0, or check the data"
+            f"gradient norm {grad_norm}); nothing was updated. Lower lr, keep clip_norm > 0, or "
+            "check the data"
         )
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -681,6 +681,7 @@ def _run(
     # -- the loop -------------------------------------------------------------------------------
     stream_of_batches = _infinite(batcher)
     last_ckpt: Path | None = ckpt.path if ckpt else None
+    saved_step: int | None = start_step if ckpt else None  # known on every rank
     stopped = "early_stopping" if already_stopped else "max_steps"
     step = start_step
     window_tokens, window_t0 = 0, time.monotonic()
@@ -731,17 +732,25 @@ def _run(
         )
     while step < config.max_steps and not already_stopped:
         micro = [next(stream_of_batches) for _ in range(config.accum_steps)]
-        stats = train_update(
-            wrapped,
-            optimizer,
-            schedule,
-            micro,
-            label_smoothing=config.label_smoothing,
-            clip_norm=config.clip_norm,
-            device=device,
-            bf16=config.bf16,
-            pad_id=tgt_tok.pad_id,
-        )
+        try:
+            stats = train_update(
+                wrapped,
+                optimizer,
+                schedule,
+                micro,
+                label_smoothing=config.label_smoothing,
+                clip_norm=config.clip_norm,
+                device=device,
+                bf16=config.bf16,
+                pad_id=tgt_tok.pad_id,
+            )
+        except TrainingError as e:
+            where = (
+                f"the last checkpoint (step-{saved_step:08d} in {ckroot}) is intact"
+                if saved_step is not None
+                else "no checkpoint was written yet"
+            )
+            raise TrainingError(f"{e}; {where}") from None
         step += 1
         state["step"] = step
         state["target_tokens"] += stats.tokens
@@ -825,6 +834,7 @@ def _run(
                 final = True
         if evaluated or step % config.save_every == 0 or final:
             last_ckpt = save(step) or last_ckpt
+            saved_step = step
         if final:
             break
     if step >= config.max_steps and start_step >= config.max_steps and info.is_main:
