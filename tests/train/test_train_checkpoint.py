@@ -97,6 +97,21 @@ def _corrupt_byte(path, offset=-10):
     path.write_bytes(bytes(data))
 
 
+def _manifest_files(d, files):
+    m = json.loads((d / "manifest.json").read_text())
+    m["files"] = files
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    "files", [["model.safetensors"], "x", {"model.safetensors": 12}, {"../x": {"bytes": 1}}]
+)
+def test_a_manifest_with_a_bad_file_list_is_a_clear_error(ckpt_copy, files):
+    _manifest_files(ckpt_copy, files)
+    with pytest.raises(CheckpointError, match=r"manifest\.json is corrupt"):
+        Translator.load(ckpt_copy)
+
+
 @pytest.mark.parametrize(
     "damage, match",
     [
@@ -114,21 +129,6 @@ def _corrupt_byte(path, offset=-10):
         ),
     ],
 )
-def _manifest_files(d, files):
-    m = json.loads((d / "manifest.json").read_text())
-    m["files"] = files
-    (d / "manifest.json").write_text(json.dumps(m))
-
-
-@pytest.mark.parametrize(
-    "files", [["model.safetensors"], "x", {"model.safetensors": 12}, {"../x": {"bytes": 1}}]
-)
-def test_a_manifest_with_a_bad_file_list_is_a_clear_error(ckpt_copy, files):
-    _manifest_files(ckpt_copy, files)
-    with pytest.raises(CheckpointError, match=r"manifest\.json is corrupt"):
-        Translator.load(ckpt_copy)
-
-
 def test_corrupt_or_foreign_checkpoint_is_a_clear_error(ckpt_copy, damage, match, capsys):
     damage(ckpt_copy)
     with pytest.raises(CheckpointError, match=match):
