@@ -43,3 +43,25 @@ def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
     assert losses[-1] < 0.8 * losses[0], losses
     # nothing but rank 0's files: no stray temporaries from the other rank
     assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_the_process_group_gets_the_configured_timeout(monkeypatch):
+    import datetime
+
+    import pytest
+
+    from qkv.train import TrainConfig
+    from qkv.train import distributed as D
+
+    seen = {}
+    monkeypatch.setattr(D.dist, "init_process_group", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(D.dist, "is_initialized", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    info = D.setup("cpu", timeout_minutes=90)
+    assert info.backend == "gloo" and info.rank == 1
+    assert seen["timeout"] == datetime.timedelta(minutes=90) and seen["backend"] == "gloo"
+    assert TrainConfig().dist_timeout_minutes == 30.0
+    assert TrainConfig().updated({"dist_timeout_minutes": 5}).dist_timeout_minutes == 5.0
+    with pytest.raises(ValueError, match="dist_timeout_minutes"):
+        TrainConfig().updated({"dist_timeout_minutes": 0})

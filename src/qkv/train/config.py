@@ -51,6 +51,7 @@ RESUMABLE_KEYS: frozenset[str] = frozenset(
         "eval_sentences",
         "device",
         "threads",
+        "dist_timeout_minutes",
     }
 )
 
@@ -121,6 +122,9 @@ class TrainConfig:
         tensorboard: also write TensorBoard logs to ``OUT/tensorboard`` (needs ``tensorboard``).
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
         threads: CPU threads for torch (0: leave torch's default).
+        dist_timeout_minutes: under torchrun, how long a collective waits for the other
+            processes before failing (``init_process_group(timeout=...)``); it must exceed the
+            longest validation, which rank 0 runs alone while the others wait.
     """
 
     data: str | None = None
@@ -160,6 +164,7 @@ class TrainConfig:
     tensorboard: bool = False
     device: str = "auto"
     threads: int = 0
+    dist_timeout_minutes: float = 30.0
 
     def __post_init__(self) -> None:
         if isinstance(self.betas, list):
@@ -225,6 +230,11 @@ class TrainConfig:
             "a positive number of minutes or None",
         )
         need(_is_num(self.lr) and 0 < self.lr < math.inf, "lr", "a positive finite number")
+        need(
+            _is_num(self.dist_timeout_minutes) and 0 < self.dist_timeout_minutes < math.inf,
+            "dist_timeout_minutes",
+            "a positive finite number of minutes",
+        )
         need(_is_num(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
         need(
             isinstance(self.betas, tuple)
@@ -313,7 +323,14 @@ class TrainConfig:
                     f"and model.<{'|'.join(sorted(_MODEL_FIELDS))}>"
                 )
         d["model_options"] = options
-        for name in ("lr", "weight_decay", "adam_eps", "label_smoothing", "clip_norm"):
+        for name in (
+            "lr",
+            "weight_decay",
+            "adam_eps",
+            "label_smoothing",
+            "clip_norm",
+            "dist_timeout_minutes",
+        ):
             if _is_int(d[name]):  # 1 in a file means 1.0
                 d[name] = float(d[name])
         if _is_int(d.get("max_minutes")):

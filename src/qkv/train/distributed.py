@@ -8,6 +8,7 @@ only rank 0 reads nothing special but writes everything (logs, checkpoints, Tens
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 from dataclasses import dataclass
@@ -94,9 +95,13 @@ def _pick_device(device: str, local_rank: int) -> torch.device:
     return dev
 
 
-def setup(device: str = "auto") -> DistInfo:
+def setup(device: str = "auto", *, timeout_minutes: float = 30.0) -> DistInfo:
     """Read torchrun's environment, pick the device, and join the process group if
-    ``WORLD_SIZE > 1`` (NCCL for CUDA devices, gloo for the CPU)."""
+    ``WORLD_SIZE > 1`` (NCCL for CUDA devices, gloo for the CPU).
+
+    ``timeout_minutes`` is how long a collective may wait for the other ranks (the NCCL watchdog's
+    limit): rank 0 evaluates alone while the others wait at the next collective, so it must
+    exceed the longest validation."""
     world = _env("WORLD_SIZE", 1)
     rank = _env("RANK", 0)
     local = _env("LOCAL_RANK", rank)
@@ -109,7 +114,12 @@ def setup(device: str = "auto") -> DistInfo:
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend, rank=rank, world_size=world)
+            dist.init_process_group(
+                backend=backend,
+                rank=rank,
+                world_size=world,
+                timeout=datetime.timedelta(minutes=timeout_minutes),
+            )
     return DistInfo(rank, local, world, dev, backend)
 
 

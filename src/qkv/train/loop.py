@@ -502,7 +502,7 @@ def train(
     config.validate()
     out = Path(out)
     ckroot = out / "checkpoints"
-    info = D.setup(config.device)
+    info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
     try:
         return _run(config, out, ckroot, info, resume, progress, stream)
     finally:
