@@ -16,7 +16,7 @@ Conventions (those of ``torch.nn.MultiheadAttention``, as the seeds teach):
 may attend); :meth:`MaskSpec.sdpa_mask` is the single place where qkv converts.
 
 A query that may attend to nothing (a "dead" row) gets zero weights and a zero output on every
-backend; :meth:`MaskSpec.dead_rows` finds those rows from the masks alone.
+backend; each backend reads such rows off the mask or the masked scores it already built.
 """
 
 from __future__ import annotations
@@ -183,33 +183,6 @@ class MaskSpec:
             )
         return add.masked_fill(blocked, float("-inf"))
 
-    def dead_rows(self) -> Tensor | None:
-        """Bool ``(B|1, H|1, Lq, 1)``: True for queries that may attend to no key at all.
-
-        Returns None when the masks provably leave every query at least one key.
-        """
-        if self.Lk == 0:
-            return torch.ones(1, 1, self.Lq, 1, dtype=torch.bool, device=self._device())
-        if self.empty:
-            return None
-        if self.only_causal:
-            return None  # query i always sees key 0
-        blocked = self.blocked()
-        add = self.additive(torch.float32)
-        if add is not None:
-            neg = torch.isneginf(add)
-            blocked = neg if blocked is None else blocked | neg
-        if blocked is None:
-            return None
-        if blocked.shape[-1] != self.Lk:
-            blocked = blocked.expand(*blocked.shape[:-1], self.Lk)
-        dead = blocked.all(dim=-1, keepdim=True)
-        while dead.dim() < 4:
-            dead = dead.unsqueeze(0)
-        if dead.shape[-2] != self.Lq:  # reduce first, then broadcast the query axis for free
-            dead = dead.expand(*dead.shape[:-2], self.Lq, 1)
-        return dead
-
     def key_extent(self) -> int:
         """One past the last key that some query may see, from the key-level masks alone.
 
@@ -252,14 +225,9 @@ class MaskSpec:
             return None, False
         if self.only_causal:
             return None, True
-        blocked = self.blocked()
-        add = self.additive(dtype)
-        if add is None:
-            assert blocked is not None
-            return ~blocked, False
-        if blocked is not None:
-            add = add.masked_fill(blocked, float("-inf"))
-        return add, False
+        if self.has_float:  # one additive mask with -inf where forbidden
+            return self.bias(dtype), False
+        return ~self.blocked(), False  # bool masks only: flip to SDPA's convention
 
     def _device(self) -> torch.device:
         return self.device

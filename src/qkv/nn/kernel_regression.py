@@ -114,7 +114,7 @@ def nadaraya_watson(
     spec = check_masks(
         B=B, H=1, Lq=Lq, Lk=Lk, device=scores.device, batched_heads=False, attn_mask=attn_mask
     )
-    weights = safe_softmax(apply_masks(scores.unsqueeze(1), spec), spec.dead_rows()).squeeze(1)
+    weights = safe_softmax(apply_masks(scores.unsqueeze(1), spec)).squeeze(1)
     # values (B, 1|Lq, Lk) or (B, 1|Lq, Lk, dv)
     out = (weights * v).sum(-1) if v.dim() == 3 else (weights.unsqueeze(-1) * v).sum(-2)
     if form != "batched":
