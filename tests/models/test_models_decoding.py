@@ -207,3 +207,40 @@ def test_input_errors():
     src = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(TypeError, match="model"):
         generate(torch.nn.Linear(2, 2), src, None, max_len=3, bos_id=1, eos_id=2)
+
+
+def _ngrams(ids: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_blocks_every_repeat_and_changes_nothing_else(setup, n):
+    model, src, lens = setup
+    plain = gen(model, src, lens)
+    for kw in ({}, {"beam_size": 3}):
+        out = gen(model, src, lens, no_repeat_ngram=n, **kw)
+        for ids in out:
+            grams = _ngrams(ids, n)
+            assert len(grams) == len(set(grams)), (n, ids)
+    # a greedy output that repeats no n-gram is left exactly as it was
+    blocked = gen(model, src, lens, no_repeat_ngram=n)
+    for a, b in zip(plain, blocked):
+        grams = _ngrams(a, n)
+        if len(grams) == len(set(grams)):
+            assert a == b
+    assert any(len(set(_ngrams(a, n))) < len(_ngrams(a, n)) for a in plain) or n > 1
+    with pytest.raises(ValueError, match="no_repeat_ngram"):
+        gen(model, src, lens, no_repeat_ngram=-1)
+
+
+def test_suppressed_ids_are_never_generated(setup):
+    model, src, lens = setup
+    plain = gen(model, src, lens)
+    common = max(
+        {t for ids in plain for t in ids}, key=lambda t: sum(ids.count(t) for ids in plain)
+    )
+    for kw in ({}, {"beam_size": 3}):
+        out = gen(model, src, lens, suppress=[common], **kw)
+        assert all(common not in ids for ids in out)
+    with pytest.raises(ValueError, match="suppress"):
+        gen(model, src, lens, suppress=[-1])

@@ -77,11 +77,14 @@ class _EvalMode:
         self.model.train(self.training)
 
 
-def _banned(pad_id: int | None, bos_id: int, eos_id: int) -> list[int]:
-    """The ids never generated: PAD and BOS (unless one of them is also the EOS id)."""
+def _banned(
+    pad_id: int | None, bos_id: int, eos_id: int, suppress: Sequence[int] = ()
+) -> list[int]:
+    """The ids never generated: PAD, BOS and ``suppress`` (unless one is also the EOS id)."""
     if pad_id is not None:
         _int("pad_id", pad_id, 0)
-    return sorted({i for i in (pad_id, bos_id) if i is not None and i != eos_id})
+    extra = [_int("suppress", i, 0) for i in suppress]
+    return sorted({i for i in (pad_id, bos_id, *extra) if i is not None and i != eos_id})
 
 
 def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
@@ -95,6 +98,24 @@ def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
         )
     scores = scores.clone()
     scores[:, banned] = float("-inf")
+    return scores
+
+
+def _block_repeats(scores: Tensor, tokens: Tensor, t: int, n: int) -> Tensor:
+    """``scores`` ``(rows, V)`` with -inf for every token that would repeat an ``n``-gram the
+    row already generated (``tokens[:, 1 : t + 1]``; fairseq's ``--no-repeat-ngram-size``).
+    ``n=0`` blocks nothing. Returns a copy when something is blocked."""
+    if n <= 0 or t < n:  # an n-gram to repeat needs n generated tokens
+        return scores
+    gen = tokens[:, 1 : t + 1]  # (rows, t)
+    windows = gen.unfold(1, n, 1)  # (rows, t - n + 1, n): every n-gram so far
+    tail = gen[:, t - n + 1 :]  # (rows, n - 1): the n - 1 tokens the next one follows
+    match = (windows[:, :, :-1] == tail.unsqueeze(1)).all(-1)  # (rows, t - n + 1)
+    rows, where = match.nonzero(as_tuple=True)
+    if rows.numel() == 0:
+        return scores
+    scores = scores.clone()
+    scores[rows, windows[rows, where, -1]] = float("-inf")
     return scores
 
 
@@ -118,18 +139,20 @@ def greedy_search(
     eos_id: int,
     pad_id: int | None = 0,
     use_cache: bool = True,
+    no_repeat_ngram: int = 0,
+    suppress: Sequence[int] = (),
 ) -> list[list[int]]:
     """The most likely next token at every step, for each sentence of the batch.
 
     Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None.  Returns, per sentence,
     at most ``max_len`` token ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id``
-    are never chosen.
+    are never chosen, nor (``no_repeat_ngram=n > 0``) a token that would repeat an n-gram.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
     _int("max_len", max_len, 1)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
-    banned = _banned(pad_id, bos_id, eos_id)
+    banned = _banned(pad_id, bos_id, eos_id, suppress)
     B = src.shape[0]
     with _EvalMode(model):
         state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
@@ -139,7 +162,8 @@ def greedy_search(
         steps = max_len
         for t in range(max_len):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
-            nxt = _suppress(logits, banned).argmax(dim=-1).masked_fill(finished, eos_id)
+            logits = _block_repeats(_suppress(logits, banned), tokens, t, no_repeat_ngram)
+            nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
             tokens[:, t + 1] = nxt
             finished |= nxt == eos_id
             if bool(finished.all()):
@@ -170,6 +194,8 @@ def beam_search(
     length_penalty: float = 1.0,
     n_best: int = 1,
     use_cache: bool = True,
+    no_repeat_ngram: int = 0,
+    suppress: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences.
 
@@ -180,7 +206,8 @@ def beam_search(
     hypotheses (fairseq's rule); at ``max_len`` its live hypotheses are finished as they are.
 
     ``pad_id`` (None: none) and ``bos_id`` are never generated: their log-probabilities are -inf
-    after the softmax, so scores remain the model's log-probabilities.
+    after the softmax, so scores remain the model's log-probabilities; with
+    ``no_repeat_ngram=n > 0`` neither is a token that would repeat an n-gram of its hypothesis.
 
     Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None.  Returns per sentence its ``n_best``
     hypotheses ``(token ids without BOS/EOS, score)``, best first.
@@ -189,7 +216,7 @@ def beam_search(
     _int("max_len", max_len, 1)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
-    banned = _banned(pad_id, bos_id, eos_id)
+    banned = _banned(pad_id, bos_id, eos_id, suppress)
     K = _int("beam_size", beam_size, 1)
     _int("n_best", n_best, 1)
     if n_best > K:
@@ -217,6 +244,7 @@ def beam_search(
         for t in range(max_len):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
+            logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
             cand = (scores.unsqueeze(-1) + logp.view(B, K, V)).view(B, K * V)
             top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
@@ -271,6 +299,8 @@ def generate(
     length_penalty: float = 1.0,
     n_best: int = 1,
     use_cache: bool = True,
+    no_repeat_ngram: int = 0,
+    suppress: Sequence[int] = (),
 ) -> list[list[int]] | list[list[Hypothesis]]:
     """Translate a batch: greedy (``beam_size=1``) or beam search.
 
@@ -287,6 +317,11 @@ def generate(
         length_penalty: ``alpha`` of the beam score ``sum(log p) / length ** alpha``.
         n_best: hypotheses to return per sentence (at most ``beam_size``).
         use_cache: incremental decoding (one step per token); False re-runs the whole prefix.
+        no_repeat_ngram: n > 0: never generate a token that would repeat an n-gram the sentence
+            (the hypothesis) already holds (fairseq's ``--no-repeat-ngram-size``, Hugging
+            Face's ``no_repeat_ngram_size``); a guard against loops of an undertrained model.
+        suppress: more ids never generated, like ``pad_id`` (e.g. ``<unk>`` for a tokenizer
+            with byte fallback, which never needs it).
 
     Returns:
         With ``n_best=1``, per sentence its best token ids without BOS and EOS (a list of lists);
@@ -296,7 +331,15 @@ def generate(
     _int("n_best", n_best, 1)
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
-    common: dict[str, Any] = dict(max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    _int("no_repeat_ngram", no_repeat_ngram, 0)
+    common: dict[str, Any] = dict(
+        max_len=max_len,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        no_repeat_ngram=no_repeat_ngram,
+        suppress=tuple(suppress),
+    )
     if K == 1 and n_best == 1:
         return greedy_search(model, src, src_valid_lens, use_cache=use_cache, **common)
     hyps = beam_search(
