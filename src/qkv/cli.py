@@ -16,17 +16,48 @@ _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--data": ("data", str, "parallel text in any qkv.data format (default: the bundled corpus)"),
     "--format": ("data_format", str, "the data file's format (default: guessed)"),
     "--model": ("model", str, "transformer (default) or bahdanau"),
-    "--max-steps": ("max_steps", int, "optimizer updates (default 10000)"),
-    "--max-minutes": ("max_minutes", float, "stop after this many minutes of this invocation"),
+    "--preset": (
+        "preset",
+        str,
+        "auto (default: from the corpus, budget and device), none, or a tier name (docs/train.md)",
+    ),
+    "--max-steps": (
+        "max_steps",
+        int,
+        "the most optimizer updates (default: 10000; with --max-minutes, no limit but the clock)",
+    ),
+    "--max-minutes": (
+        "max_minutes",
+        float,
+        "the run's time budget (across --resume): training, evaluations and the final "
+        "averaging fit in it",
+    ),
     "--seed": ("seed", int, "seed of the weights, dropout and batch order (default 0)"),
-    "--max-tokens": ("max_tokens", int, "token budget of one micro-batch per process"),
+    "--max-tokens": (
+        "max_tokens",
+        int,
+        "token budget of one micro-batch per process (default: the preset's)",
+    ),
     "--accum-steps": ("accum_steps", int, "micro-batches per update (gradient accumulation)"),
-    "--lr": ("lr", float, "peak learning rate (default 1e-3)"),
-    "--warmup-steps": ("warmup_steps", int, "linear warm-up updates, then 1/sqrt decay"),
+    "--lr": ("lr", float, "peak learning rate (default: the preset's)"),
+    "--warmup-steps": (
+        "warmup_steps",
+        int,
+        "linear warm-up updates (default: 10%% of the planned run)",
+    ),
+    "--schedule": (
+        "schedule",
+        str,
+        "auto (linear decay to the end of the run), linear, cosine or inverse_sqrt",
+    ),
     "--label-smoothing": ("label_smoothing", float, "label smoothing epsilon (default 0.1)"),
     "--clip-norm": ("clip_norm", float, "gradient-norm clipping, 0 for none (default 1.0)"),
-    "--eval-every": ("eval_every", int, "validation loss and BLEU every N updates"),
-    "--save-every": ("save_every", int, "checkpoint every N updates"),
+    "--eval-every": (
+        "eval_every",
+        int,
+        "validation loss and BLEU every N updates (default: about 6 per run)",
+    ),
+    "--save-every": ("save_every", int, "checkpoint every N updates (default: about 12 per run)"),
     "--keep-last": ("keep_last", int, "checkpoints kept besides the best (default 3)"),
     "--patience": ("patience", int, "early stopping: evaluations without a better BLEU"),
     "--log-every": ("log_every", int, "progress line every N updates"),
@@ -83,7 +114,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("qkv train: interrupted; resume with --resume", file=sys.stderr)
         return 130
-    if result.best_checkpoint is not None:
+    if result.final_model is not None:
+        dec = result.decoding or {}
+        how = (
+            "greedy"
+            if dec.get("beam_size", 1) == 1
+            else f"beam {dec['beam_size']}, length penalty {dec['length_penalty']:g}"
+        )
+        bleu = "?" if result.final_bleu is None else f"{result.final_bleu:.2f}"
+        print(f"model: {result.final_model} (valid BLEU {bleu}, {how})")
+    elif result.best_checkpoint is not None:
         print(f"best checkpoint: {result.best_checkpoint} (valid BLEU {result.best_bleu:.2f})")
     return 0
 
@@ -95,6 +135,13 @@ def _check_positive(args: argparse.Namespace, *names: str) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected >= 1, got {value}")
+
+
+def _set_no_repeat(tr: Any, args: argparse.Namespace) -> None:
+    if args.no_repeat_ngram is not None:
+        if args.no_repeat_ngram < 0:
+            raise ValueError(f"--no-repeat-ngram: expected >= 0, got {args.no_repeat_ngram}")
+        tr.decoding["no_repeat_ngram"] = args.no_repeat_ngram
 
 
 def _read_inputs(texts: Sequence[str]) -> list[str]:
@@ -120,15 +167,19 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                     f"{args.attention!r}"
                 )
         _check_positive(args, "beam", "n_best", "max_len")
-        if args.n_best > args.beam:
+        if args.beam is not None and args.n_best > args.beam:
             raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
         tr = Translator.load(args.model_dir, device=args.device)
+        _set_no_repeat(tr, args)
+        beam = args.beam
+        if beam is None and args.n_best > tr.resolve_decoding(None, None)[0]:
+            beam = args.n_best  # n-best needs a beam at least that wide
         texts = _read_inputs(args.text)
         if not texts:
             return 0
         res = tr.generate(
             texts,
-            beam_size=args.beam,
+            beam_size=beam,
             n_best=args.n_best,
             length_penalty=args.length_penalty,
             max_len=args.max_len,
@@ -157,13 +208,14 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- evaluate
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
-    from .train import CheckpointError, TrainConfig, load_run_data
+    from .train import CheckpointError, TrainConfig
     from .train.checkpoint import load_checkpoint
     from .translate import Translator
 
     try:
         _check_positive(args, "beam")
         tr = Translator.load(args.model_dir, device=args.device)
+        _set_no_repeat(tr, args)
         if args.data is not None:
             pairs, report = read_pairs(args.data, args.format)
             if report.n_skipped:
@@ -173,35 +225,78 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             ckpt = load_checkpoint(tr.path, with_tensors=False)
             cfg = TrainConfig.from_dict(ckpt.train_config)
             from .data import Split
+            from .train.loop import raw_run_pairs, read_run_pairs
 
-            data = load_run_data(
-                cfg,
-                split=Split.from_dict(ckpt.split),
-                tokenizers=(tr.src_tokenizer, tr.tgt_tokenizer),
-            )
-            pairs = {"test": data.test, "valid": data.valid, "train": data.train}[args.split]
-            what = f"the {args.split} split of {data.source}"
+            split = Split.from_dict(ckpt.split)
+            parts = dict(zip(("train", "valid", "test"), raw_run_pairs(cfg, split)))
+            pairs = parts[args.split]
+            what = f"the {args.split} split of {read_run_pairs(cfg)[1]}"
             if not pairs:
                 raise ValueError(f"--split: the run's {args.split} split is empty")
         if args.limit is not None:
             if args.limit < 1:
                 raise ValueError(f"--limit: expected a number of pairs >= 1, got {args.limit}")
             pairs = pairs[: args.limit]
-        ev = tr.evaluate(pairs, beam_size=args.beam, length_penalty=args.length_penalty)
+        ev = tr.evaluate(
+            pairs,
+            beam_size=args.beam,
+            length_penalty=args.length_penalty,
+            normalize_references=args.normalized_refs,
+        )
+        beam, lp = tr.resolve_decoding(args.beam, args.length_penalty)
     except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
         return _fail("evaluate", e)
     if args.json:
         print(
             json.dumps(
-                {**ev.to_dict(), "data": str(what), "model": str(tr.path), "beam": args.beam}
+                {
+                    **ev.to_dict(),
+                    "data": str(what),
+                    "model": str(tr.path),
+                    "beam": beam,
+                    "length_penalty": lp,
+                }
             )
         )
     else:
-        print(f"{ev.n} sentences from {what}, model {tr.path}, beam {args.beam}")
+        print(
+            f"{ev.n} sentences from {what}, model {tr.path}, "
+            + ("greedy" if beam == 1 else f"beam {beam}, length penalty {lp:g}")
+        )
+        if ev.references_normalized:
+            print(
+                "NOTE: references normalised as the training data (--normalized-refs): not "
+                "comparable with sacreBLEU scores on raw text"
+            )
         print(f"BLEU = {ev.bleu:.2f}   ({ev.bleu_detail})")
         print(f"  signature: {ev.signatures['bleu']}")
         print(f"chrF = {ev.chrf:.2f}")
         print(f"  signature: {ev.signatures['chrf']}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- average
+def _cmd_average(args: argparse.Namespace) -> int:
+    from .train import CheckpointError
+    from .train.checkpoint import average_checkpoints, find_checkpoints
+
+    try:
+        _check_positive(args, "last")
+        if args.checkpoints:
+            folders = [Path(c) for c in args.checkpoints]
+        else:
+            if args.model_dir is None:
+                raise ValueError("--model-dir: expected a run folder (or give checkpoint folders)")
+            root = Path(args.model_dir)
+            root = root / "checkpoints" if (root / "checkpoints").is_dir() else root
+            found = find_checkpoints(root)
+            if not found:
+                raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")
+            folders = found[-args.last :]
+        path = average_checkpoints(folders, args.out)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("average", e)
+    print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0
 
 
@@ -265,10 +360,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--model-dir",
             required=True,
-            help="a qkv train --out folder (its best checkpoint) or a checkpoint folder",
+            help="a qkv train --out folder (its final model, else its best checkpoint) or a "
+            "checkpoint or model folder",
         )
-        p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
-        p.add_argument("--length-penalty", type=float, default=1.0, help="beam length penalty")
+        p.add_argument(
+            "--beam",
+            type=int,
+            default=None,
+            help="beam size (default: the model's, chosen on validation by qkv train; else 1)",
+        )
+        p.add_argument(
+            "--length-penalty",
+            type=float,
+            default=None,
+            help="beam length penalty (default: the model's, else 1.0)",
+        )
+        p.add_argument(
+            "--no-repeat-ngram",
+            type=int,
+            default=None,
+            metavar="N",
+            help="never repeat an N-gram of pieces in a translation (0: off; default: the "
+            "model's, 3 for a qkv train run, else 0)",
+        )
         p.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
 
     t = sub.add_parser(
@@ -289,8 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "evaluate",
         help="sacreBLEU and chrF of a model on parallel text",
-        description="Translate the sources and score against the references (normalised as "
-        "the model's training data) with sacreBLEU's BLEU and chrF.",
+        description="Translate the sources and score the detokenised translations against "
+        "the raw references with sacreBLEU's BLEU and chrF (signatures printed).",
     )
     model_args(e)
     e.add_argument("--data", help="parallel text (default: the run's own test split)")
@@ -303,7 +417,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--limit", type=int, default=None, help="score only the first N pairs")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument(
+        "--normalized-refs",
+        action="store_true",
+        help="score against references normalised as the training data (lower-cased for "
+        "the book's normaliser); labelled in every output. Default: raw references, "
+        "sacreBLEU's convention",
+    )
     e.set_defaults(func=_cmd_evaluate)
+
+    av = sub.add_parser(
+        "average",
+        help="average the weights of a run's last checkpoints into a model folder",
+        description="Checkpoint averaging (as fairseq's): the element-wise mean of the weights "
+        "of the newest --last checkpoints of --model-dir, or of the checkpoint folders given, "
+        "written to --out as a model folder that qkv translate and evaluate accept.",
+    )
+    av.add_argument("--model-dir", help="a qkv train --out folder (or its checkpoints/)")
+    av.add_argument("--last", type=int, default=3, help="how many newest checkpoints (default 3)")
+    av.add_argument("--out", required=True, help="the folder to write")
+    av.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --model-dir)")
+    av.set_defaults(func=_cmd_average)
 
     demo = sub.add_parser("demo", help="run a demo (`qkv demo --list` shows them)")
     demo.add_argument("name", nargs="?", help="which demo (default: the main one)")

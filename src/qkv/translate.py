@@ -2,8 +2,8 @@
 
 >>> from qkv.translate import Translator
 >>> tr = Translator.load("runs/en-fr")             # a qkv train --out folder, or a checkpoint
->>> tr.translate(["I lost.", "He's calm."])        # normalised as in training
-["j'ai perdu .", 'il est calme .']
+>>> tr.translate(["I lost.", "He's calm."])        # the run's chosen beam and length penalty
+["J'ai perdu.", 'Il est calme.']
 >>> tr.translate("Go.", beam_size=4, n_best=2)     # [[(translation, score), ...]]
 >>> att = tr.attention("He's calm.")               # SentenceAttention
 >>> att.cross[-1].shape                            # last layer: (H, T, S)
@@ -11,13 +11,15 @@
 >>> att.save("calm.png")                           # or .svg / .pdf / .html (the viewer)
 >>> tr.evaluate(pairs).bleu                        # corpus BLEU of [(source, reference), ...]
 
-Text goes through the normaliser saved with the model's tokenizers, both the inputs and (for
-scoring) the references, so a model trained on the book's lower-cased text is scored against
-lower-cased references.
+Inputs go through the normaliser saved with the model's tokenizers. Scores follow sacreBLEU's
+convention: the detokenised translations against the references as given; scoring against
+references normalised as the training data (``normalize_references=True``) is labelled as such.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ __all__ = [
     "Translator",
     "corpus_scores",
     "generate_ids",
+    "never_generated",
 ]
 
 
@@ -61,6 +64,9 @@ def generate_ids(
     length_penalty: float = 1.0,
     max_len: int | None = None,
     max_tokens: int = 4096,
+    max_len_cap: int | None = None,
+    no_repeat_ngram: int = 0,
+    suppress: Sequence[int] = (),
 ) -> list[Any]:
     """Decode many sources, batched by length, returned in input order.
 
@@ -72,6 +78,8 @@ def generate_ids(
         beam_size, n_best, length_penalty: as :func:`qkv.decoding.generate`.
         max_len: the most tokens per translation; None: ``2 * source length + 10`` per batch.
         max_tokens: a batch holds at most this many source positions (times the beam).
+        max_len_cap: with ``max_len=None``, the default length is capped at this.
+        no_repeat_ngram, suppress: as :func:`qkv.decoding.generate`.
 
     Returns:
         Per sentence its ids (``n_best=1``) or its ``[(ids, score), ...]``, in input order.
@@ -98,21 +106,33 @@ def generate_ids(
             ids = list(src_ids[i]) or [eos_id]
             src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         valid = torch.tensor(lens, dtype=torch.long)
+        limit = max_len if max_len is not None else _default_max_len(L)
+        if max_len is None and max_len_cap is not None:
+            limit = min(limit, max_len_cap)
         res = generate(
             model,
             src.to(device),
             valid.to(device),
-            max_len=max_len if max_len is not None else _default_max_len(L),
+            max_len=limit,
             bos_id=bos_id,
             eos_id=eos_id,
             beam_size=beam_size,
             length_penalty=length_penalty,
             n_best=n_best,
+            no_repeat_ngram=no_repeat_ngram,
+            suppress=suppress,
         )
         for r, i in enumerate(rows):
             out[i] = res[r]
         start = stop
     return out
+
+
+def never_generated(tok: Tokenizer) -> list[int]:
+    """Ids a translation never needs: ``<unk>`` for a tokenizer that spells unknown characters
+    in bytes (its training text never held ``<unk>``, so an emitted one is a model's error and
+    would print as `` ⁇ ``)."""
+    return [tok.unk_id] if getattr(tok, "byte_fallback", False) else []
 
 
 # ---------------------------------------------------------------------------- scores
@@ -126,7 +146,9 @@ class Evaluation:
         n: sentences scored.
         signatures: ``{"bleu": ..., "chrf": ...}``, sacreBLEU's reproducibility signatures.
         bleu_detail: sacreBLEU's full BLEU line (n-gram precisions, brevity penalty, ...).
-        hypotheses, references: the normalised texts that were scored.
+        hypotheses, references: the texts that were scored.
+        references_normalized: the references were normalised as the training data (not
+            sacreBLEU's convention; labelled in the signatures).
     """
 
     bleu: float
@@ -136,6 +158,7 @@ class Evaluation:
     bleu_detail: str = ""
     hypotheses: list[str] = field(default_factory=list, repr=False)
     references: list[str] = field(default_factory=list, repr=False)
+    references_normalized: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """``bleu``, ``chrf``, ``n``, ``signatures`` and ``bleu_detail`` (JSON-ready)."""
@@ -145,6 +168,7 @@ class Evaluation:
             "n": self.n,
             "signatures": dict(self.signatures),
             "bleu_detail": self.bleu_detail,
+            "references_normalized": self.references_normalized,
         }
 
 
@@ -263,6 +287,24 @@ class SentenceAttention:
 
 
 # ---------------------------------------------------------------------------- the translator
+def _check_decoding(decoding: Any) -> dict[str, Any]:
+    """``{"beam_size": int >= 1, "length_penalty": float, "no_repeat_ngram": int >= 0}`` (other
+    keys kept); None: greedy, nothing blocked."""
+    if decoding is None:
+        return {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
+    if not isinstance(decoding, dict):
+        raise TypeError(f"decoding: expected a dict, got {type(decoding).__name__}")
+    beam, lp = decoding.get("beam_size", 1), decoding.get("length_penalty", 1.0)
+    nr = decoding.get("no_repeat_ngram", 0)
+    if isinstance(nr, bool) or not isinstance(nr, int) or nr < 0:
+        raise ValueError(f"decoding: no_repeat_ngram: expected an int >= 0, got {nr!r}")
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"decoding: beam_size: expected an int >= 1, got {beam!r}")
+    if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
+        raise ValueError(f"decoding: length_penalty: expected a finite number, got {lp!r}")
+    return {**decoding, "beam_size": beam, "length_penalty": float(lp), "no_repeat_ngram": nr}
+
+
 def _token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
     vocab = getattr(tok, "vocab", None)
     if vocab is not None:
@@ -282,6 +324,11 @@ class Translator:
             applied to the inputs).
         device: where the model runs.
         path: the checkpoint folder it came from (informational).
+        decoding: the default ``{"beam_size": ..., "length_penalty": ...}`` of
+            :meth:`translate`, :meth:`evaluate` and :meth:`attention`, and ``no_repeat_ngram``
+            (n-grams never repeated; see :func:`qkv.decoding.generate`); a trained run's
+            ``final`` model carries the ones chosen on its validation split. None: greedy,
+            nothing blocked. Kept in :attr:`decoding`, which may be changed.
     """
 
     def __init__(
@@ -292,6 +339,7 @@ class Translator:
         *,
         device: torch.device | str = "cpu",
         path: Path | None = None,
+        decoding: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, EncoderDecoder):
             raise TypeError(f"model: expected an EncoderDecoder, got {type(model).__name__}")
@@ -302,6 +350,15 @@ class Translator:
         self.model = model.to(self.device).eval()
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.path = path
+        self.decoding = _check_decoding(decoding)
+
+    def resolve_decoding(
+        self, beam_size: int | None, length_penalty: float | None
+    ) -> tuple[int, float]:
+        """The given beam size and length penalty, or the model's chosen ones."""
+        beam = self.decoding["beam_size"] if beam_size is None else beam_size
+        lp = self.decoding["length_penalty"] if length_penalty is None else length_penalty
+        return beam, lp
 
     @classmethod
     def load(cls, model_dir: str | Path, *, device: torch.device | str = "cpu") -> Translator:
@@ -340,7 +397,16 @@ class Translator:
                 f"{src.vocab_size} and {tgt.vocab_size} ids, the model expects "
                 f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
             )
-        return cls(model, src, tgt, device=device, path=folder)
+        decoding = None
+        if (folder / "decoding.json").is_file():
+            try:
+                decoding = json.loads((folder / "decoding.json").read_text(encoding="utf-8"))
+                _check_decoding(decoding)
+            except (ValueError, TypeError) as e:
+                raise CheckpointError(
+                    f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"
+                ) from None
+        return cls(model, src, tgt, device=device, path=folder, decoding=decoding)
 
     @property
     def kind(self) -> str:
@@ -357,9 +423,9 @@ class Translator:
         self,
         texts: str | Sequence[str],
         *,
-        beam_size: int = 1,
+        beam_size: int | None = None,
         n_best: int = 1,
-        length_penalty: float = 1.0,
+        length_penalty: float | None = None,
         max_len: int | None = None,
     ) -> Any:
         """Translate one text or a list of texts.
@@ -401,9 +467,9 @@ class Translator:
         self,
         texts: Sequence[str],
         *,
-        beam_size: int = 1,
+        beam_size: int | None = None,
         n_best: int = 1,
-        length_penalty: float = 1.0,
+        length_penalty: float | None = None,
         max_len: int | None = None,
     ) -> list[Any]:
         """Target ids of :meth:`translate` (same arguments, a sequence of texts): per text its
@@ -414,6 +480,7 @@ class Translator:
         """
         if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
             raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
+        beam_size, length_penalty = self.resolve_decoding(beam_size, length_penalty)
         src = [self.encode(t) for t in texts]
         todo = [i for i, ids in enumerate(src) if len(ids) > 1]
         res = generate_ids(
@@ -426,6 +493,8 @@ class Translator:
             n_best=n_best,
             length_penalty=length_penalty,
             max_len=max_len,
+            no_repeat_ngram=self.decoding["no_repeat_ngram"],
+            suppress=never_generated(self.tgt_tokenizer),
         )
         out: list[Any] = [[] if n_best == 1 else [([], 0.0)] for _ in src]
         for i, r in zip(todo, res):
@@ -436,8 +505,8 @@ class Translator:
         self,
         text: str,
         *,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
         max_len: int | None = None,
         ids: Sequence[int] | None = None,
     ) -> SentenceAttention:
@@ -488,8 +557,8 @@ class Translator:
         self,
         text: str,
         *,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
         max_len: int | None = None,
     ) -> list[int]:
         """The target ids of ``text``'s best translation (without ``<bos>``/``<eos>``), as
@@ -503,13 +572,17 @@ class Translator:
         self,
         pairs: Sequence[tuple[str, str]],
         *,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        normalize_references: bool = False,
     ) -> Evaluation:
         """Translate every source of ``pairs`` and score against its reference with sacreBLEU.
 
-        References get the target tokenizer's normaliser (the model's output is normalised
-        text). Returns an :class:`Evaluation` (BLEU, chrF, their signatures, n). A blank
+        The references are scored as given (sacreBLEU's convention: detokenised output against
+        the raw references), so the number means what sacreBLEU's number means. With
+        ``normalize_references=True`` they first get the target tokenizer's normaliser (a
+        lower-casing model scored against lower-cased references); the result says so in
+        ``references_normalized`` and its signatures. Returns an :class:`Evaluation`. A blank
         source counts, with the empty translation :meth:`translate` gives it.
         """
         if not pairs:
@@ -517,8 +590,18 @@ class Translator:
         hyps = self.translate(
             [s for s, _ in pairs], beam_size=beam_size, length_penalty=length_penalty
         )
-        refs = [self.tgt_tokenizer.normalize(t) for _, t in pairs]
-        return corpus_scores(hyps, refs)
+        if normalize_references:
+            refs = [self.tgt_tokenizer.normalize(t) for _, t in pairs]
+        else:
+            refs = [t for _, t in pairs]
+        ev = corpus_scores(hyps, refs)
+        if normalize_references:
+            ev.references_normalized = True
+            ev.signatures = {
+                k: f"{v} [references normalised as the training data]"
+                for k, v in ev.signatures.items()
+            }
+        return ev
 
     def __repr__(self) -> str:
         return f"Translator(kind={self.kind!r}, path={str(self.path)!r}, device={self.device})"

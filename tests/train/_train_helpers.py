@@ -35,6 +35,11 @@ def tiny_config(kind: str = "transformer", **changes):
         "eval_sentences": 20,
         "save_every": 15,
         "log_every": 5,
+        # the book's text pipeline and no preset: these tests check the machinery on the
+        # bundled (book-normalised) corpus; tests of the automatic choices set their own
+        "normalizer": "book",
+        "tokenizer": "word",
+        "preset": "none",
     }
     base.update(changes)
     return TrainConfig().updated(base)

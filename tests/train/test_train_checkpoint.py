@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
@@ -49,7 +50,9 @@ def test_folder_holds_everything(trained):
     assert json.loads((root / "latest.json").read_text())["path"] == ckpt.name
     best = json.loads((root / "best.json").read_text())
     assert (root / best["path"]).is_dir()
-    assert resolve_model_dir(trained["transformer"]) == root / best["path"]
+    # a run folder resolves to its final model; without one, to its best checkpoint
+    assert resolve_model_dir(trained["transformer"]) == trained["transformer"] / "final"
+    assert resolve_model_dir(root) == root / best["path"]
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
 
 
@@ -190,7 +193,7 @@ def test_crash_before_best_json_keeps_the_best_checkpoint(tmp_path, corpus_file,
 
     import qkv.train.loop as loop
 
-    bleus = iter([5.0, 9.0, 1.0, 1.0, 1.0])
+    bleus = itertools.chain([5.0, 9.0], itertools.repeat(1.0))
     monkeypatch.setattr(
         loop, "validation_bleu", lambda *a, **k: SimpleNamespace(bleu=next(bleus), chrf=1.0, n=1)
     )
@@ -213,7 +216,10 @@ def test_crash_before_best_json_keeps_the_best_checkpoint(tmp_path, corpus_file,
     assert res.best_step == 10 and res.best_checkpoint.name == "step-00000010"
     assert (root / "step-00000010" / "manifest.json").is_file()
     assert json.loads((root / "best.json").read_text())["path"] == "step-00000010"
-    assert Translator.load(tmp_path).path.name == "step-00000010"
+    # the run's final model is the best checkpoint's weights (averaging and beams scored 1.0)
+    final = Translator.load(tmp_path).path
+    assert final.name == "final"
+    assert json.loads((final / "trainer.json").read_text())["weights"]["steps"] == [10]
 
 
 def test_resume_accepts_model_options_at_their_default(tmp_path, trained):

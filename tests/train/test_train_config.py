@@ -166,7 +166,9 @@ def test_yaml_numbers_written_without_a_dot(tmp_path):
     assert config.valid == 40 and config.max_steps == 300 and config.betas == (0.9, 0.98)
     assert config.model_options == {"dropout": 0.1, "num_heads": 2}
     cfg.write_text("lr: fast\n")
-    with pytest.raises(ValueError, match="lr: expected a positive finite number, got 'fast'"):
+    with pytest.raises(
+        ValueError, match="lr: expected a positive finite number, or None \\(auto\\), got 'fast'"
+    ):
         _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))
     cfg.write_text("max_steps: 1e3\n")  # not an int
     with pytest.raises(ValueError, match="max_steps"):

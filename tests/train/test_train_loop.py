@@ -109,7 +109,7 @@ def test_sentencepiece_with_shared_and_tied_embeddings(tmp_path, corpus_file):
 
     cfg = tiny_config(
         data=str(corpus_file), max_steps=4, eval_every=4, save_every=4, tokenizer="sentencepiece",
-        vocab_size=120, joint_vocab=True,
+        vocab_size=120, joint_vocab=True, byte_fallback=False,
     ).updated({"model.share_embeddings": True, "model.tie_embeddings": True})  # fmt: skip
     train(cfg, tmp_path, progress=False)
     ckpt = latest_checkpoint(tmp_path / "checkpoints")

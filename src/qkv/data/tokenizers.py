@@ -345,6 +345,11 @@ class SentencePieceTokenizer(Tokenizer):
             ) from None
         return cls(buf.getvalue(), normalizer)
 
+    @property
+    def byte_fallback(self) -> bool:
+        """Does the model spell unknown characters in UTF-8 byte pieces (``<0x41>``)?"""
+        return self._sp.piece_to_id("<0x00>") != self.unk_id
+
     def encode_normalized(self, text: str) -> list[int]:
         return self._sp.encode(text, out_type=int)
 

@@ -49,15 +49,19 @@ __all__ = [
     "LoadedCheckpoint",
     "atomic_write_bytes",
     "atomic_write_json",
+    "average_checkpoints",
+    "average_weights",
     "best_checkpoint",
     "find_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
     "load_model_weights",
     "prune_checkpoints",
+    "read_weights",
     "resolve_model_dir",
     "save_checkpoint",
     "verify_checkpoint",
+    "write_model_folder",
 ]
 
 CHECKPOINT_FORMAT = "qkv.checkpoint"
@@ -149,19 +153,50 @@ def save_checkpoint(
     Returns:
         The final checkpoint folder ``root/step-XXXXXXXX``.
     """
+    root = Path(root)
+    name = f"step-{step:08d}"
+    final = write_model_folder(
+        root / name,
+        step=step,
+        state_dict=model.state_dict(),
+        model_config=model_config,
+        write_tokenizers=write_tokenizers,
+        documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
+        tensors=tensors,
+    )
+    atomic_write_json(root / "latest.json", {"step": step, "path": name})
+    return final
+
+
+def write_model_folder(
+    final: str | Path,
+    *,
+    step: int,
+    state_dict: dict[str, torch.Tensor],
+    model_config: dict,
+    write_tokenizers: Callable[[Path], None],
+    documents: dict[str, Any],
+    tensors: dict | None = None,
+) -> Path:
+    """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
+    once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
+    ``trainer.pt`` when ``tensors`` is given, and the manifest last (see the module docstring).
+
+    The folder is built beside ``final`` under a temporary name and renamed into place; an
+    existing ``final`` is replaced. Returns ``final``.
+    """
     from safetensors.torch import save_file
 
-    root = Path(root)
+    final = Path(final)
+    root, name = final.parent, final.name
     root.mkdir(parents=True, exist_ok=True)
-    name = f"step-{step:08d}"
-    final = root / name
     tmp = root / f".tmp-{name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
 
     # safetensors refuses shared storage: save each tensor once, remember the aliases
-    state = model.state_dict()
+    state = state_dict
     seen: dict[int, str] = {}
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
@@ -180,12 +215,12 @@ def save_checkpoint(
         _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
 
     dump("model.json", {"config": model_config, "aliases": aliases})
-    dump("train.json", train_config)
-    dump("split.json", split)
-    dump("trainer.json", trainer_state)
-    torch.save(tensors, tmp / "trainer.pt")
-    with open(tmp / "trainer.pt", "rb+") as f:
-        os.fsync(f.fileno())
+    for fname, obj in documents.items():
+        dump(fname, obj)
+    if tensors is not None:
+        torch.save(tensors, tmp / "trainer.pt")
+        with open(tmp / "trainer.pt", "rb+") as f:
+            os.fsync(f.fileno())
     write_tokenizers(tmp / "tokenizers")
     files = {}
     for p in sorted(tmp.rglob("*")):
@@ -218,8 +253,73 @@ def save_checkpoint(
     else:
         os.replace(tmp, final)
     _fsync_dir(root)
-    atomic_write_json(root / "latest.json", {"step": step, "path": name})
     return final
+
+
+def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``folder/model.safetensors`` by state-dict name (shared ones under every
+    name they have).
+
+    Raises:
+        CheckpointError: an unreadable file.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = Path(folder)
+    try:
+        tensors = load_file(str(d / "model.safetensors"))
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
+        ) from None
+    meta = _read_json(d, "model.json")
+    for alias, target in (meta.get("aliases") or {}).items():
+        if target in tensors:
+            tensors[alias] = tensors[target]
+    return tensors
+
+
+def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the weights of several checkpoint folders of one model
+    (fairseq's checkpoint averaging), accumulated in float64 and returned in each tensor's own
+    dtype. Integer tensors (none in qkv's models) must be equal and are kept.
+
+    Raises:
+        ValueError: fewer than one folder.
+        CheckpointError: a corrupt folder, or folders of different models.
+    """
+    paths = [Path(f) for f in folders]
+    if not paths:
+        raise ValueError("folders: expected at least one checkpoint folder, got none")
+    first_config = None
+    acc: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for p in paths:
+        verify_checkpoint(p)
+        config = _read_json(p, "model.json").get("config")
+        if first_config is None:
+            first_config = config
+        elif config != first_config:
+            raise CheckpointError(
+                f"checkpoint: {str(p)!r} holds another model than {str(paths[0])!r} "
+                "(model.json differs); only checkpoints of one run can be averaged"
+            )
+        tensors = read_weights(p)
+        if acc and set(tensors) != set(acc):
+            raise CheckpointError(f"checkpoint: {str(p)!r} has other weight names than the rest")
+        for k, v in tensors.items():
+            if not v.is_floating_point():
+                if k in acc and not torch.equal(acc[k], v):
+                    raise CheckpointError(f"checkpoint: integer tensor {k} differs in {str(p)!r}")
+                acc[k], dtypes[k] = v, v.dtype
+                continue
+            if k in acc:
+                acc[k] += v.double()
+            else:
+                acc[k], dtypes[k] = v.double().clone(), v.dtype
+    n = len(paths)
+    return {k: (v / n).to(dtypes[k]) if v.is_floating_point() else v for k, v in acc.items()}
 
 
 # ---------------------------------------------------------------------------- finding
@@ -295,7 +395,7 @@ def remove_stale_temporaries(root: str | Path) -> None:
 
 def resolve_model_dir(path: str | Path) -> Path:
     """The checkpoint folder to use for ``path``: a checkpoint folder itself, or a run's ``OUT``
-    (its best checkpoint by validation BLEU, else its newest).
+    (its ``final`` model, else its best checkpoint by validation BLEU, else its newest).
 
     Raises:
         CheckpointError: nothing usable there.
@@ -310,6 +410,9 @@ def resolve_model_dir(path: str | Path) -> Path:
         )
     if (p / MANIFEST).is_file():
         return p
+    final = p / "final"
+    if (final / MANIFEST).is_file() and _is_current(final, p / "checkpoints"):
+        return final  # a run's final model (averaged, decoding chosen)
     if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
         raise CheckpointError(
             f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
@@ -323,6 +426,22 @@ def resolve_model_dir(path: str | Path) -> Path:
     raise CheckpointError(
         f"model dir: {str(p)!r} holds no qkv checkpoint (expected {MANIFEST} in it, or "
         f"checkpoints/step-*/ under it, as written by qkv train)"
+    )
+
+
+def _is_current(final: Path, ckroot: Path) -> bool:
+    """Is a run's ``final`` model at least as new as its newest checkpoint? (A resumed run
+    that was stopped before it finished leaves the previous invocation's ``final``.)"""
+    newest = latest_checkpoint(ckroot)
+    if newest is None:
+        return True
+    try:
+        final_step = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("step")
+        newest_step = json.loads((newest / MANIFEST).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(final_step, int) and isinstance(newest_step, int) and final_step >= newest_step
     )
 
 
@@ -402,20 +521,8 @@ def load_model_weights(folder: str | Path, model: nn.Module) -> None:
         CheckpointError: an unreadable file, or weights that do not fit the model (missing or
             unexpected names, other shapes), listed in the message.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     d = Path(folder)
-    try:
-        tensors = load_file(str(d / "model.safetensors"))
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
-            f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
-        ) from None
-    meta = _read_json(d, "model.json")
-    for alias, target in (meta.get("aliases") or {}).items():
-        if target in tensors:
-            tensors[alias] = tensors[target]
+    tensors = read_weights(d)
     own = model.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
@@ -491,3 +598,63 @@ def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedC
         trainer_state=_read_json(d, "trainer.json"),
         tensors=tensors,
     )
+
+
+def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Path:
+    """Write the average of checkpoint ``folders`` (one run's) as a model folder ``out`` that
+    ``Translator.load``/``qkv translate``/``qkv evaluate`` accept (no training state: it
+    cannot be resumed). Configs, split and tokenizers come from the newest folder.
+
+    Raises:
+        ValueError: no folders, or ``out`` is one of them.
+        CheckpointError: a corrupt folder, or folders of different models.
+    """
+    paths = sorted((Path(f) for f in folders), key=lambda p: _step_of(p))
+    if not paths:
+        raise ValueError("checkpoints: expected at least one checkpoint folder, got none")
+    out = Path(out)
+    inside = any(p.resolve().is_relative_to(out.resolve()) for p in paths)
+    if inside or (
+        out.exists()
+        and (
+            not (out / MANIFEST).is_file()
+            or (out / "trainer.pt").exists()
+            or (out / "checkpoints").exists()
+        )
+    ):
+        raise ValueError(
+            f"--out: {str(out)!r} holds other things (a run, a checkpoint, or files qkv did not "
+            "write); it would be replaced: choose a new folder"
+        )
+    weights = average_weights(paths)
+    newest = paths[-1]
+    meta = _read_json(newest, "model.json")
+    steps = [_step_of(p) for p in paths]
+
+    def copy_tokenizers(dest: Path) -> None:
+        shutil.copytree(newest / "tokenizers", dest)
+
+    return write_model_folder(
+        out,
+        step=steps[-1],
+        state_dict=weights,
+        model_config=meta["config"],
+        write_tokenizers=copy_tokenizers,
+        documents={
+            "train.json": _read_json(newest, "train.json"),
+            "split.json": _read_json(newest, "split.json"),
+            "trainer.json": {
+                "step": steps[-1],
+                "weights": {"kind": "average", "steps": steps, "folders": [str(p) for p in paths]},
+            },
+        },
+    )
+
+
+def _step_of(folder: Path) -> int:
+    """The update a checkpoint folder holds (from its manifest)."""
+    manifest = verify_checkpoint(folder)
+    step = manifest.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise CheckpointError(f"checkpoint: {str(folder)!r} has no step in its manifest")
+    return step

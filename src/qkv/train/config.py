@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..nn.seq2seq import MODEL_KINDS, Seq2SeqConfig
+from .schedules import SCHEDULES
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -35,6 +36,11 @@ __all__ = [
     "load_config_file",
     "parse_assignment",
 ]
+
+#: the update limit of a run with neither ``max_steps`` nor ``max_minutes``
+DEFAULT_MAX_STEPS = 10_000
+#: "no limit" for a run bounded by its clock alone
+UNLIMITED_STEPS = 10**12
 
 #: Keys that may change when a run is resumed: they stop, log or save, but do not change the
 #: trajectory of the weights.
@@ -52,6 +58,8 @@ RESUMABLE_KEYS: frozenset[str] = frozenset(
         "device",
         "threads",
         "dist_timeout_minutes",
+        "average_last",
+        "tune_decoding",
     }
 )
 
@@ -82,27 +90,45 @@ class TrainConfig:
         valid, test: held-out parts, a fraction (float) or a count (int); see
             :func:`qkv.data.split_pairs`.
         split_seed: the split's seed.
-        normalizer: ``"book"`` (the book's ``preprocess_nmt``: lower case, space before
-            punctuation) or ``"plain"`` (NFC and whitespace only). Saved with the tokenizers.
-        tokenizer: ``"word"`` or ``"sentencepiece"``.
+        normalizer: ``"auto"`` (``"plain"`` for user data, ``"book"`` for the bundled corpus),
+            ``"book"`` (the book's ``preprocess_nmt``: lower case, space before punctuation) or
+            ``"plain"`` (NFC and whitespace only: real, cased text). Saved with the tokenizers.
+        tokenizer: ``"auto"`` (``"sentencepiece"`` for user data, ``"word"`` for the bundled
+            corpus), ``"word"`` or ``"sentencepiece"``.
         min_freq: rarer words become ``<unk>`` (word tokenizer).
-        vocab_size: subword vocabulary size (sentencepiece).
-        joint_vocab: one vocabulary for both sides.
-        max_len: training examples longer than this (in tokens, with ``<eos>``) are dropped.
+        vocab_size: subword vocabulary size (sentencepiece); None: the preset's, from the
+            corpus size.
+        joint_vocab: one vocabulary for both sides; None: joint for sentencepiece (and then
+            shared, tied embeddings), separate for words.
+        subword_model: ``"unigram"`` or ``"bpe"`` (sentencepiece).
+        byte_fallback: unknown characters are spelled in bytes (sentencepiece), so no
+            translation ever prints ``<unk>`` or `` ⁇ ``.
+        max_len: training examples longer than this (in tokens, with ``<eos>``) are dropped;
+            translations during validation stop there too.
 
     Model:
         model: ``"transformer"`` or ``"bahdanau"``.
-        model_options: other :class:`qkv.nn.Seq2SeqConfig` fields (``num_hiddens``, ...).
+        model_options: other :class:`qkv.nn.Seq2SeqConfig` fields (``num_hiddens``, ...); the
+            preset fills the fields not given.
+        preset: ``"auto"`` (chosen from the corpus size, the budget and the device; see
+            :mod:`qkv.train.presets`), a tier name of :data:`qkv.train.presets.TIERS`, or
+            ``"none"`` (the plain defaults of every class).
 
     Optimisation:
-        max_steps: optimizer updates.
-        max_minutes: stop (after a checkpoint) once this invocation has run this long; None: no
-            limit.
+        max_steps: the most optimizer updates; None: 10,000 without ``max_minutes``, and no
+            limit but the clock with it (:attr:`step_limit`).
+        max_minutes: the run's time budget: training, evaluations and the final averaging and
+            decoding choice fit in it. It counts the whole run: a resumed run has what its
+            earlier invocations left (a larger value goes on after the end); None: no limit.
         max_tokens: token budget of one micro-batch (padded positions, see
-            :class:`qkv.data.TokenBatcher`), per process.
+            :class:`qkv.data.TokenBatcher`), per process; None: the preset's.
         accum_steps: micro-batches per update (gradient accumulation).
-        lr: the peak learning rate, reached after ``warmup_steps``.
-        warmup_steps: linear warm-up, then decay with the inverse square root of the step.
+        lr: the peak learning rate, reached after the warm-up; None: the preset's.
+        warmup_steps: linear warm-up updates; None: 10% of the run's planned updates (re-planned
+            as a time-bounded run measures its speed), at least 10.
+        schedule: ``"auto"`` (``"linear"`` decay to the end of the run), ``"linear"``,
+            ``"cosine"`` or ``"inverse_sqrt"`` (the 2017 paper's, which never ends).
+        min_lr_ratio: the linear/cosine decay ends at this fraction of the peak.
         weight_decay: AdamW's decoupled weight decay (not applied to biases, norms, embeddings).
         betas, adam_eps: AdamW's.
         label_smoothing: epsilon of the label-smoothed cross-entropy.
@@ -111,13 +137,19 @@ class TrainConfig:
         seed: seeds the weights, dropout and batch order.
 
     Evaluation and checkpoints:
-        eval_every: validation loss and sacreBLEU every N updates (and at the end).
+        eval_every: validation loss and sacreBLEU every N updates (and at the end); None: about
+            six evaluations over the planned run.
         eval_sentences: validation sentences decoded for BLEU (0: all).
         eval_beam: beam size for the validation BLEU (1: greedy).
-        save_every: checkpoint every N updates (and after every evaluation, and at the end).
+        save_every: checkpoint every N updates (and after every evaluation, and at the end);
+            None: about twelve over the planned run, so the last ones can be averaged.
         keep_last: keep the newest N checkpoints (the best by validation BLEU is kept as well).
-        patience: stop after this many evaluations on the ``eval_every`` grid without a better
-            BLEU (a final evaluation off the grid does not count); 0 never stops early.
+        average_last: at the end, average the weights of the newest N checkpoints and keep the
+            average when it validates better (0 or 1: off).
+        tune_decoding: at the end, choose the beam size and length penalty on the validation
+            split; ``qkv translate``/``evaluate`` then use them by default.
+        patience: stop after this many scheduled evaluations without a better BLEU (a final
+            evaluation off the schedule does not count); 0 never stops early.
         log_every: a progress line every N updates.
         tensorboard: also write TensorBoard logs to ``OUT/tensorboard`` (needs ``tensorboard``).
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
@@ -133,20 +165,25 @@ class TrainConfig:
     valid: float | int = 0.05
     test: float | int = 0.05
     split_seed: int = 0
-    normalizer: str = "book"
-    tokenizer: str = "word"
+    normalizer: str = "auto"
+    tokenizer: str = "auto"
     min_freq: int = 2
-    vocab_size: int = 8000
-    joint_vocab: bool = False
+    vocab_size: int | None = None
+    joint_vocab: bool | None = None
+    subword_model: str = "unigram"
+    byte_fallback: bool = True
     max_len: int = 64
     model: str = "transformer"
     model_options: dict[str, Any] = field(default_factory=dict)
-    max_steps: int = 10000
+    preset: str = "auto"
+    max_steps: int | None = None
     max_minutes: float | None = None
-    max_tokens: int = 4096
+    max_tokens: int | None = None
     accum_steps: int = 1
-    lr: float = 1e-3
-    warmup_steps: int = 1000
+    lr: float | None = None
+    warmup_steps: int | None = None
+    schedule: str = "auto"
+    min_lr_ratio: float = 0.0
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-8
@@ -154,11 +191,13 @@ class TrainConfig:
     clip_norm: float = 1.0
     bf16: bool = False
     seed: int = 0
-    eval_every: int = 1000
-    eval_sentences: int = 500
+    eval_every: int | None = None
+    eval_sentences: int = 300
     eval_beam: int = 1
-    save_every: int = 1000
+    save_every: int | None = None
     keep_last: int = 3
+    average_last: int = 3
+    tune_decoding: bool = True
     patience: int = 0
     log_every: int = 50
     tensorboard: bool = False
@@ -197,24 +236,34 @@ class TrainConfig:
                 name,
                 "a fraction in (0, 1) or a count >= 1",
             )
-        need(self.normalizer in ("book", "plain"), "normalizer", "'book' or 'plain'")
-        need(self.tokenizer in ("word", "sentencepiece"), "tokenizer", "'word' or 'sentencepiece'")
+        need(
+            self.normalizer in ("auto", "book", "plain"), "normalizer", "'auto', 'book' or 'plain'"
+        )
+        need(
+            self.tokenizer in ("auto", "word", "sentencepiece"),
+            "tokenizer",
+            "'auto', 'word' or 'sentencepiece'",
+        )
+        need(self.subword_model in ("unigram", "bpe"), "subword_model", "'unigram' or 'bpe'")
         need(self.model in MODEL_KINDS, "model", f"one of {MODEL_KINDS}")
+        from .presets import TIERS
+
+        need(
+            isinstance(self.preset, str) and self.preset in ("auto", "none", *TIERS),
+            "preset",
+            f"'auto', 'none' or one of {tuple(TIERS)}",
+        )
+        need(self.schedule in ("auto", *SCHEDULES), "schedule", f"'auto' or one of {SCHEDULES}")
         for name, lo in (
             ("split_seed", 0),
             ("min_freq", 1),
-            ("vocab_size", 8),
             ("max_len", 2),
-            ("max_steps", 1),
-            ("max_tokens", 2),
             ("accum_steps", 1),
-            ("warmup_steps", 0),
             ("seed", 0),
-            ("eval_every", 1),
             ("eval_sentences", 0),
             ("eval_beam", 1),
-            ("save_every", 1),
             ("keep_last", 1),
+            ("average_last", 0),
             ("patience", 0),
             ("log_every", 1),
             ("threads", 0),
@@ -222,14 +271,38 @@ class TrainConfig:
             need(
                 _is_int(getattr(self, name)) and getattr(self, name) >= lo, name, f"an int >= {lo}"
             )
-        for name in ("joint_vocab", "bf16", "tensorboard"):
+        for name, lo in (
+            ("max_steps", 1),
+            ("vocab_size", 8),
+            ("max_tokens", 2),
+            ("warmup_steps", 0),
+            ("eval_every", 1),
+            ("save_every", 1),
+        ):
+            v = getattr(self, name)
+            need(v is None or (_is_int(v) and v >= lo), name, f"an int >= {lo}, or None (auto)")
+        need(
+            self.joint_vocab is None or isinstance(self.joint_vocab, bool),
+            "joint_vocab",
+            "true, false or None (auto)",
+        )
+        for name in ("bf16", "tensorboard", "byte_fallback", "tune_decoding"):
             need(isinstance(getattr(self, name), bool), name, "true or false")
         need(
             self.max_minutes is None or (_is_num(self.max_minutes) and self.max_minutes > 0),
             "max_minutes",
             "a positive number of minutes or None",
         )
-        need(_is_num(self.lr) and 0 < self.lr < math.inf, "lr", "a positive finite number")
+        need(
+            self.lr is None or (_is_num(self.lr) and 0 < self.lr < math.inf),
+            "lr",
+            "a positive finite number, or None (auto)",
+        )
+        need(
+            _is_num(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1,
+            "min_lr_ratio",
+            "a number in [0, 1]",
+        )
         need(
             _is_num(self.dist_timeout_minutes) and 0 < self.dist_timeout_minutes < math.inf,
             "dist_timeout_minutes",
@@ -267,6 +340,14 @@ class TrainConfig:
             )
         # let the model config check the values now, not after the data has been read
         Seq2SeqConfig(2, 2, kind=self.model, **self.model_options)
+
+    @property
+    def step_limit(self) -> int:
+        """The update count that ends the run: ``max_steps``, else 10,000 without a clock, else
+        none (a time-bounded run plans its own length)."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return DEFAULT_MAX_STEPS if self.max_minutes is None else UNLIMITED_STEPS
 
     # -- conversions ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -325,13 +406,14 @@ class TrainConfig:
         d["model_options"] = options
         for name in (
             "lr",
+            "min_lr_ratio",
             "weight_decay",
             "adam_eps",
             "label_smoothing",
             "clip_norm",
             "dist_timeout_minutes",
         ):
-            if _is_int(d[name]):  # 1 in a file means 1.0
+            if _is_int(d[name]) and d[name] is not None:  # 1 in a file means 1.0
                 d[name] = float(d[name])
         if _is_int(d.get("max_minutes")):
             d["max_minutes"] = float(d["max_minutes"])

@@ -16,6 +16,7 @@ as far as the kernels are deterministic).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -50,17 +51,22 @@ from .checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
     atomic_write_json,
+    average_weights,
     best_checkpoint,
+    find_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     load_model_weights,
     prune_checkpoints,
+    read_weights,
     remove_stale_temporaries,
     save_checkpoint,
+    write_model_folder,
 )
 from .config import RESUMABLE_KEYS, TrainConfig
 from .losses import sequence_loss
-from .schedules import InverseSqrtSchedule
+from .presets import resolve_config
+from .schedules import Schedule
 
 __all__ = [
     "RunData",
@@ -69,6 +75,7 @@ __all__ = [
     "TrainingError",
     "load_run_data",
     "make_optimizer",
+    "raw_run_pairs",
     "train",
     "train_update",
 ]
@@ -90,6 +97,8 @@ class RunData:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     source: str
+    raw_valid: list[str] = field(default_factory=list)
+    raw_test: list[str] = field(default_factory=list)
 
 
 def _normalizer(name: str) -> Normalizer:
@@ -110,47 +119,69 @@ def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
     return pairs, source
 
 
+def raw_run_pairs(
+    config: TrainConfig, split: Split
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """The run's train, valid and test pairs exactly as the data file holds them (not
+    normalised): what translations are scored against."""
+    pairs, _ = read_run_pairs(config)
+    train, valid, test = split.apply(pairs)
+    return list(train), list(valid), list(test)
+
+
 def load_run_data(
     config: TrainConfig,
     *,
     split: Split | None = None,
     tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+    pairs: tuple[list[tuple[str, str]], str] | None = None,
 ) -> RunData:
     """Read, split and normalise the run's pairs, and build (or take) the tokenizers.
 
     With ``split`` (a resumed run, or evaluation) the saved split is applied, which checks that
-    the data is the data the run was trained on.
+    the data is the data the run was trained on. ``pairs`` gives the ``(pairs, source)`` that
+    :func:`read_run_pairs` returned, when they were read already. The references of the
+    validation and test parts are also kept as they were read (``raw_valid``, ``raw_test``):
+    translations are scored against those, as sacreBLEU scores.
     """
-    pairs, source = read_run_pairs(config)
+    pairs_read, source = pairs if pairs is not None else read_run_pairs(config)
     if split is None:
-        split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
-    train, valid, test = split.apply(pairs)
+        split = split_pairs(
+            pairs_read, valid=config.valid, test=config.test, seed=config.split_seed
+        )
+    train, valid, test = split.apply(pairs_read)
     if not train or not valid:
         raise ValueError(
             f"data: {source} gives {len(train)} training and {len(valid)} validation pairs; "
             "expected some of each (more data, or other valid/test sizes)"
         )
+    raw_valid, raw_test = [t for _, t in valid], [t for _, t in test]
+    bundled = config.data is None
     # a resumed run keeps the normaliser saved with its tokenizers, even if the named one changed
     saved = tokenizers[0].normalizer if tokenizers is not None else None
-    norm = saved if saved is not None else _normalizer(config.normalizer)
+    name = config.normalizer if config.normalizer != "auto" else ("book" if bundled else "plain")
+    norm = saved if saved is not None else _normalizer(name)
     train, valid, test = norm.pairs(train), norm.pairs(valid), norm.pairs(test)
     if tokenizers is None:
+        kind = config.tokenizer
+        if kind == "auto":
+            kind = "word" if bundled else "sentencepiece"
+        joint = config.joint_vocab if config.joint_vocab is not None else kind == "sentencepiece"
         opts: dict[str, Any] = (
             {"min_freq": config.min_freq}
-            if config.tokenizer == "word"
-            else {"vocab_size": config.vocab_size}
+            if kind == "word"
+            else {
+                "vocab_size": config.vocab_size or 8000,
+                "model_type": config.subword_model,
+                "byte_fallback": config.byte_fallback,
+            }
         )
         src_tok, tgt_tok = build_tokenizers(
-            train,
-            config.tokenizer,
-            joint=config.joint_vocab,
-            normalizer=norm,
-            pre_normalized=True,
-            **opts,
+            train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts
         )
     else:
         src_tok, tgt_tok = tokenizers
-    return RunData(split, train, valid, test, src_tok, tgt_tok, source)
+    return RunData(split, train, valid, test, src_tok, tgt_tok, source, raw_valid, raw_test)
 
 
 # ---------------------------------------------------------------------------- optimisation
@@ -196,7 +227,7 @@ class StepStats:
 def train_update(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    schedule: InverseSqrtSchedule,
+    schedule: Schedule,
     micro_batches: Sequence[Batch],
     *,
     label_smoothing: float,
@@ -298,9 +329,19 @@ def validation_bleu(
     device: torch.device,
     *,
     beam_size: int = 1,
+    length_penalty: float = 1.0,
+    references: Sequence[str] | None = None,
+    max_len: int | None = None,
+    no_repeat_ngram: int = 0,
 ) -> Any:
-    """sacreBLEU (and chrF) of ``model``'s translations of normalised ``pairs``."""
-    from ..translate import corpus_scores, generate_ids
+    """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
+
+    ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
+    against the normalised targets of ``pairs``. ``max_len`` caps every translation (a run's
+    ``max_len``: its model never saw longer targets), so an untrained model's validation does
+    not decode every sentence to ``2 * source + 10`` tokens.
+    """
+    from ..translate import corpus_scores, generate_ids, never_generated
 
     src = [[*src_tok.encode_normalized(s), src_tok.eos_id] for s, _ in pairs]
     out = generate_ids(
@@ -310,8 +351,13 @@ def validation_bleu(
         eos_id=tgt_tok.eos_id,
         device=device,
         beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_cap=max_len,
+        no_repeat_ngram=no_repeat_ngram,
+        suppress=never_generated(tgt_tok),
     )
-    return corpus_scores([tgt_tok.decode(ids) for ids in out], [t for _, t in pairs])
+    refs = list(references) if references is not None else [t for _, t in pairs]
+    return corpus_scores([tgt_tok.decode(ids) for ids in out], refs)
 
 
 # ---------------------------------------------------------------------------- RNG state
@@ -418,6 +464,10 @@ class TrainResult:
         resumed_from: the update the run was resumed at (None for a fresh run).
         minutes: wall-clock minutes of this invocation.
         history: logged training and validation figures.
+        final_model: ``OUT/final``, the model to use: the best checkpoint's weights, or the
+            average of the last checkpoints when that validates better, with the decoding
+            settings chosen on the validation split (None before any evaluation).
+        final_bleu: its validation BLEU with those settings; ``decoding`` the settings.
     """
 
     out: Path
@@ -430,6 +480,9 @@ class TrainResult:
     resumed_from: int | None
     minutes: float
     history: list[dict] = field(default_factory=list)
+    final_model: Path | None = None
+    final_bleu: float | None = None
+    decoding: dict | None = None
 
 
 def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
@@ -455,6 +508,11 @@ def _repair_best_pointer(ckroot: Path, state: dict) -> None:
 
 def _check_resume_config(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
     a, b = saved.to_dict(), given.to_dict()
+    # "auto" (None) given for a setting the checkpoint holds a value of is no change: a run
+    # written before the setting was automatic, resumed from a script with the defaults
+    for k in a:
+        if b.get(k) in (None, "auto") and a[k] not in (None, "auto"):
+            b[k] = a[k]
     # the model options compare as the model they resolve to: an option given at its default
     # value (--set model.dropout=0.1) is no change
     ma, mb = saved.model_config(2, 2).to_dict(), given.model_config(2, 2).to_dict()
@@ -469,6 +527,257 @@ def _check_resume_config(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
             f"{', '.join(sorted(RESUMABLE_KEYS))} may change when resuming"
         )
     return given
+
+
+# ---------------------------------------------------------------------------- the run's plan
+@dataclass
+class _Clock:
+    """Where this invocation's time went: evaluations and checkpoint writes are not training."""
+
+    t_start: float
+    evals: list[float] = field(default_factory=list)
+    saving: float = 0.0
+    t_first: float | None = None  # when the speed began to be measured
+    steps_at_first: int = 0
+    busy_at_first: float = 0.0
+
+    def eval_cost(self, per_update: float) -> float:
+        """Seconds one validation takes: measured, or guessed before the first one."""
+        if self.evals:
+            return sum(self.evals[-3:]) / len(self.evals[-3:])
+        return max(1.0, 10 * per_update)
+
+
+#: the provisional length of a timed run, until its speed is measured (after 6 updates)
+_FIRST_GUESS = 10_000
+
+#: the n-grams a run's chosen decoding never repeats (see :func:`qkv.decoding.generate`)
+NO_REPEAT_NGRAM = 3
+
+
+class _Plan:
+    """How long the run will be, and the warm-up and cadences that follow from it.
+
+    A run bounded by ``max_steps`` alone knows its length. A run with a clock
+    (``max_minutes``) measures the time of its updates (without evaluations and checkpoint
+    writes) and of its evaluations, and plans the updates that fit in the budget, keeping time
+    for the evaluations still to come and the final averaging and decoding choice (about
+    :attr:`FINAL_EVALS` validations). It re-plans after 3, 6 and 10 updates and then every 10,
+    so the learning rate decays to the end of the budget on any machine.
+    """
+
+    EVALS = 6  # scheduled evaluations over a run whose eval_every is automatic
+    SAVES = 12  # checkpoints over a run whose save_every is automatic
+    WARMUP_FRACTION = 0.1
+    MIN_WARMUP = 10
+    FINAL_EVALS = 7.0  # the final evaluation, the averaged model's, greedy and two beams (~2x)
+
+    def __init__(self, config: TrainConfig, timed: bool) -> None:
+        self.config, self.timed = config, timed
+
+    def warmup(self, total: int) -> int:
+        if self.config.warmup_steps is not None:
+            return self.config.warmup_steps
+        return min(max(self.MIN_WARMUP, round(self.WARMUP_FRACTION * total)), max(total, 1))
+
+    def eval_every(self, total: int) -> int:
+        return max(1, math.ceil(total / self.EVALS))
+
+    def save_every(self, total: int, eval_every: int | None = None) -> int:
+        """Half the evaluation interval (rounded up, so a checkpoint never falls one update
+        before an evaluation's), or ``total / SAVES`` when evaluations are not automatic."""
+        if eval_every is not None and self.config.eval_every is None:
+            return max(1, math.ceil(eval_every / 2))
+        return max(1, math.ceil(total / self.SAVES))
+
+    @staticmethod
+    def due(done_steps: int) -> bool:
+        return done_steps in (3, 6) or (done_steps >= 10 and done_steps % 10 == 0)
+
+    def final_reserve(self, clock: _Clock, budget_s: float) -> float:
+        """Seconds kept at the end of a timed run for its final evaluation and averaging."""
+        if not clock.evals:
+            return 0.05 * budget_s
+        return min(self.FINAL_EVALS * clock.eval_cost(0.0), budget_s / 6) + 2 * clock.saving / max(
+            len(clock.evals), 1
+        )
+
+    def estimate(
+        self,
+        step: int,
+        done_steps: int,
+        elapsed: float,
+        budget_s: float,
+        clock: _Clock,
+        current: int,
+    ) -> int:
+        """The number of updates (in all) this run can make within ``budget_s`` (``current``:
+        the plan so far, kept until something is measured)."""
+        now = clock.t_start + elapsed
+        if clock.t_first is None:
+            clock.t_first, clock.steps_at_first = now, done_steps
+            clock.busy_at_first = sum(clock.evals) + clock.saving
+            return current  # nothing measured yet: keep the plan
+        n = done_steps - clock.steps_at_first
+        busy = sum(clock.evals) + clock.saving - clock.busy_at_first
+        per_update = max((now - clock.t_first - busy) / max(n, 1), 1e-6)
+        eval_cost = clock.eval_cost(per_update)
+        save_cost = clock.saving / max(len(clock.evals), 1) if clock.evals else 0.0
+        # evaluations may take at most a quarter of the budget, the final ones a sixth
+        remaining = budget_s - elapsed - min(self.FINAL_EVALS * eval_cost, budget_s / 6)
+        total = float(step + max(remaining, 0.0) / per_update)
+        for _ in range(3):  # the evaluations and saves still to come shorten the run
+            left = max(total - step, 0.0) / max(total, 1.0)
+            busy_left = left * (self.EVALS * eval_cost + self.SAVES * save_cost)
+            busy_left = min(busy_left, 0.25 * max(remaining, 0.0))
+            total = step + max(remaining - busy_left, 0.0) / per_update
+        return max(int(total), step)
+
+    def describe(self, schedule: Schedule) -> str:
+        c = self.config
+        end = (
+            f"the planned end of a {c.max_minutes:g}-minute budget (re-planned from the "
+            f"measured speed{f'; at most {c.max_steps} updates' if c.max_steps else ''})"
+            if self.timed
+            else f"update {c.step_limit}"
+        )
+        if schedule.kind == "inverse_sqrt":
+            shape = "then 1/sqrt(step) decay"
+        else:
+            shape = f"then {schedule.kind} decay to {c.min_lr_ratio:g} x peak at {end}"
+        cadence = (
+            f"evaluation every {c.eval_every} updates"
+            if c.eval_every
+            else f"about {self.EVALS} evaluations"
+        )
+        saves = (
+            f"a checkpoint every {c.save_every}"
+            if c.save_every
+            else f"about {self.SAVES} checkpoints"
+        )
+        warm = (
+            f"{c.warmup_steps} warm-up updates"
+            if c.warmup_steps is not None
+            else f"warm-up over {self.WARMUP_FRACTION:.0%} of the run"
+        )
+        return (
+            f"schedule: peak lr {c.lr:g}, {warm}, {shape}; {cadence} and {saves}; "
+            f"{c.max_tokens} tokens per batch"
+            + (f" x {c.accum_steps} micro-batches" if c.accum_steps > 1 else "")
+        )
+
+
+def _due(step: int, last: int, every: int, fixed: bool) -> bool:
+    """Is a scheduled evaluation/checkpoint due at ``step``? A fixed cadence is a grid
+    (multiples of ``every``); an automatic one counts from the last."""
+    return step % every == 0 if fixed else step - last >= every
+
+
+def _finish(
+    out: Path,
+    ckroot: Path,
+    model: EncoderDecoder,
+    model_config: Any,
+    run_cfg: TrainConfig,
+    user_cfg: TrainConfig,
+    data: RunData,
+    state: dict,
+    pairs: Sequence[tuple[str, str]],
+    refs: Sequence[str],
+    device: torch.device,
+    say: Any,
+    time_left: float = math.inf,
+    eval_cost: float = 0.0,
+) -> Path:
+    """Write ``OUT/final``: the best checkpoint's weights, or the average of the newest
+    ``average_last`` checkpoints when it validates better, with the decoding (greedy, or beam 4
+    with a length penalty) that validates best. Returns the folder."""
+    t0 = time.monotonic()
+    src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+
+    def score(beam: int = 1, lp: float = 1.0, nr: int = 0) -> Any:
+        return validation_bleu(
+            model, pairs, src_tok, tgt_tok, device, beam_size=beam, length_penalty=lp,
+            references=refs, max_len=run_cfg.max_len, no_repeat_ngram=nr,
+        )  # fmt: skip
+
+    best_dir = ckroot / f"step-{int(state['best_step']):08d}"
+    weights = read_weights(best_dir)
+    bleu = float(state["best_bleu"])
+    source: dict[str, Any] = {"kind": "best checkpoint", "steps": [int(state["best_step"])]}
+    found = find_checkpoints(ckroot)
+    # the newest checkpoints only (pruning keeps keep_last of them, and the best)
+    n_avg = min(run_cfg.average_last, run_cfg.keep_last)
+    last = found[-n_avg:] if n_avg >= 2 else []
+    # a timed run does only what its budget has room for (beam search costs ~2 validations)
+    deadline = time.monotonic() + time_left
+    if len(last) >= 2 and deadline - time.monotonic() < eval_cost:
+        say("  no time left to validate an average of the last checkpoints; skipped")
+        last = []
+    if len(last) >= 2:
+        avg = average_weights(last)
+        model.load_state_dict(avg)
+        sc = score(run_cfg.eval_beam)  # as the checkpoints were scored
+        steps = [int(p.name.split("-")[1]) for p in last]
+        better = sc.bleu > bleu
+        say(
+            f"  average of the checkpoints of updates {steps}: valid BLEU {sc.bleu:.2f} "
+            f"({'better than' if better else 'not better than'} the best checkpoint's {bleu:.2f})"
+        )
+        if better:
+            weights, bleu = avg, float(sc.bleu)
+            source = {"kind": "average", "steps": steps}
+    model.load_state_dict(weights)
+    # the candidates never repeat a 3-gram of pieces: an undertrained model's loops
+    # ("autre autre autre autre") cost little BLEU but make a translation unusable
+    nr = NO_REPEAT_NGRAM
+    decoding: dict[str, Any] = {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
+    tune = run_cfg.tune_decoding
+    if tune and deadline - time.monotonic() < 5 * eval_cost:
+        say("  no time left to choose a beam on the validation split; greedy decoding kept")
+        tune = False
+    if tune:
+        tried = []
+        best_bleu = -math.inf
+        for beam, lp in ((1, 1.0), (4, 0.6), (4, 1.0)):
+            sc = score(beam, lp, nr)
+            tried.append(f"{'greedy' if beam == 1 else f'beam {beam} lp {lp:g}'} {sc.bleu:.2f}")
+            if sc.bleu > best_bleu:
+                best_bleu = float(sc.bleu)
+                decoding = {"beam_size": beam, "length_penalty": lp, "no_repeat_ngram": nr}
+        bleu = best_bleu
+        say(
+            f"  decoding chosen on validation (no {nr}-gram repeated): {decoding} "
+            f"(tried: {', '.join(tried)})"
+        )
+    decoding["chosen_on"] = f"{len(pairs)} validation sentences, BLEU {bleu:.2f}"
+    folder = write_model_folder(
+        out / "final",
+        step=int(state["step"]),
+        state_dict=model.state_dict(),
+        model_config=model_config.to_dict(),
+        write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
+        documents={
+            "train.json": user_cfg.to_dict(),
+            "split.json": data.split.to_dict(),
+            "trainer.json": {
+                "step": int(state["step"]),
+                "weights": source,
+                "valid_bleu": bleu,
+                "resolved_config": run_cfg.to_dict(),
+                "preset": state.get("preset"),
+                "history": state["history"],
+            },
+            "decoding.json": decoding,
+        },
+    )
+    state["final_bleu"], state["decoding"] = bleu, decoding
+    say(
+        f"qkv train: final model ({source['kind']} of updates {source['steps']}, "
+        f"{'greedy' if decoding['beam_size'] == 1 else 'beam 4'}) valid BLEU {bleu:.2f} in "
+        f"{folder} ({time.monotonic() - t0:.1f} s)"
+    )
+    return folder
 
 
 def train(
@@ -522,7 +831,7 @@ def _run(
     device = info.device
     if config.threads:
         torch.set_num_threads(config.threads)
-    bar = Progress(config.max_steps, show and info.is_main, stream)
+    bar = Progress(config.step_limit, show and info.is_main, stream)
     say = bar.message
 
     # -- where we start -----------------------------------------------------------------------
@@ -550,19 +859,45 @@ def _run(
     elif resume:
         say(f"qkv train: nothing to resume in {out}; starting a new run")
 
-    # -- data and model -----------------------------------------------------------------------
+    # -- data, the run's plan, the model ------------------------------------------------------
     if ckpt is not None:
         try:
             split = Split.from_dict(ckpt.split)
             toks = load_tokenizers(ckpt.path / "tokenizers")
         except (ValueError, KeyError, OSError) as e:
             raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
-        data = load_run_data(config, split=split, tokenizers=toks)
+        resolved = ckpt.trainer_state.get("resolved_config")
+        try:
+            if resolved:
+                run_cfg = TrainConfig.from_dict(resolved)
+            else:  # written before runs were planned: the schedule was the inverse square root
+                old = "inverse_sqrt" if saved.schedule == "auto" else saved.schedule
+                run_cfg = saved.updated({"schedule": old, "preset": "none"})
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"checkpoint: the resolved settings in {str(ckpt.path)!r} are invalid: {e}"
+            ) from None
+        # what may change on resume comes from the invocation; the rest is the run's own
+        run_cfg = run_cfg.updated({k: getattr(config, k) for k in sorted(RESUMABLE_KEYS)})
+        preset_info = ckpt.trainer_state.get("preset")
+        data = load_run_data(run_cfg, split=split, tokenizers=toks)
     else:
-        data = load_run_data(config)
+        pairs, source = read_run_pairs(config)
+        split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
+        n_train = len(split.train)
+        if n_train < 1:
+            raise ValueError(
+                f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
+                f"read); expected more data, or smaller valid/test sizes"
+            )
+        run_cfg, preset = resolve_config(
+            config, n_train, device=device.type, world_size=info.world_size
+        )
+        preset_info = preset.to_dict() if preset is not None else None
+        data = load_run_data(run_cfg, split=split, pairs=(pairs, source))
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-    torch.manual_seed(config.seed)
-    model_config = config.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
+    torch.manual_seed(run_cfg.seed)
+    model_config = run_cfg.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
     if ckpt is not None and ckpt.model_config != model_config.to_dict():
         raise CheckpointError(
             f"checkpoint: model.json in {str(ckpt.path)!r} does not match the run's settings"
@@ -573,13 +908,21 @@ def _run(
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
+    assert run_cfg.max_tokens is not None  # resolved
+    kept = sum(1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= run_cfg.max_len)
+    if kept == 0:
+        raise ValueError(
+            f"data: every one of the {len(data.train)} training pairs is longer than max_len="
+            f"{run_cfg.max_len} tokens (with <eos>); nothing to train on: raise max_len "
+            "(--set max_len=N) or check the data"
+        )
     batcher = TokenBatcher(
         src_ids,
         tgt_ids,
-        max_tokens=config.max_tokens,
-        max_len=config.max_len,
+        max_tokens=run_cfg.max_tokens,
+        max_len=run_cfg.max_len,
         shuffle=True,
-        seed=config.seed,
+        seed=run_cfg.seed,
         rank=info.rank,
         world_size=info.world_size,
     )
@@ -587,17 +930,29 @@ def _run(
     valid_batches = TokenBatcher(
         vs,
         vt,
-        max_tokens=max(config.max_tokens, 256),
+        max_tokens=max(run_cfg.max_tokens, 256),
         shuffle=False,
         rank=0,
         world_size=1,
-        max_len=max(config.max_len, 2),
+        max_len=max(run_cfg.max_len, 2),
         truncate=True,
     )
-    bleu_pairs = data.valid if not config.eval_sentences else data.valid[: config.eval_sentences]
+    n_bleu = run_cfg.eval_sentences or len(data.valid)
+    bleu_pairs = data.valid[:n_bleu]
+    bleu_refs = data.raw_valid[:n_bleu]
 
-    optimizer = make_optimizer(model, config)
-    schedule = InverseSqrtSchedule(optimizer, peak_lr=config.lr, warmup_steps=config.warmup_steps)
+    optimizer = make_optimizer(model, run_cfg)
+    timed = run_cfg.max_minutes is not None
+    limit = run_cfg.step_limit
+    plan = _Plan(run_cfg, timed)
+    schedule = Schedule(
+        optimizer,
+        peak_lr=run_cfg.lr,
+        kind=run_cfg.schedule,
+        warmup_steps=plan.warmup(min(limit, _FIRST_GUESS) if timed else limit),
+        total_steps=min(limit, _FIRST_GUESS) if timed else limit,
+        min_lr_ratio=run_cfg.min_lr_ratio,
+    )
     state: dict[str, Any] = {
         "step": 0,
         "best_bleu": None,
@@ -611,6 +966,13 @@ def _run(
         # "early_stopping" once patience ran out: resuming with the same patience and
         # max_steps then does nothing
         "stopped": None,
+        # the updates of the last scheduled evaluation and checkpoint (auto cadence)
+        "last_eval": 0,
+        "last_save": 0,
+        "resolved_config": run_cfg.to_dict(),
+        "preset": preset_info,
+        # seconds of the run's earlier invocations: max_minutes is the whole run's budget
+        "train_seconds": 0.0,
     }
     if ckpt is not None:
         tensors = ckpt.tensors or {}
@@ -630,26 +992,34 @@ def _run(
             )
         _set_rng_state(rngs[info.rank], device)
         state.update({k: ckpt.trainer_state[k] for k in state if k in ckpt.trainer_state})
+        state["resolved_config"] = run_cfg.to_dict()
         if "grid_best_bleu" not in ckpt.trainer_state:  # written before it was kept apart
             state["grid_best_bleu"] = state["best_bleu"]
         if info.is_main:
             _repair_best_pointer(ckroot, state)
     else:
         # dropout differs per rank; the weights were drawn from config.seed on every rank
-        torch.manual_seed(config.seed * 1009 + 1 + info.rank)
+        torch.manual_seed(run_cfg.seed * 1009 + 1 + info.rank)
     start_step = int(state["step"])
-    already_stopped = (
-        ckpt is not None
-        and state["stopped"] == "early_stopping"
-        and saved.patience == config.patience
-        and saved.max_steps == config.max_steps
+    already_stopped = ckpt is not None and (
+        (
+            state["stopped"] == "early_stopping"
+            and saved.patience == config.patience
+            and saved.max_steps == config.max_steps
+        )
+        # a run that used its time budget (the final evaluation and averaging included)
+        or (state["stopped"] == "max_minutes" and saved.max_minutes == config.max_minutes)
     )
+    resumed_stop = state["stopped"] if already_stopped else None
     if not already_stopped:
         state["stopped"] = None
     if start_step != schedule.last_step:
         raise CheckpointError(
             f"checkpoint: inconsistent state (step {start_step}, schedule {schedule.last_step})"
         )
+    if not timed and schedule.kind != "inverse_sqrt":
+        # an update-bounded run ends at max_steps (which a resumed run may have changed)
+        schedule.plan(total_steps=limit, warmup_steps=plan.warmup(limit))
 
     wrapped: nn.Module = model
     if info.distributed:
@@ -657,7 +1027,7 @@ def _run(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     writer = None
-    if config.tensorboard and info.is_main:
+    if run_cfg.tensorboard and info.is_main:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -670,29 +1040,48 @@ def _run(
         out.mkdir(parents=True, exist_ok=True)
         what = f"resumed at update {start_step} from {ckpt.path}" if ckpt else "new run"
         say(
-            f"qkv train: {what}; {config.model} model, {n_params / 1e6:.2f}M parameters, "
-            f"{len(data.train)} training pairs ({batcher.n_dropped} longer than {config.max_len} "
-            f"dropped), {len(data.valid)} valid, {len(data.test)} test, vocab "
-            f"{src_tok.vocab_size}/{tgt_tok.vocab_size}; device {device}"
+            f"qkv train: {what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
+            f"{len(data.train)} training pairs ({batcher.n_dropped} longer than "
+            f"{run_cfg.max_len} dropped), {len(data.valid)} valid, {len(data.test)} test, "
+            f"{run_cfg.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
+            f"{' (joint)' if src_tok is tgt_tok else ''}, {run_cfg.normalizer} text; "
+            f"device {device}"
             + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
             + f", {torch.get_num_threads()} threads"
         )
+        if preset_info is not None and ckpt is None:
+            say(f"qkv train: {preset_info['reason']}")
+            for note in preset_info.get("notes", []):
+                say(f"qkv train: note: {note}")
+        say("qkv train: " + plan.describe(schedule))
 
     # -- the loop -------------------------------------------------------------------------------
     stream_of_batches = _infinite(batcher)
     last_ckpt: Path | None = ckpt.path if ckpt else None
     saved_step: int | None = start_step if ckpt else None  # known on every rank
-    stopped = "early_stopping" if already_stopped else "max_steps"
+    stopped = resumed_stop or "max_steps"
     step = start_step
     window_tokens, window_t0 = 0, time.monotonic()
+    seconds_before = float(state.get("train_seconds") or 0.0)
+    budget_s = run_cfg.max_minutes * 60 - seconds_before if timed else math.inf
+    if timed and budget_s <= 0 and not already_stopped:
+        already_stopped, stopped = True, "max_minutes"
+    if already_stopped and stopped == "max_minutes" and info.is_main:
+        say(
+            f"qkv train: the run has used its {run_cfg.max_minutes:g}-minute budget "
+            f"({seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
+        )
+    clock = _Clock(t_start)
     model.train()
 
     def save(step: int) -> Path | None:
+        t0 = time.monotonic()
         rng_all = D.all_gather_objects(_rng_state(device))
         sums = D.all_gather_objects(D.param_checksum(model) if info.distributed else "")
         if info.distributed and len(set(sums)) != 1:
             raise TrainingError(f"the replicas diverged at update {step}: checksums {sums}")
         path = None
+        state["train_seconds"] = round(seconds_before + time.monotonic() - t_start, 3)
         if info.is_main:
             trainer_state = {
                 **state,
@@ -721,27 +1110,76 @@ def _run(
                     ckroot / "best.json",
                     {"step": step, "path": path.name, "bleu": state["best_bleu"]},
                 )
-            prune_checkpoints(ckroot, config.keep_last, best_step=state["best_step"])
+            prune_checkpoints(ckroot, run_cfg.keep_last, best_step=state["best_step"])
         D.barrier()
+        clock.saving += time.monotonic() - t0
         return path
 
-    if already_stopped and info.is_main:
+    def evaluate(step: int, *, scheduled: bool) -> float:
+        """Validation loss and BLEU (rank 0); returns 1.0 when patience ran out."""
+        t0 = time.monotonic()
+        vloss = validation_loss(model, valid_batches, device, bf16=run_cfg.bf16)
+        scores = validation_bleu(
+            model,
+            bleu_pairs,
+            src_tok,
+            tgt_tok,
+            device,
+            beam_size=run_cfg.eval_beam,
+            references=bleu_refs,
+            max_len=run_cfg.max_len,
+        )
+        # patience counts only scheduled evaluations: a final one off the schedule (at
+        # max_steps or max_minutes) depends on where this invocation stopped, and counting it
+        # would make a resumed run stop at another update. It may still become the best
+        # checkpoint (its weights are the same in either run).
+        if scheduled:
+            grid_best = state["grid_best_bleu"]
+            if grid_best is None or scores.bleu > grid_best:
+                state.update(grid_best_bleu=scores.bleu, evals_since_best=0)
+            else:
+                state["evals_since_best"] += 1
+        better = state["best_bleu"] is None or scores.bleu > state["best_bleu"]
+        if better:
+            state.update(best_bleu=scores.bleu, best_step=step)
+        state["history"].append(
+            {
+                "step": step,
+                "valid_loss": round(vloss, 5),
+                "valid_bleu": round(scores.bleu, 3),
+                "valid_chrf": round(scores.chrf, 3),
+            }
+        )
+        if writer is not None:
+            writer.add_scalar("valid/loss", vloss, step)
+            writer.add_scalar("valid/bleu", scores.bleu, step)
+            writer.add_scalar("valid/chrf", scores.chrf, step)
+        took = time.monotonic() - t0
+        clock.evals.append(took)
+        say(
+            f"  valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
+            f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
+            f"({took:.1f} s)" + ("  *best*" if better else "")
+        )
+        return 1.0 if run_cfg.patience and state["evals_since_best"] >= run_cfg.patience else 0.0
+
+    if already_stopped and stopped == "early_stopping" and info.is_main:
         say(
             f"qkv train: the run already stopped early at update {step} (patience "
-            f"{config.patience}); nothing to do (a larger --patience or --max-steps goes on)"
+            f"{run_cfg.patience}); nothing to do (a larger --patience or --max-steps goes on)"
         )
-    while step < config.max_steps and not already_stopped:
-        micro = [next(stream_of_batches) for _ in range(config.accum_steps)]
+    while step < limit and not already_stopped:
+        micro = [next(stream_of_batches) for _ in range(run_cfg.accum_steps)]
         try:
             stats = train_update(
                 wrapped,
                 optimizer,
                 schedule,
                 micro,
-                label_smoothing=config.label_smoothing,
-                clip_norm=config.clip_norm,
+                label_smoothing=run_cfg.label_smoothing,
+                clip_norm=run_cfg.clip_norm,
                 device=device,
-                bf16=config.bf16,
+                bf16=run_cfg.bf16,
                 pad_id=tgt_tok.pad_id,
             )
         except TrainingError as e:
@@ -757,11 +1195,22 @@ def _run(
         window_tokens += stats.tokens
         state["loss_window"].append(stats.loss)
         elapsed = time.monotonic() - t_start
-        log_now = step % config.log_every == 0 or step == config.max_steps
         done_steps = step - start_step
-        eta = elapsed / done_steps * (config.max_steps - step)
-        if config.max_minutes is not None:
-            eta = min(eta, max(config.max_minutes * 60 - elapsed, 0.0))
+
+        # a time-bounded run re-plans its length from the measured speed (rank 0 decides)
+        if timed and plan.due(done_steps):
+            current = schedule.total_steps or limit
+            total = plan.estimate(step, done_steps, elapsed, budget_s, clock, current)
+            total = int(D.all_reduce_sum(torch.tensor([float(total if info.is_main else 0)],
+                                                      device=device)).item())  # fmt: skip
+            total = max(min(total, limit), step)
+            schedule.plan(total_steps=total, warmup_steps=plan.warmup(total))
+        planned = schedule.total_steps if timed and schedule.total_steps else limit
+        bar.total = planned
+        log_now = step % run_cfg.log_every == 0 or step >= planned
+        eta = elapsed / done_steps * (planned - step)
+        if timed:
+            eta = min(eta, max(budget_s - elapsed, 0.0))
         now = time.monotonic()
         tps = window_tokens / max(now - window_t0, 1e-9)
         if log_now:
@@ -778,67 +1227,81 @@ def _run(
         else:
             bar.update(step, stats.loss, stats.lr, tps, elapsed, eta, False)
 
-        # stop conditions, agreed by all ranks
-        over_time = config.max_minutes is not None and elapsed >= config.max_minutes * 60
+        # stop conditions, agreed by all ranks: the planned end of a timed run, or its clock
+        # (keeping the time the final evaluation and the averaging need)
+        # (a plan made from a few slow updates never ends a run early: it is re-made every
+        # 10 updates, and the planned end counts only in the last fifth of the budget)
+        over_time = timed and (
+            (step >= planned and elapsed >= 0.8 * budget_s)
+            or elapsed >= budget_s - plan.final_reserve(clock, budget_s)
+        )
         flag = D.all_reduce_sum(torch.tensor([1.0 if over_time else 0.0], device=device))
-        if float(flag) > 0 and step < config.max_steps:
-            stopped = "max_minutes"
-        final = step >= config.max_steps or stopped != "max_steps"
+        if float(flag) > 0 and step < limit:
+            stopped = state["stopped"] = "max_minutes"
+        final = step >= limit or stopped != "max_steps"
 
+        eval_every = run_cfg.eval_every or plan.eval_every(planned)
+        save_every = run_cfg.save_every or plan.save_every(planned, eval_every)
+        scheduled = _due(step, state["last_eval"], eval_every, run_cfg.eval_every is not None)
         evaluated = False
-        if step % config.eval_every == 0 or final:
+        if scheduled or final:
             evaluated = True
             stop = 0.0
+            if scheduled:
+                state["last_eval"] = step
             if info.is_main:
-                t0 = time.monotonic()
-                vloss = validation_loss(model, valid_batches, device, bf16=config.bf16)
-                scores = validation_bleu(
-                    model, bleu_pairs, src_tok, tgt_tok, device, beam_size=config.eval_beam
-                )
-                # patience counts only evaluations on the eval_every grid: a final one off the
-                # grid (at max_steps or max_minutes) depends on where this invocation stopped,
-                # and counting it would make a resumed run stop at another update. It may still
-                # become the best checkpoint (its weights are the same in either run).
-                if step % config.eval_every == 0:
-                    grid_best = state["grid_best_bleu"]
-                    if grid_best is None or scores.bleu > grid_best:
-                        state.update(grid_best_bleu=scores.bleu, evals_since_best=0)
-                    else:
-                        state["evals_since_best"] += 1
-                better = state["best_bleu"] is None or scores.bleu > state["best_bleu"]
-                if better:
-                    state.update(best_bleu=scores.bleu, best_step=step)
-                state["history"].append(
-                    {
-                        "step": step,
-                        "valid_loss": round(vloss, 5),
-                        "valid_bleu": round(scores.bleu, 3),
-                        "valid_chrf": round(scores.chrf, 3),
-                    }
-                )
-                if writer is not None:
-                    writer.add_scalar("valid/loss", vloss, step)
-                    writer.add_scalar("valid/bleu", scores.bleu, step)
-                    writer.add_scalar("valid/chrf", scores.chrf, step)
-                say(
-                    f"  valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
-                    f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
-                    f"({time.monotonic() - t0:.1f} s)" + ("  *best*" if better else "")
-                )
-                if config.patience and state["evals_since_best"] >= config.patience:
-                    stop = 1.0
+                stop = evaluate(step, scheduled=scheduled)
                 window_t0 = time.monotonic()  # the evaluation is not training time
             flag = D.all_reduce_sum(torch.tensor([stop], device=device))
             if float(flag) > 0 and not final:
                 stopped = state["stopped"] = "early_stopping"
                 final = True
-        if evaluated or step % config.save_every == 0 or final:
+        if (
+            evaluated
+            or final
+            or _due(step, state["last_save"], save_every, run_cfg.save_every is not None)
+        ):
+            state["last_save"] = step
             last_ckpt = save(step) or last_ckpt
             saved_step = step
+            window_t0 = time.monotonic()
         if final:
             break
-    if step >= config.max_steps and start_step >= config.max_steps and info.is_main:
-        say(f"qkv train: the run is already at update {step} (max_steps {config.max_steps})")
+    if step >= limit and start_step >= limit and info.is_main:
+        say(f"qkv train: the run is already at update {step} (max_steps {limit})")
+
+    # -- the final model: averaged when that validates better, decoding chosen on valid -----------
+    final_model: Path | None = None
+    trained = step > start_step
+    have_final = (out / "final" / "manifest.json").is_file()
+    if info.is_main and state["best_step"] is not None and (trained or not have_final):
+        final_model = _finish(
+            out,
+            ckroot,
+            model,
+            model_config,
+            run_cfg,
+            config,
+            data,
+            state,
+            bleu_pairs,
+            bleu_refs,
+            device,
+            say,
+            time_left=budget_s - (time.monotonic() - t_start),
+            eval_cost=clock.eval_cost(0.0) if clock.evals else 0.0,
+        )
+    elif info.is_main and have_final:  # nothing trained: the final model stands
+        final_model = out / "final"
+        try:
+            meta = json.loads((final_model / "trainer.json").read_text(encoding="utf-8"))
+            state["final_bleu"] = meta.get("valid_bleu")
+            state["decoding"] = json.loads(
+                (final_model / "decoding.json").read_text(encoding="utf-8")
+            )
+        except (OSError, ValueError):
+            pass
+    D.barrier()
 
     minutes = (time.monotonic() - t_start) / 60
     if writer is not None:
@@ -849,6 +1312,7 @@ def _run(
             f"qkv train: stopped ({stopped}) at update {step} after {minutes:.1f} min; best "
             f"valid BLEU {state['best_bleu'] if state['best_bleu'] is None else round(state['best_bleu'], 2)}"
             f" at update {state['best_step']}; checkpoints in {ckroot}"
+            + (f"; the model to use: {final_model}" if final_model is not None else "")
         )
     return TrainResult(
         out=out,
@@ -861,4 +1325,7 @@ def _run(
         resumed_from=start_step if ckpt is not None else None,
         minutes=minutes,
         history=list(state["history"]),
+        final_model=final_model,
+        final_bleu=state.get("final_bleu"),
+        decoding=state.get("decoding"),
     )

@@ -1,0 +1,258 @@
+"""The automatic preset: model size, batch, vocabulary and learning rate from the corpus, the
+time budget and the device.
+
+Most users never change a setting, so ``qkv train --data X --max-minutes M`` must pick what a
+practitioner would pick for ``X`` on this machine in ``M`` minutes. :func:`choose_preset` does it
+from four facts: the number of training pairs, the budget (minutes, or updates when no clock is
+set), the device type, and the number of processes. The table lives in :data:`TIERS` and in
+``docs/train.md``; every value is a default only: a setting the user gave wins, key by key.
+
+The numbers come from a sweep on a real 23k-pair English-French corpus (``benchmarks/real.py``;
+the sweep is in the closing note of issue 11): on two CPU cores a 10-minute run makes a few
+thousand small updates, and what wins there is *more updates*: a 2+2-layer pre-norm Transformer
+(width 256) on batches of 512 tokens beat 3+3 and 4+4 layers and batches of 1,024-4,096 tokens
+by 2-20 BLEU; a peak learning rate of 1.5e-3 beat 7e-4, 1e-3 and 2e-3 (3e-3 diverged); a 10%
+warm-up and a linear decay to zero at the end of the budget beat cosine and the inverse square
+root; dropout helps only once the data is seen many times (0.05 at ~10 epochs, 0.1-0.2 at ~35).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TIERS", "Preset", "choose_preset", "vocab_size_for"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What the automatic preset chose, and why.
+
+    Attributes:
+        name: the tier's name (``"cpu-minutes"``, ...).
+        model: :class:`qkv.nn.Seq2SeqConfig` options.
+        max_tokens: padded positions per micro-batch per process.
+        lr: peak learning rate.
+        vocab_size: subword vocabulary size (joint SentencePiece).
+        reason: one sentence for the run's first lines.
+        notes: extra remarks (a small corpus, a model shrunk to fit it, ...).
+    """
+
+    name: str
+    model: dict[str, Any]
+    max_tokens: int
+    lr: float
+    vocab_size: int
+    reason: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": dict(self.model),
+            "max_tokens": self.max_tokens,
+            "lr": self.lr,
+            "vocab_size": self.vocab_size,
+            "reason": self.reason,
+            "notes": list(self.notes),
+        }
+
+
+def _transformer(width: int, ffn: int, heads: int, layers: int, dropout: float) -> dict[str, Any]:
+    return {
+        "num_hiddens": width,
+        "ffn_num_hiddens": ffn,
+        "num_heads": heads,
+        "num_enc_layers": layers,
+        "num_dec_layers": layers,
+        "dropout": dropout,
+        "norm_first": True,
+        "activation": "relu",
+    }
+
+
+#: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr);
+#: the models' dropout is replaced by :func:`dropout_for` (the epochs the budget allows)
+TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
+    "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2, 0.1), 512, 1.5e-3),
+    "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3, 0.1), 1024, 1.5e-3),
+    "cpu-long": ("cpu", float("inf"), _transformer(512, 2048, 8, 6, 0.1), 4096, 7e-4),
+    "gpu-short": ("cuda", 60.0, _transformer(512, 2048, 8, 6, 0.1), 8192, 1e-3),
+    "gpu-base": ("cuda", float("inf"), _transformer(512, 2048, 8, 6, 0.1), 16384, 7e-4),
+}
+
+#: a run bounded by updates only is sized as if one update took this many seconds
+_SECONDS_PER_UPDATE = {"cpu": 0.5, "cuda": 0.15}
+#: target tokens per second a tier's model trains at (2 CPU threads; one recent GPU), and
+#: target tokens per training pair, to guess how many epochs a budget allows
+_TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
+_TOKENS_PER_PAIR = 10.0
+
+
+def dropout_for(epochs: float) -> float:
+    """Dropout for a run that will see its data about ``epochs`` times: regularise only what
+    repeats (measured: 0.05 best at ~10 epochs, 0.1-0.2 at ~35; 0.2 cost 8 BLEU at ~10)."""
+    if epochs < 15:
+        return 0.05
+    if epochs < 60:
+        return 0.1
+    return 0.2
+
+
+def vocab_size_for(n_pairs: int) -> int:
+    """The joint subword vocabulary for ``n_pairs`` training pairs: small corpora get small
+    vocabularies (every piece must be seen often enough to be learned)."""
+    if n_pairs < 2_000:
+        return 1_000
+    if n_pairs < 10_000:
+        return 4_000
+    if n_pairs < 100_000:
+        return 8_000
+    if n_pairs < 1_000_000:
+        return 16_000
+    return 32_000
+
+
+def choose_preset(
+    n_pairs: int,
+    *,
+    minutes: float | None,
+    max_steps: int | None,
+    device: str = "cpu",
+    world_size: int = 1,
+    tier: str | None = None,
+) -> Preset:
+    """The preset for a run of ``n_pairs`` training pairs.
+
+    Args:
+        n_pairs: training pairs (after the split).
+        minutes: the run's time budget, or None.
+        max_steps: the run's update budget, or None.
+        device: ``"cpu"`` or ``"cuda"`` (any other device type is sized as a CPU).
+        world_size: processes training together (their throughput adds up).
+        tier: a name of :data:`TIERS` to use instead of choosing one (a small corpus still
+            shrinks it).
+
+    Returns:
+        A :class:`Preset`.
+    """
+    if isinstance(n_pairs, bool) or not isinstance(n_pairs, int) or n_pairs < 1:
+        raise ValueError(f"n_pairs: expected an int >= 1, got {n_pairs!r}")
+    kind = "cuda" if device == "cuda" else "cpu"
+    if minutes is not None:
+        budget, how = float(minutes), f"a {minutes:g}-minute budget"
+    elif max_steps is not None:
+        budget = max_steps * _SECONDS_PER_UPDATE[kind] / 60
+        how = f"{max_steps} updates (about {budget:.0f} minutes on this device type)"
+    else:
+        budget, how = float("inf"), "no budget"
+    # several processes do the work of several devices in the same minutes
+    effective = budget * max(world_size, 1)
+    if tier is not None:
+        if tier not in TIERS:
+            raise ValueError(f"tier: expected one of {tuple(TIERS)}, got {tier!r}")
+        name = tier
+    else:
+        name = next(
+            n for n, (dev, bound, *_rest) in TIERS.items() if dev == kind and effective <= bound
+        )
+    _, _, model, max_tokens, lr = TIERS[name]
+    model = dict(model)
+    notes: list[str] = []
+    seconds = budget * 60 * max(world_size, 1)
+    epochs = seconds * _TOKENS_PER_SECOND[kind] / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+    model["dropout"] = dropout_for(epochs)
+    # a small corpus cannot feed a large model: cap it, and regularise more
+    if n_pairs < 5_000 and (model["num_hiddens"] > 256 or model["num_enc_layers"] > 2):
+        model.update(_transformer(256, 1024, 4, 2, max(model["dropout"], 0.1)))
+        max_tokens = min(max_tokens, 1024)
+        notes.append(
+            f"the corpus has only {n_pairs} training pairs: a 2+2-layer, 256-wide model on "
+            f"{max_tokens}-token batches instead of the tier's"
+        )
+    elif n_pairs < 50_000 and model["num_hiddens"] > 256:
+        model.update(_transformer(256, 1024, 4, model["num_enc_layers"], model["dropout"]))
+        notes.append(f"{n_pairs} training pairs: width 256 instead of the tier's")
+    vocab = vocab_size_for(n_pairs)
+    reason = (
+        f"preset {name}: {n_pairs} training pairs, {how}, device {kind}"
+        + (f" x {world_size}" if world_size > 1 else "")
+        + f" -> {model['num_enc_layers']}+{model['num_dec_layers']}-layer pre-norm Transformer, "
+        f"width {model['num_hiddens']}, dropout {model['dropout']:g} (about {epochs:.0f} "
+        f"epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
+        f"vocabulary of up to {vocab}"
+    )
+    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes))
+
+
+def resolve_config(
+    config: Any, n_pairs: int, *, device: str = "cpu", world_size: int = 1
+) -> tuple[Any, Preset | None]:
+    """``config`` (a :class:`qkv.train.TrainConfig`) with its automatic settings decided.
+
+    ``normalizer``/``tokenizer``/``joint_vocab`` follow the data (real text for a user's file,
+    the book's for the bundled corpus); ``vocab_size``, ``max_tokens``, ``lr`` and the model
+    options the user did not give come from :func:`choose_preset` (Transformer runs only);
+    ``schedule="auto"`` becomes ``"linear"``. ``warmup_steps``, ``eval_every`` and
+    ``save_every`` stay None when not given: the loop sets them from the run's planned length.
+
+    Returns:
+        ``(resolved config, the preset or None)``.
+    """
+    changes: dict[str, Any] = {}
+    bundled = config.data is None
+    if config.normalizer == "auto":
+        changes["normalizer"] = "book" if bundled else "plain"
+    if config.tokenizer == "auto":
+        changes["tokenizer"] = "word" if bundled else "sentencepiece"
+    tokenizer = changes.get("tokenizer", config.tokenizer)
+    if config.joint_vocab is None:
+        changes["joint_vocab"] = tokenizer == "sentencepiece"
+    joint = changes.get("joint_vocab", config.joint_vocab)
+    if config.schedule == "auto":
+        changes["schedule"] = "linear"
+    preset = None
+    if config.preset != "none" and config.model != "transformer":
+        # the tiers are tuned for the Transformer: another model keeps its own defaults and
+        # gets only the vocabulary sized to the corpus
+        if config.vocab_size is None:
+            changes["vocab_size"] = vocab_size_for(n_pairs)
+    elif config.preset != "none":
+        preset = choose_preset(
+            n_pairs,
+            minutes=config.max_minutes,
+            max_steps=config.step_limit if config.max_minutes is None else config.max_steps,
+            device=device,
+            world_size=world_size,
+            tier=None if config.preset == "auto" else config.preset,
+        )
+    options = dict(config.model_options)
+    if preset is not None:
+        given = [k for k in ("vocab_size", "max_tokens", "lr") if getattr(config, k) is not None]
+        given += [f"model.{k}" for k in preset.model if k in config.model_options]
+        if given:
+            preset = dataclasses.replace(
+                preset, notes=(*preset.notes, f"your settings win: {', '.join(given)}")
+            )
+        if config.vocab_size is None:
+            changes["vocab_size"] = preset.vocab_size
+        if config.max_tokens is None:
+            changes["max_tokens"] = preset.max_tokens
+        if config.lr is None:
+            changes["lr"] = preset.lr
+        if config.model == "transformer":
+            for key, value in preset.model.items():
+                options.setdefault(key, value)
+    if joint and tokenizer == "sentencepiece":
+        # one vocabulary: one embedding table for both sides and the output layer (Press & Wolf)
+        options.setdefault("share_embeddings", True)
+        options.setdefault("tie_embeddings", config.model == "transformer")
+    changes["model_options"] = options
+    defaults = {"vocab_size": 8000, "max_tokens": 4096, "lr": 1e-3}
+    for key, value in defaults.items():  # preset "none": the plain defaults
+        if getattr(config, key) is None and key not in changes:
+            changes[key] = value
+    resolved = config.updated(changes)
+    # updated() merges model options, so the explicit ones are still there
+    return resolved, preset
