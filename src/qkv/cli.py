@@ -225,12 +225,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             ckpt = load_checkpoint(tr.path, with_tensors=False)
             cfg = TrainConfig.from_dict(ckpt.train_config)
             from .data import Split
-            from .train.loop import raw_run_pairs, read_run_pairs
+            from .train.loop import raw_run_pairs
 
             split = Split.from_dict(ckpt.split)
             parts = dict(zip(("train", "valid", "test"), raw_run_pairs(cfg, split)))
             pairs = parts[args.split]
-            what = f"the {args.split} split of {read_run_pairs(cfg)[1]}"
+            source = cfg.data or "the bundled English-French corpus"
+            what = f"the {args.split} split of {source}"
             if not pairs:
                 raise ValueError(f"--split: the run's {args.split} split is empty")
         if args.limit is not None:

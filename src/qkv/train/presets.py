@@ -59,27 +59,26 @@ class Preset:
         }
 
 
-def _transformer(width: int, ffn: int, heads: int, layers: int, dropout: float) -> dict[str, Any]:
+def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any]:
     return {
         "num_hiddens": width,
         "ffn_num_hiddens": ffn,
         "num_heads": heads,
         "num_enc_layers": layers,
         "num_dec_layers": layers,
-        "dropout": dropout,
         "norm_first": True,
         "activation": "relu",
     }
 
 
 #: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr);
-#: the models' dropout is replaced by :func:`dropout_for` (the epochs the budget allows)
+#: the model's dropout comes from :func:`dropout_for` (the epochs the budget allows)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
-    "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2, 0.1), 512, 1.5e-3),
-    "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3, 0.1), 1024, 1.5e-3),
-    "cpu-long": ("cpu", float("inf"), _transformer(512, 2048, 8, 6, 0.1), 4096, 7e-4),
-    "gpu-short": ("cuda", 60.0, _transformer(512, 2048, 8, 6, 0.1), 8192, 1e-3),
-    "gpu-base": ("cuda", float("inf"), _transformer(512, 2048, 8, 6, 0.1), 16384, 7e-4),
+    "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
+    "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3), 1024, 1.5e-3),
+    "cpu-long": ("cpu", float("inf"), _transformer(512, 2048, 8, 6), 4096, 7e-4),
+    "gpu-short": ("cuda", 60.0, _transformer(512, 2048, 8, 6), 8192, 1e-3),
+    "gpu-base": ("cuda", float("inf"), _transformer(512, 2048, 8, 6), 16384, 7e-4),
 }
 
 #: a run bounded by updates only is sized as if one update took this many seconds
@@ -165,14 +164,14 @@ def choose_preset(
     model["dropout"] = dropout_for(epochs)
     # a small corpus cannot feed a large model: cap it, and regularise more
     if n_pairs < 5_000 and (model["num_hiddens"] > 256 or model["num_enc_layers"] > 2):
-        model.update(_transformer(256, 1024, 4, 2, max(model["dropout"], 0.1)))
+        model.update(_transformer(256, 1024, 4, 2), dropout=max(model["dropout"], 0.1))
         max_tokens = min(max_tokens, 1024)
         notes.append(
             f"the corpus has only {n_pairs} training pairs: a 2+2-layer, 256-wide model on "
             f"{max_tokens}-token batches instead of the tier's"
         )
     elif n_pairs < 50_000 and model["num_hiddens"] > 256:
-        model.update(_transformer(256, 1024, 4, model["num_enc_layers"], model["dropout"]))
+        model.update(_transformer(256, 1024, 4, model["num_enc_layers"]))
         notes.append(f"{n_pairs} training pairs: width 256 instead of the tier's")
     vocab = vocab_size_for(n_pairs)
     reason = (
