@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from _models_helpers import V, batch, tiny
@@ -125,17 +126,75 @@ def test_attention_maps_need_a_capturing_pass():
         model.attention_maps()
 
 
-def test_viz_contract_accepts_the_maps():
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_viz_contract_accepts_the_maps(kind, tmp_path):
+    """The maps are what qkv.viz expects: per layer ``(B, H, Lq, Lk)`` weights whose rows sum to 1
+    over the sentence's real (and, decoder self-attention, earlier) keys and are 0 elsewhere;
+    ``sentence()`` crops them to ``(H, Lq, Lk)`` kinds the viewer and the figures draw."""
     viz = pytest.importorskip("qkv.viz")
-    model = tiny()
-    src, vl = batch(B=2, L=5)
-    _, maps = model(src, torch.randint(3, V, (2, 3)), vl, return_attention=True)
-    one = maps.sentence(0, src_len=int(vl[0]), tgt_len=3)
-    kinds = viz.translation_attention(
-        [f"s{i}" for i in range(int(vl[0]))],
-        ["a", "b", "c"],
-        encoder=one["encoder_self"],
-        decoder=one["decoder_self"],
-        cross=one["cross"],
-    )
-    assert len(kinds) == 3
+    model = tiny(kind)
+    B, Ls, T = 3, 7, 5
+    src, vl = batch(B=B, L=Ls, seed=1)
+    i = int(vl.argmin())
+    S = int(vl[i])
+    assert Ls > S  # the sentence is padded, so the padding's zeros are checked
+    _, maps = model(src, torch.randint(3, V, (B, T)), vl, return_attention=True)
+    cfg = model.config
+    H = cfg.num_heads if kind == "transformer" else 1
+    one = maps.sentence(i, src_len=S, tgt_len=T)
+    # name: (full per-layer maps, layers, keys each query may see (Lq, Lk), sentence's (Lq, Lk))
+    real = torch.arange(Ls) < S
+    expected = {"cross": (maps.cross, cfg.num_dec_layers, real.expand(T, Ls), (T, S))}
+    if kind == "transformer":
+        expected["encoder_self"] = (
+            maps.encoder_self,
+            cfg.num_enc_layers,
+            real.expand(Ls, Ls),
+            (S, S),
+        )
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        expected["decoder_self"] = (maps.decoder_self, cfg.num_dec_layers, causal, (T, T))
+    else:  # the Bahdanau model: a GRU encoder, one additive attention with one head
+        assert maps.encoder_self is None and maps.decoder_self is None
+        expected["cross"] = (maps.cross, 1, real.expand(T, Ls), (T, S))
+    assert set(one) == set(expected)
+    for name, (ws, n_layers, seen, (Sq, Sk)) in expected.items():
+        assert [w.shape for w in ws] == [(B, H, *seen.shape)] * n_layers, name
+        for w, c in zip(ws, one[name], strict=True):
+            w = w[i].float()
+            torch.testing.assert_close(w.sum(-1), torch.ones(H, seen.shape[0]))  # rows sum to 1 ...
+            assert (w.masked_select(~seen) == 0).all(), name  # ... over the keys seen, 0 elsewhere
+            # sentence(): its own rows and columns, as float32 on the CPU
+            assert c.dtype == torch.float32 and c.device.type == "cpu"
+            torch.testing.assert_close(c, w[:, :Sq, :Sk])
+    src_tokens, tgt_tokens = [f"s{j}" for j in range(S)], [f"t{j}" for j in range(T)]
+    if kind == "transformer":
+        kinds = viz.translation_attention(
+            src_tokens,
+            tgt_tokens,
+            encoder=one["encoder_self"],
+            decoder=one["decoder_self"],
+            cross=one["cross"],
+        )
+        want = {
+            "encoder self-attention": (one["encoder_self"], (S, S)),
+            "decoder self-attention": (one["decoder_self"], (T, T)),
+            "cross-attention": (one["cross"], (T, S)),
+        }
+    else:
+        kinds = viz.translation_attention(src_tokens, tgt_tokens, bahdanau=one["cross"][0][0])
+        want = {"Bahdanau attention": (one["cross"], (T, S))}
+    assert [k.name for k in kinds] == list(want)
+    for k in kinds:
+        layers, shape = want[k.name]
+        assert k.num_layers == len(layers) and k.shape == shape
+        for layer, w in enumerate(layers):
+            assert k.heads(layer) == H and w.shape == (H, *shape)
+            for h in range(H):  # the viz draws the model's numbers, unchanged
+                np.testing.assert_allclose(k.matrix(layer, h), w[h].numpy(), rtol=1e-6)
+
+    html = viz.save_attention(tmp_path / "maps.html", kinds, title="contract")
+    assert "contract" in html.read_text(encoding="utf-8")
+    pytest.importorskip("matplotlib")
+    png = viz.save_attention(tmp_path / "maps.png", kinds)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
