@@ -3,19 +3,27 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PIP     = $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+# Where PyTorch comes from: empty, pip's own configuration (here, the CPU wheel on this disk);
+# e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu for PyTorch's CPU wheels anywhere.
+TORCH_INDEX ?=
+TORCH   = torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+# The headless browser the viewer's tests drive (tests/viz): `make test` installs Debian's
+# chromium when it is missing (as root, with apt-get); the tests themselves never install it.
+QKV_CHROMIUM ?= /usr/bin/chromium
+export QKV_CHROMIUM
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-quick browser lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) torch==2.13.0
+	$(PIP) $(TORCH)
 	$(PIP) -e '.[all]'
 	touch $@
 
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) torch==2.13.0
+	$(PIP) $(TORCH)
 	$(PIP) -e '.[dev]'
 	# timm, to test ViT attention against it: its hard torchvision dependency does not install
 	# beside this torch, and its attention layer does not need it (the test stubs it out)
@@ -25,10 +33,26 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml constraints.txt
 demo: $(VENV)/.installed-all
 	$(BIN)/qkv demo $(DEMO_ARGS)
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
+test-quick: $(VENV)/.installed-dev browser
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+browser:
+	@if [ -x "$(QKV_CHROMIUM)" ] || command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	    echo "make: no Chromium at $(QKV_CHROMIUM) and not root to install it (sudo sh tools/ensure_chromium.sh): the browser tests will be skipped"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: no Chromium at $(QKV_CHROMIUM) and no apt-get to install it (install Chromium, or set QKV_CHROMIUM=/path/to/it): the browser tests will be skipped"; \
+	elif ! sh tools/ensure_chromium.sh; then \
+	    echo "make: installing Chromium failed (above): the browser tests will be skipped"; \
+	fi
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks

@@ -1,4 +1,5 @@
-"""Fixtures for tests/viz: a headless Chromium (installed when missing), headless matplotlib."""
+"""Fixtures for tests/viz: a headless Chromium (the browser tests skip without it), headless
+matplotlib."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    """Debian's Chromium, installed by tools/ensure_chromium.sh when missing and we are root."""
-    from _viz_chromium import find_or_install_chromium
+    """Debian's Chromium, or a skip saying why not: no test installs it (`make test` does).
 
-    path, why = find_or_install_chromium()
+    With ``QKV_REQUIRE_CHROMIUM=1`` (CI) a missing browser is a failure, not a skip.
+    """
+    from _viz_chromium import find_chromium
+
+    path, why = find_chromium()
     if path is None:
+        if os.environ.get("QKV_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"headless Chromium unavailable and QKV_REQUIRE_CHROMIUM=1: {why}")
         pytest.skip(f"headless Chromium unavailable: {why}")
     return path
 
