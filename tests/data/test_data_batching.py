@@ -9,7 +9,14 @@ import random
 import pytest
 import torch
 
-from qkv.data import Split, TokenBatcher, WordTokenizer, fingerprint, split_pairs
+from qkv.data import (
+    Split,
+    TokenBatcher,
+    WordTokenizer,
+    fingerprint,
+    save_tokenizers,
+    split_pairs,
+)
 
 
 def make_pairs(n: int = 500, seed: int = 0) -> list[tuple[str, str]]:
@@ -76,6 +83,16 @@ def test_split_serialises_and_checks_the_data(tmp_path):
     bad["test"] = bad["test"][1:]
     with pytest.raises(ValueError, match="partition"):
         Split.from_dict(bad)
+
+
+def test_split_save_creates_its_folder_like_save_tokenizers(tmp_path):
+    s = split_pairs(make_pairs(20), valid=2, test=2, seed=0)
+    path = tmp_path / "run" / "data" / "split.json"
+    s.save(path)
+    assert Split.load(path) == s
+    tok = WordTokenizer.train(["a b"])
+    save_tokenizers(tmp_path / "run" / "tok", tok, tok)
+    assert (tmp_path / "run" / "tok" / "joint").is_dir()
 
 
 def test_split_groups_sources_that_differ_only_by_normalisation():

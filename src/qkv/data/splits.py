@@ -159,8 +159,10 @@ class Split:
         return split
 
     def save(self, path: str | Path) -> None:
-        """Write the split as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+        """Write the split as JSON to the file ``path`` (its folder created if needed)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict()), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> Split:
