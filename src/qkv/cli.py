@@ -155,7 +155,7 @@ def _attention_path(base: Path, i: int, n: int) -> Path:
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
-    from .train import CheckpointError
+    from .inference import CheckpointError
     from .translate import Translator
 
     try:
@@ -208,8 +208,8 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- evaluate
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
-    from .train import CheckpointError, TrainConfig
-    from .train.checkpoint import load_checkpoint
+    from .inference import CheckpointError
+    from .train import saved_run_pairs
     from .translate import Translator
 
     try:
@@ -222,16 +222,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 print(f"qkv evaluate: {report}", file=sys.stderr)
             what = args.data
         else:
-            ckpt = load_checkpoint(tr.path, with_tensors=False)
-            cfg = TrainConfig.from_dict(ckpt.train_config)
-            from .data import Split
-            from .train.loop import raw_run_pairs
-
-            split = Split.from_dict(ckpt.split)
-            parts = dict(zip(("train", "valid", "test"), raw_run_pairs(cfg, split)))
-            pairs = parts[args.split]
-            source = cfg.data or "the bundled English-French corpus"
-            what = f"the {args.split} split of {source}"
+            pairs, what = saved_run_pairs(tr.path, args.split)
             if not pairs:
                 raise ValueError(f"--split: the run's {args.split} split is empty")
         if args.limit is not None:

@@ -14,28 +14,34 @@
 Inputs go through the normaliser saved with the model's tokenizers. Scores follow sacreBLEU's
 convention: the detokenised translations against the references as given; scoring against
 references normalised as the training data (``normalize_references=True``) is labelled as such.
+
+Loading a saved model, batched decoding and scoring are :mod:`qkv.inference` (training validates
+through the same functions); :class:`Translator` adds the conveniences of a user's session (one
+text or many, the run's decoding by default, attention pictures). ``generate_ids``,
+``never_generated``, ``corpus_scores`` and ``Evaluation`` stay importable from here.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .data import Tokenizer, load_tokenizers
-from .nn.seq2seq import EncoderDecoder, build_model
-from .train.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    load_model_weights,
-    resolve_model_dir,
+from .data import Tokenizer
+from .inference import (
+    Evaluation,
+    check_decoding,
+    corpus_scores,
+    decode_texts,
+    generate_ids,
+    load_model,
+    never_generated,
 )
+from .nn.seq2seq import EncoderDecoder
 
 __all__ = [
     "Evaluation",
@@ -45,167 +51,6 @@ __all__ = [
     "generate_ids",
     "never_generated",
 ]
-
-
-# ---------------------------------------------------------------------------- batched decoding
-def _default_max_len(src_len: int) -> int:
-    return 2 * src_len + 10
-
-
-def generate_ids(
-    model: nn.Module,
-    src_ids: Sequence[Sequence[int]],
-    *,
-    bos_id: int,
-    eos_id: int,
-    device: torch.device | str = "cpu",
-    beam_size: int = 1,
-    n_best: int = 1,
-    length_penalty: float = 1.0,
-    max_len: int | None = None,
-    max_tokens: int = 4096,
-    max_len_cap: int | None = None,
-    no_repeat_ngram: int = 0,
-    suppress: Sequence[int] = (),
-) -> list[Any]:
-    """Decode many sources, batched by length, returned in input order.
-
-    Args:
-        model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
-        src_ids: one id list per sentence, ``<eos>`` already appended.
-        bos_id, eos_id: the target's special ids.
-        device: where to run.
-        beam_size, n_best, length_penalty: as :func:`qkv.decoding.generate`.
-        max_len: the most tokens per translation; None: ``2 * source length + 10`` per batch.
-        max_tokens: a batch holds at most this many source positions (times the beam).
-        max_len_cap: with ``max_len=None``, the default length is capped at this.
-        no_repeat_ngram, suppress: as :func:`qkv.decoding.generate`.
-
-    Returns:
-        Per sentence its ids (``n_best=1``) or its ``[(ids, score), ...]``, in input order.
-    """
-    from .decoding import generate
-
-    n = len(src_ids)
-    out: list[Any] = [None] * n
-    order = sorted(range(n), key=lambda i: len(src_ids[i]))
-    start = 0
-    while start < n:
-        longest = max(len(src_ids[order[start]]), 1)
-        stop = start + 1
-        while stop < n:
-            longest_next = max(longest, len(src_ids[order[stop]]))
-            if (stop - start + 1) * longest_next * beam_size > max_tokens:
-                break
-            longest, stop = longest_next, stop + 1
-        rows = order[start:stop]
-        lens = [max(len(src_ids[i]), 1) for i in rows]
-        L = max(lens)
-        src = torch.zeros(len(rows), L, dtype=torch.long)
-        for r, i in enumerate(rows):
-            ids = list(src_ids[i]) or [eos_id]
-            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        valid = torch.tensor(lens, dtype=torch.long)
-        limit = max_len if max_len is not None else _default_max_len(L)
-        if max_len is None and max_len_cap is not None:
-            limit = min(limit, max_len_cap)
-        res = generate(
-            model,
-            src.to(device),
-            valid.to(device),
-            max_len=limit,
-            bos_id=bos_id,
-            eos_id=eos_id,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            n_best=n_best,
-            no_repeat_ngram=no_repeat_ngram,
-            suppress=suppress,
-        )
-        for r, i in enumerate(rows):
-            out[i] = res[r]
-        start = stop
-    return out
-
-
-def never_generated(tok: Tokenizer) -> list[int]:
-    """Ids a translation never needs: ``<unk>`` for a tokenizer that spells unknown characters
-    in bytes (its training text never held ``<unk>``, so an emitted one is a model's error and
-    would print as `` ⁇ ``)."""
-    return [tok.unk_id] if getattr(tok, "byte_fallback", False) else []
-
-
-# ---------------------------------------------------------------------------- scores
-@dataclass
-class Evaluation:
-    """Corpus scores of a set of translations.
-
-    Attributes:
-        bleu: sacreBLEU's corpus BLEU (0-100).
-        chrf: sacreBLEU's chrF2 (0-100).
-        n: sentences scored.
-        signatures: ``{"bleu": ..., "chrf": ...}``, sacreBLEU's reproducibility signatures.
-        bleu_detail: sacreBLEU's full BLEU line (n-gram precisions, brevity penalty, ...).
-        hypotheses, references: the texts that were scored.
-        references_normalized: the references were normalised as the training data (not
-            sacreBLEU's convention; labelled in the signatures).
-    """
-
-    bleu: float
-    chrf: float
-    n: int
-    signatures: dict[str, str]
-    bleu_detail: str = ""
-    hypotheses: list[str] = field(default_factory=list, repr=False)
-    references: list[str] = field(default_factory=list, repr=False)
-    references_normalized: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """``bleu``, ``chrf``, ``n``, ``signatures`` and ``bleu_detail`` (JSON-ready)."""
-        return {
-            "bleu": round(self.bleu, 4),
-            "chrf": round(self.chrf, 4),
-            "n": self.n,
-            "signatures": dict(self.signatures),
-            "bleu_detail": self.bleu_detail,
-            "references_normalized": self.references_normalized,
-        }
-
-
-def _sacrebleu() -> Any:
-    try:
-        import sacrebleu
-    except ImportError:
-        raise ImportError("scoring needs sacrebleu: pip install 'qkv[train]'") from None
-    return sacrebleu
-
-
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Evaluation:
-    """sacreBLEU's corpus BLEU and chrF of ``hypotheses`` against one reference each.
-
-    Raises:
-        ValueError: the two lists differ in length or are empty.
-    """
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"hypotheses: expected one per reference ({len(references)}), got {len(hypotheses)}"
-        )
-    if not hypotheses:
-        raise ValueError("hypotheses: expected at least one sentence to score, got none")
-    sb = _sacrebleu()
-    # force: book-normalised text ends in " ." on purpose; sacreBLEU would warn about it
-    bleu, chrf = sb.metrics.BLEU(force=True), sb.metrics.CHRF()
-    b = bleu.corpus_score(list(hypotheses), [list(references)])
-    c = chrf.corpus_score(list(hypotheses), [list(references)])
-    return Evaluation(
-        bleu=float(b.score),
-        chrf=float(c.score),
-        n=len(hypotheses),
-        signatures={"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())},
-        bleu_detail=str(b),
-        hypotheses=list(hypotheses),
-        references=list(references),
-    )
 
 
 # ---------------------------------------------------------------------------- attention
@@ -287,24 +132,6 @@ class SentenceAttention:
 
 
 # ---------------------------------------------------------------------------- the translator
-def _check_decoding(decoding: Any) -> dict[str, Any]:
-    """``{"beam_size": int >= 1, "length_penalty": float, "no_repeat_ngram": int >= 0}`` (other
-    keys kept); None: greedy, nothing blocked."""
-    if decoding is None:
-        return {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
-    if not isinstance(decoding, dict):
-        raise TypeError(f"decoding: expected a dict, got {type(decoding).__name__}")
-    beam, lp = decoding.get("beam_size", 1), decoding.get("length_penalty", 1.0)
-    nr = decoding.get("no_repeat_ngram", 0)
-    if isinstance(nr, bool) or not isinstance(nr, int) or nr < 0:
-        raise ValueError(f"decoding: no_repeat_ngram: expected an int >= 0, got {nr!r}")
-    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"decoding: beam_size: expected an int >= 1, got {beam!r}")
-    if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
-        raise ValueError(f"decoding: length_penalty: expected a finite number, got {lp!r}")
-    return {**decoding, "beam_size": beam, "length_penalty": float(lp), "no_repeat_ngram": nr}
-
-
 def _token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
     vocab = getattr(tok, "vocab", None)
     if vocab is not None:
@@ -350,7 +177,7 @@ class Translator:
         self.model = model.to(self.device).eval()
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.path = path
-        self.decoding = _check_decoding(decoding)
+        self.decoding = check_decoding(decoding)
 
     def resolve_decoding(
         self, beam_size: int | None, length_penalty: float | None
@@ -372,41 +199,15 @@ class Translator:
             CheckpointError: no checkpoint there, or a corrupt or foreign one.
             ValueError: a bad device name, or CUDA asked for where it is not available.
         """
-        from .train.distributed import pick_device
-
-        device = pick_device(device)
-        folder = resolve_model_dir(model_dir)
-        ckpt = load_checkpoint(folder, with_tensors=False)
-        try:
-            model = build_model(ckpt.model_config)
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(
-                f"checkpoint: model.json in {str(folder)!r} is invalid: {e}"
-            ) from None
-        load_model_weights(folder, model)
-        try:
-            src, tgt = load_tokenizers(folder / "tokenizers")
-        except (OSError, ValueError, KeyError) as e:
-            raise CheckpointError(
-                f"checkpoint: the tokenizers in {str(folder)!r} cannot be loaded: {e}"
-            ) from None
-        cfg = model.config
-        if (src.vocab_size, tgt.vocab_size) != (cfg.src_vocab_size, cfg.tgt_vocab_size):
-            raise CheckpointError(
-                f"checkpoint: the tokenizers in {str(folder)!r} have vocabularies of "
-                f"{src.vocab_size} and {tgt.vocab_size} ids, the model expects "
-                f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
-            )
-        decoding = None
-        if (folder / "decoding.json").is_file():
-            try:
-                decoding = json.loads((folder / "decoding.json").read_text(encoding="utf-8"))
-                _check_decoding(decoding)
-            except (ValueError, TypeError) as e:
-                raise CheckpointError(
-                    f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"
-                ) from None
-        return cls(model, src, tgt, device=device, path=folder, decoding=decoding)
+        saved = load_model(model_dir, device=device)
+        return cls(
+            saved.model,
+            saved.src_tokenizer,
+            saved.tgt_tokenizer,
+            device=saved.device,
+            path=saved.path,
+            decoding=saved.decoding,
+        )
 
     @property
     def kind(self) -> str:
@@ -481,25 +282,21 @@ class Translator:
         if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
             raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
         beam_size, length_penalty = self.resolve_decoding(beam_size, length_penalty)
-        src = [self.encode(t) for t in texts]
-        todo = [i for i, ids in enumerate(src) if len(ids) > 1]
-        res = generate_ids(
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"text: expected a str, got {type(t).__name__}")
+        return decode_texts(
             self.model,
-            [src[i] for i in todo],
-            bos_id=self.tgt_tokenizer.bos_id,
-            eos_id=self.tgt_tokenizer.eos_id,
+            texts,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
             device=self.device,
             beam_size=beam_size,
             n_best=n_best,
             length_penalty=length_penalty,
             max_len=max_len,
             no_repeat_ngram=self.decoding["no_repeat_ngram"],
-            suppress=never_generated(self.tgt_tokenizer),
         )
-        out: list[Any] = [[] if n_best == 1 else [([], 0.0)] for _ in src]
-        for i, r in zip(todo, res):
-            out[i] = r
-        return out
 
     def attention(
         self,

@@ -180,16 +180,16 @@ def test_an_update_bounded_run_decays_to_zero_at_max_steps(tmp_path, corpus_file
 
 
 def test_evaluation_decodes_at_most_max_len_tokens(tmp_path, corpus_file, monkeypatch):
-    import qkv.translate as tr_mod
+    import qkv.inference.decode as decode_mod
 
     seen = []
-    real = tr_mod.generate_ids
+    real = decode_mod.generate_ids
 
     def spy(*a, **k):
         seen.append(k.get("max_len_cap"))
         return real(*a, **k)
 
-    monkeypatch.setattr(tr_mod, "generate_ids", spy)
+    monkeypatch.setattr(decode_mod, "generate_ids", spy)
     train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, max_len=9,
                       tune_decoding=False), tmp_path, progress=False)  # fmt: skip
     assert seen and set(seen) == {9}
@@ -414,7 +414,7 @@ def test_resume_of_a_run_written_before_settings_were_automatic(tmp_path, corpus
     state = json.loads((ck / "trainer.json").read_text())
     del state["resolved_config"]  # as written before this version
     (ck / "trainer.json").write_text(json.dumps(state))
-    from qkv.train.checkpoint import _sha256
+    from qkv.train.checkpoint import sha256_file as _sha256
 
     manifest = json.loads((ck / "manifest.json").read_text())
     manifest["files"]["trainer.json"] = {

@@ -86,7 +86,7 @@ def _fresh_run_dir(path: Path) -> None:
 
 @register("translate", "train an English-French Transformer, print BLEU, translate, draw attention")
 def run(out: Path, quick: bool) -> int:
-    from ..train import TrainConfig, train
+    from ..train import TrainConfig, saved_run_pairs, train
     from ..translate import Translator
 
     t0 = time.monotonic()
@@ -110,14 +110,7 @@ def run(out: Path, quick: bool) -> int:
     )
 
     tr = Translator.load(run_dir)
-    from ..data import Split
-    from ..train.checkpoint import load_checkpoint
-    from ..train.loop import raw_run_pairs
-
-    ckpt = load_checkpoint(tr.path, with_tensors=False)
-    _, _, test = raw_run_pairs(
-        TrainConfig.from_dict(ckpt.train_config), Split.from_dict(ckpt.split)
-    )
+    test, _ = saved_run_pairs(tr.path, "test")
     ev = tr.evaluate(test)
     print(f"test BLEU = {ev.bleu:.1f}  chrF = {ev.chrf:.1f}  on {ev.n} held-out sentences")
     print(f"  {ev.signatures['bleu']}")

@@ -18,6 +18,7 @@ from .loop import (
     TrainResult,
     load_run_data,
     make_optimizer,
+    saved_run_pairs,
     train,
     train_update,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "parse_assignment",
     "resolve_model_dir",
     "save_checkpoint",
+    "saved_run_pairs",
     "sequence_loss",
     "train",
     "train_update",

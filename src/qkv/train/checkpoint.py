@@ -22,26 +22,42 @@ Writing is atomic: everything goes into ``.tmp-step-...`` beside the final folde
 flushed and fsynced, then the folder is renamed into place (``os.replace``), and the pointer files
 are replaced the same way (temporary file in the same folder, fsync, ``os.replace``). A folder
 without its ``manifest.json`` is never a checkpoint, and temporary folders left by a killed run
-are removed on the next start. Loading checks the manifest, the sizes and the checksums, and a
-checkpoint that is corrupt or is not a qkv checkpoint raises :class:`CheckpointError` with what
-is wrong, not a traceback from deep inside torch.
+are removed on the next start. Reading a folder back (checking the manifest, the sizes and the
+checksums; :class:`CheckpointError` with what is wrong) is :mod:`qkv.inference.saved`, which
+translating and evaluating use too; its names are importable from here as well.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from .. import __version__
+from ..inference.saved import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    MANIFEST,
+    CheckpointError,
+    LoadedCheckpoint,
+    best_checkpoint,
+    find_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    read_json,
+    read_weights,
+    resolve_model_dir,
+    sha256_file,
+    verify_checkpoint,
+)
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -63,15 +79,6 @@ __all__ = [
     "verify_checkpoint",
     "write_model_folder",
 ]
-
-CHECKPOINT_FORMAT = "qkv.checkpoint"
-CHECKPOINT_VERSION = 1
-MANIFEST = "manifest.json"
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder that cannot be used: missing, corrupt, foreign or mismatched."""
 
 
 # ---------------------------------------------------------------------------- atomic files
@@ -112,14 +119,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------- saving
@@ -229,9 +228,7 @@ def write_model_folder(
                 with open(p, "rb+") as f:
                     os.fsync(f.fileno())
             rel = p.relative_to(tmp).as_posix()
-            files[rel] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-    from .. import __version__
-
+            files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
     dump(
         MANIFEST,
         {
@@ -256,30 +253,6 @@ def write_model_folder(
     return final
 
 
-def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of ``folder/model.safetensors`` by state-dict name (shared ones under every
-    name they have).
-
-    Raises:
-        CheckpointError: an unreadable file.
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    d = Path(folder)
-    try:
-        tensors = load_file(str(d / "model.safetensors"))
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
-            f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
-        ) from None
-    meta = _read_json(d, "model.json")
-    for alias, target in (meta.get("aliases") or {}).items():
-        if target in tensors:
-            tensors[alias] = tensors[target]
-    return tensors
-
-
 def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the weights of several checkpoint folders of one model
     (fairseq's checkpoint averaging), accumulated in float64 and returned in each tensor's own
@@ -297,7 +270,7 @@ def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     dtypes: dict[str, torch.dtype] = {}
     for p in paths:
         verify_checkpoint(p)
-        config = _read_json(p, "model.json").get("config")
+        config = read_json(p, "model.json").get("config")
         if first_config is None:
             first_config = config
         elif config != first_config:
@@ -323,38 +296,6 @@ def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- finding
-def find_checkpoints(root: str | Path) -> list[Path]:
-    """Complete checkpoint folders under ``root`` (``OUT/checkpoints``), oldest step first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / MANIFEST).is_file():
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest complete checkpoint under ``root``, or None."""
-    found = find_checkpoints(root)
-    return found[-1] if found else None
-
-
-def best_checkpoint(root: str | Path) -> Path | None:
-    """The checkpoint ``best.json`` names (best validation BLEU), if it still exists."""
-    pointer = Path(root) / "best.json"
-    if not pointer.is_file():
-        return None
-    try:
-        name = json.loads(pointer.read_text(encoding="utf-8"))["path"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    p = Path(root) / str(name)
-    return p if (p / MANIFEST).is_file() else None
-
-
 def prune_checkpoints(
     root: str | Path, keep_last: int, *, best_step: int | None = None
 ) -> list[Path]:
@@ -393,213 +334,6 @@ def remove_stale_temporaries(root: str | Path) -> None:
                 p.unlink(missing_ok=True)
 
 
-def resolve_model_dir(path: str | Path) -> Path:
-    """The checkpoint folder to use for ``path``: a checkpoint folder itself, or a run's ``OUT``
-    (its ``final`` model, else its best checkpoint by validation BLEU, else its newest).
-
-    Raises:
-        CheckpointError: nothing usable there.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise CheckpointError(f"model dir: {str(p)!r} does not exist")
-    if p.is_file():
-        raise CheckpointError(
-            f"model dir: {str(p)!r} is a file; expected a qkv run folder (the --out of qkv "
-            "train) or one of its checkpoint folders"
-        )
-    if (p / MANIFEST).is_file():
-        return p
-    final = p / "final"
-    if (final / MANIFEST).is_file() and _is_current(final, p / "checkpoints"):
-        return final  # a run's final model (averaged, decoding chosen)
-    if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
-        raise CheckpointError(
-            f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
-            f"{MANIFEST}, which qkv writes last)"
-        )
-    for root in (p / "checkpoints", p):
-        if root.is_dir():
-            found = best_checkpoint(root) or latest_checkpoint(root)
-            if found is not None:
-                return found
-    raise CheckpointError(
-        f"model dir: {str(p)!r} holds no qkv checkpoint (expected {MANIFEST} in it, or "
-        f"checkpoints/step-*/ under it, as written by qkv train)"
-    )
-
-
-def _is_current(final: Path, ckroot: Path) -> bool:
-    """Is a run's ``final`` model at least as new as its newest checkpoint? (A resumed run
-    that was stopped before it finished leaves the previous invocation's ``final``.)"""
-    newest = latest_checkpoint(ckroot)
-    if newest is None:
-        return True
-    try:
-        final_step = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("step")
-        newest_step = json.loads((newest / MANIFEST).read_text(encoding="utf-8")).get("step")
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(final_step, int) and isinstance(newest_step, int) and final_step >= newest_step
-    )
-
-
-# ---------------------------------------------------------------------------- loading
-def verify_checkpoint(folder: str | Path) -> dict:
-    """Check a checkpoint folder against its manifest; return the manifest.
-
-    Raises:
-        CheckpointError: no manifest, a foreign format or version, a missing file, or a file
-            whose size or SHA-256 differs from the manifest (corruption, truncation).
-    """
-    d = Path(folder)
-    mpath = d / MANIFEST
-    if not d.is_dir():
-        raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
-    if not mpath.is_file():
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} is not a qkv checkpoint (no {MANIFEST}); qkv writes "
-            "checkpoints with qkv train"
-        )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
-            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
-            f"{CHECKPOINT_FORMAT!r})"
-        )
-    if manifest.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} has format version {manifest.get('version')!r}; this qkv "
-            f"reads version {CHECKPOINT_VERSION}"
-        )
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
-    for rel, meta in files.items():
-        if (
-            not isinstance(meta, dict)
-            or not rel
-            or Path(rel).is_absolute()
-            or ".." in Path(rel).parts
-        ):
-            raise CheckpointError(f"checkpoint: {mpath} is corrupt (bad file entry {rel!r})")
-        p = d / rel
-        if not p.is_file():
-            raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
-        size = p.stat().st_size
-        if size != meta.get("bytes"):
-            raise CheckpointError(
-                f"checkpoint: {rel} in {str(d)!r} is corrupt: {size} bytes, the manifest says "
-                f"{meta.get('bytes')}"
-            )
-        if _sha256(p) != meta.get("sha256"):
-            raise CheckpointError(
-                f"checkpoint: {rel} in {str(d)!r} is corrupt: its SHA-256 differs from the "
-                "manifest's"
-            )
-    return manifest
-
-
-def _read_json(d: Path, name: str) -> Any:
-    try:
-        return json.loads((d / name).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint: {str(d)!r} has no {name}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint: {name} in {str(d)!r} is corrupt: {e}") from None
-
-
-def load_model_weights(folder: str | Path, model: nn.Module) -> None:
-    """Load ``model.safetensors`` of ``folder`` into ``model`` (strictly).
-
-    Raises:
-        CheckpointError: an unreadable file, or weights that do not fit the model (missing or
-            unexpected names, other shapes), listed in the message.
-    """
-    d = Path(folder)
-    tensors = read_weights(d)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(tensors))
-    unexpected = sorted(set(tensors) - set(own))
-    shapes = [
-        f"{k}: saved {tuple(tensors[k].shape)}, model {tuple(own[k].shape)}"
-        for k in own
-        if k in tensors and tensors[k].shape != own[k].shape
-    ]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
-        if shapes:
-            parts.append(f"other shapes {shapes[:3]}{' ...' if len(shapes) > 3 else ''}")
-        raise CheckpointError(
-            f"checkpoint: the weights in {str(d)!r} do not fit the model its model.json "
-            f"describes ({'; '.join(parts)})"
-        )
-    with torch.no_grad():
-        for k, v in own.items():
-            v.copy_(tensors[k])
-
-
-@dataclass
-class LoadedCheckpoint:
-    """What :func:`load_checkpoint` read from a checkpoint folder (weights are loaded into a
-    model separately, by :func:`load_model_weights`)."""
-
-    path: Path
-    manifest: dict
-    model_config: dict
-    train_config: dict
-    split: dict
-    trainer_state: dict
-    tensors: dict | None
-
-
-def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedCheckpoint:
-    """Verify and read a checkpoint folder (see the module docstring for its files).
-
-    Args:
-        folder: a checkpoint folder (``OUT/checkpoints/step-...``).
-        with_tensors: also read ``trainer.pt`` (optimizer, schedule and RNG state; only
-            resuming needs it).
-
-    Raises:
-        CheckpointError: see :func:`verify_checkpoint`; also unreadable JSON or state.
-    """
-    d = Path(folder)
-    manifest = verify_checkpoint(d)
-    model_meta = _read_json(d, "model.json")
-    if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
-        raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
-    tensors = None
-    if with_tensors:
-        try:
-            tensors = torch.load(d / "trainer.pt", map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint: {str(d)!r} has no trainer.pt") from None
-        except Exception as e:  # torch raises several kinds on a bad file
-            raise CheckpointError(
-                f"checkpoint: trainer.pt in {str(d)!r} is unreadable ({type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''})"
-            ) from None
-    return LoadedCheckpoint(
-        path=d,
-        manifest=manifest,
-        model_config=model_meta["config"],
-        train_config=_read_json(d, "train.json"),
-        split=_read_json(d, "split.json"),
-        trainer_state=_read_json(d, "trainer.json"),
-        tensors=tensors,
-    )
-
-
 def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Path:
     """Write the average of checkpoint ``folders`` (one run's) as a model folder ``out`` that
     ``Translator.load``/``qkv translate``/``qkv evaluate`` accept (no training state: it
@@ -628,7 +362,7 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
         )
     weights = average_weights(paths)
     newest = paths[-1]
-    meta = _read_json(newest, "model.json")
+    meta = read_json(newest, "model.json")
     steps = [_step_of(p) for p in paths]
 
     def copy_tokenizers(dest: Path) -> None:
@@ -641,8 +375,8 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
         model_config=meta["config"],
         write_tokenizers=copy_tokenizers,
         documents={
-            "train.json": _read_json(newest, "train.json"),
-            "split.json": _read_json(newest, "split.json"),
+            "train.json": read_json(newest, "train.json"),
+            "split.json": read_json(newest, "split.json"),
             "trainer.json": {
                 "step": steps[-1],
                 "weights": {"kind": "average", "steps": steps, "folders": [str(p) for p in paths]},

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..inference.device import pick_device
+
 __all__ = [
     "DistInfo",
     "all_gather_objects",
@@ -61,40 +63,6 @@ def _env(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}: expected an int, got {raw!r}") from None
 
 
-def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> torch.device:
-    """The device ``device`` names: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``,
-    ``"cuda"`` (GPU ``local_rank``), ``"cuda:N"``, ...
-
-    Raises:
-        ValueError: not a device name, or CUDA asked for where it is not available (one line,
-            naming the argument).
-    """
-    if isinstance(device, torch.device):
-        device = str(device)
-    if not isinstance(device, str):
-        raise TypeError(f"device: expected a device name, got {type(device).__name__}")
-    return _pick_device(device, local_rank)
-
-
-def _pick_device(device: str, local_rank: int) -> torch.device:
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(
-            f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} was asked for, but CUDA is not available")
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank % torch.cuda.device_count())
-    return dev
-
-
 def setup(device: str = "auto", *, timeout_minutes: float = 30.0) -> DistInfo:
     """Read torchrun's environment, pick the device, and join the process group if
     ``WORLD_SIZE > 1`` (NCCL for CUDA devices, gloo for the CPU).
@@ -107,7 +75,7 @@ def setup(device: str = "auto", *, timeout_minutes: float = 30.0) -> DistInfo:
     local = _env("LOCAL_RANK", rank)
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world}: expected 0 <= RANK < WORLD_SIZE")
-    dev = _pick_device(device, local)
+    dev = pick_device(device, local)
     backend = None
     if world > 1:
         backend = "nccl" if dev.type == "cuda" else "gloo"

@@ -45,6 +45,7 @@ from ..data import (
     save_tokenizers,
     split_pairs,
 )
+from ..inference import Evaluation, corpus_scores, decode_texts
 from ..nn.seq2seq import EncoderDecoder, build_model
 from . import distributed as D
 from .checkpoint import (
@@ -60,6 +61,7 @@ from .checkpoint import (
     prune_checkpoints,
     read_weights,
     remove_stale_temporaries,
+    resolve_model_dir,
     save_checkpoint,
     write_model_folder,
 )
@@ -76,6 +78,7 @@ __all__ = [
     "load_run_data",
     "make_optimizer",
     "raw_run_pairs",
+    "saved_run_pairs",
     "train",
     "train_update",
 ]
@@ -127,6 +130,40 @@ def raw_run_pairs(
     pairs, _ = read_run_pairs(config)
     train, valid, test = split.apply(pairs)
     return list(train), list(valid), list(test)
+
+
+#: the parts of a run's data, in the order :meth:`qkv.data.Split.apply` returns them
+RUN_PARTS = ("train", "valid", "test")
+
+
+def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tuple[str, str]], str]:
+    """One part of the data a saved model was trained on, as the data file holds it (not
+    normalised: what ``qkv evaluate`` scores against), and what it is in words.
+
+    Args:
+        model_dir: a ``qkv train --out`` folder or one of its checkpoint or model folders (see
+            :func:`qkv.inference.resolve_model_dir`).
+        part: ``"train"``, ``"valid"`` or ``"test"``.
+
+    Returns:
+        ``(pairs, description)``, e.g. ``"the test split of data/en-fr.tsv"``; no pairs
+        when that part of the run is empty.
+
+    Raises:
+        ValueError: an unknown ``part``, or data that is not the data the run was split from.
+        CheckpointError: no usable checkpoint there.
+    """
+    if part not in RUN_PARTS:
+        raise ValueError(f"part: expected one of {RUN_PARTS}, got {part!r}")
+    ckpt = load_checkpoint(resolve_model_dir(model_dir), with_tensors=False)
+    try:
+        config = TrainConfig.from_dict(ckpt.train_config)
+        split = Split.from_dict(ckpt.split)
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
+    pairs = dict(zip(RUN_PARTS, raw_run_pairs(config, split)))[part]
+    source = config.data or "the bundled English-French corpus"
+    return pairs, f"the {part} split of {source}"
 
 
 def load_run_data(
@@ -333,28 +370,26 @@ def validation_bleu(
     references: Sequence[str] | None = None,
     max_len: int | None = None,
     no_repeat_ngram: int = 0,
-) -> Any:
+) -> Evaluation:
     """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
 
     ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
     against the normalised targets of ``pairs``. ``max_len`` caps every translation (a run's
     ``max_len``: its model never saw longer targets), so an untrained model's validation does
-    not decode every sentence to ``2 * source + 10`` tokens.
+    not decode every sentence to ``2 * source + 10`` tokens. The translations are decoded by
+    :func:`qkv.inference.decode_texts`, as :class:`qkv.translate.Translator` decodes them.
     """
-    from ..translate import corpus_scores, generate_ids, never_generated
-
-    src = [[*src_tok.encode_normalized(s), src_tok.eos_id] for s, _ in pairs]
-    out = generate_ids(
+    out = decode_texts(
         model,
-        src,
-        bos_id=tgt_tok.bos_id,
-        eos_id=tgt_tok.eos_id,
+        [s for s, _ in pairs],
+        src_tok,
+        tgt_tok,
         device=device,
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_len_cap=max_len,
         no_repeat_ngram=no_repeat_ngram,
-        suppress=never_generated(tgt_tok),
+        pre_normalized=True,
     )
     refs = list(references) if references is not None else [t for _, t in pairs]
     return corpus_scores([tgt_tok.decode(ids) for ids in out], refs)

@@ -1,0 +1,54 @@
+"""Using a trained model, below everything that uses one: loading a saved model folder, decoding
+text in batches, scoring with sacreBLEU, and picking the device.
+
+Training (its validation and final model), :mod:`qkv.translate`, ``qkv evaluate``, the demos and
+any later server import these; this package imports nothing above it (no ``train``,
+``translate``, ``cli`` or ``demos``).
+
+>>> from qkv.inference import load_model, decode_texts, corpus_scores
+>>> saved = load_model("runs/en-fr")                     # model, tokenizers, decoding, path
+>>> ids = decode_texts(saved.model, ["Go."], saved.src_tokenizer, saved.tgt_tokenizer)
+>>> saved.tgt_tokenizer.decode(ids[0])
+"""
+
+from .decode import decode_texts, default_max_len, generate_ids, never_generated
+from .device import pick_device
+from .saved import (
+    CheckpointError,
+    LoadedCheckpoint,
+    SavedModel,
+    best_checkpoint,
+    check_decoding,
+    find_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model,
+    load_model_weights,
+    read_weights,
+    resolve_model_dir,
+    verify_checkpoint,
+)
+from .scores import Evaluation, corpus_scores
+
+__all__ = [
+    "CheckpointError",
+    "Evaluation",
+    "LoadedCheckpoint",
+    "SavedModel",
+    "best_checkpoint",
+    "check_decoding",
+    "corpus_scores",
+    "decode_texts",
+    "default_max_len",
+    "find_checkpoints",
+    "generate_ids",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_model",
+    "load_model_weights",
+    "never_generated",
+    "pick_device",
+    "read_weights",
+    "resolve_model_dir",
+    "verify_checkpoint",
+]

@@ -1,0 +1,42 @@
+"""Device choice: the one place a device name becomes a :class:`torch.device`.
+
+``qkv train`` (each process of a torchrun job passes its ``local_rank``), ``qkv translate``,
+``qkv evaluate``, :class:`qkv.translate.Translator` and the demos all pick their device here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["pick_device"]
+
+
+def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> torch.device:
+    """The device ``device`` names: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``,
+    ``"cuda"`` (GPU ``local_rank``, modulo the GPUs there are), ``"cuda:N"``, ...
+
+    Raises:
+        TypeError: ``device`` is neither a string nor a :class:`torch.device`.
+        ValueError: not a device name, or CUDA asked for where it is not available (one line,
+            naming the argument).
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected a device name, got {type(device).__name__}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} was asked for, but CUDA is not available")
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+    return dev

@@ -1,0 +1,431 @@
+"""A saved model folder: its format, where it is in a run folder, and reading it back.
+
+A folder written by ``qkv train`` (a checkpoint ``OUT/checkpoints/step-XXXXXXXX``, or the run's
+``OUT/final``, or an average written by ``qkv average``) holds::
+
+    manifest.json       format, version, step, and the size and SHA-256 of every other file
+    model.safetensors   the weights (safetensors: no pickle, loads without running code)
+    model.json          the qkv.nn.Seq2SeqConfig that rebuilds the model (and tied-weight aliases)
+    train.json          the qkv.train.TrainConfig of the run
+    tokenizers/         the source and target tokenizers, their normaliser included
+    split.json          which pairs are train / valid / test (with the data's fingerprint)
+    trainer.json        step, data position, best BLEU, ...; the final model's weight source
+    trainer.pt          a checkpoint's optimizer, schedule and RNG state (tensors only)
+    decoding.json       the final model's decoding chosen on validation (beam, length penalty)
+
+This module reads that format (``qkv.train.checkpoint`` writes it): verifying the manifest,
+finding the folder to use in a run folder, loading the weights, and :func:`load_model`, which
+returns a :class:`SavedModel` (model, tokenizers, decoding) ready to decode. Anything wrong with
+a folder is a :class:`CheckpointError` that says what, never a traceback from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import Tokenizer, load_tokenizers
+from ..nn.seq2seq import EncoderDecoder, build_model
+from .device import pick_device
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "MANIFEST",
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "SavedModel",
+    "best_checkpoint",
+    "check_decoding",
+    "find_checkpoints",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_model",
+    "load_model_weights",
+    "read_json",
+    "read_weights",
+    "resolve_model_dir",
+    "sha256_file",
+    "verify_checkpoint",
+]
+
+CHECKPOINT_FORMAT = "qkv.checkpoint"
+CHECKPOINT_VERSION = 1
+MANIFEST = "manifest.json"
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be used: missing, corrupt, foreign or mismatched."""
+
+
+# ---------------------------------------------------------------------------- the format
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- finding
+def find_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoint folders under ``root`` (``OUT/checkpoints``), oldest step first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / MANIFEST).is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The newest complete checkpoint under ``root``, or None."""
+    found = find_checkpoints(root)
+    return found[-1] if found else None
+
+
+def best_checkpoint(root: str | Path) -> Path | None:
+    """The checkpoint ``best.json`` names (best validation BLEU), if it still exists."""
+    pointer = Path(root) / "best.json"
+    if not pointer.is_file():
+        return None
+    try:
+        name = json.loads(pointer.read_text(encoding="utf-8"))["path"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    p = Path(root) / str(name)
+    return p if (p / MANIFEST).is_file() else None
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The checkpoint folder to use for ``path``: a checkpoint folder itself, or a run's ``OUT``
+    (its ``final`` model, else its best checkpoint by validation BLEU, else its newest).
+
+    Raises:
+        CheckpointError: nothing usable there.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"model dir: {str(p)!r} does not exist")
+    if p.is_file():
+        raise CheckpointError(
+            f"model dir: {str(p)!r} is a file; expected a qkv run folder (the --out of qkv "
+            "train) or one of its checkpoint folders"
+        )
+    if (p / MANIFEST).is_file():
+        return p
+    final = p / "final"
+    if (final / MANIFEST).is_file() and _is_current(final, p / "checkpoints"):
+        return final  # a run's final model (averaged, decoding chosen)
+    if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
+        raise CheckpointError(
+            f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
+            f"{MANIFEST}, which qkv writes last)"
+        )
+    for root in (p / "checkpoints", p):
+        if root.is_dir():
+            found = best_checkpoint(root) or latest_checkpoint(root)
+            if found is not None:
+                return found
+    raise CheckpointError(
+        f"model dir: {str(p)!r} holds no qkv checkpoint (expected {MANIFEST} in it, or "
+        f"checkpoints/step-*/ under it, as written by qkv train)"
+    )
+
+
+def _is_current(final: Path, ckroot: Path) -> bool:
+    """Is a run's ``final`` model at least as new as its newest checkpoint? (A resumed run
+    that was stopped before it finished leaves the previous invocation's ``final``.)"""
+    newest = latest_checkpoint(ckroot)
+    if newest is None:
+        return True
+    try:
+        final_step = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("step")
+        newest_step = json.loads((newest / MANIFEST).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(final_step, int) and isinstance(newest_step, int) and final_step >= newest_step
+    )
+
+
+# ---------------------------------------------------------------------------- reading
+def verify_checkpoint(folder: str | Path) -> dict:
+    """Check a checkpoint folder against its manifest; return the manifest.
+
+    Raises:
+        CheckpointError: no manifest, a foreign format or version, a missing file, or a file
+            whose size or SHA-256 differs from the manifest (corruption, truncation).
+    """
+    d = Path(folder)
+    mpath = d / MANIFEST
+    if not d.is_dir():
+        raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
+    if not mpath.is_file():
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} is not a qkv checkpoint (no {MANIFEST}); qkv writes "
+            "checkpoints with qkv train"
+        )
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
+            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
+            f"{CHECKPOINT_FORMAT!r})"
+        )
+    if manifest.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"checkpoint: {str(d)!r} has format version {manifest.get('version')!r}; this qkv "
+            f"reads version {CHECKPOINT_VERSION}"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
+    for rel, meta in files.items():
+        if (
+            not isinstance(meta, dict)
+            or not rel
+            or Path(rel).is_absolute()
+            or ".." in Path(rel).parts
+        ):
+            raise CheckpointError(f"checkpoint: {mpath} is corrupt (bad file entry {rel!r})")
+        p = d / rel
+        if not p.is_file():
+            raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
+        size = p.stat().st_size
+        if size != meta.get("bytes"):
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is corrupt: {size} bytes, the manifest says "
+                f"{meta.get('bytes')}"
+            )
+        if sha256_file(p) != meta.get("sha256"):
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is corrupt: its SHA-256 differs from the "
+                "manifest's"
+            )
+    return manifest
+
+
+def read_json(d: Path, name: str) -> Any:
+    try:
+        return json.loads((d / name).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint: {str(d)!r} has no {name}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint: {name} in {str(d)!r} is corrupt: {e}") from None
+
+
+def load_model_weights(folder: str | Path, model: nn.Module) -> None:
+    """Load ``model.safetensors`` of ``folder`` into ``model`` (strictly).
+
+    Raises:
+        CheckpointError: an unreadable file, or weights that do not fit the model (missing or
+            unexpected names, other shapes), listed in the message.
+    """
+    d = Path(folder)
+    tensors = read_weights(d)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    shapes = [
+        f"{k}: saved {tuple(tensors[k].shape)}, model {tuple(own[k].shape)}"
+        for k in own
+        if k in tensors and tensors[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        if shapes:
+            parts.append(f"other shapes {shapes[:3]}{' ...' if len(shapes) > 3 else ''}")
+        raise CheckpointError(
+            f"checkpoint: the weights in {str(d)!r} do not fit the model its model.json "
+            f"describes ({'; '.join(parts)})"
+        )
+    with torch.no_grad():
+        for k, v in own.items():
+            v.copy_(tensors[k])
+
+
+@dataclass
+class LoadedCheckpoint:
+    """What :func:`load_checkpoint` read from a checkpoint folder (weights are loaded into a
+    model separately, by :func:`load_model_weights`)."""
+
+    path: Path
+    manifest: dict
+    model_config: dict
+    train_config: dict
+    split: dict
+    trainer_state: dict
+    tensors: dict | None
+
+
+def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedCheckpoint:
+    """Verify and read a checkpoint folder (see the module docstring for its files).
+
+    Args:
+        folder: a checkpoint folder (``OUT/checkpoints/step-...``).
+        with_tensors: also read ``trainer.pt`` (optimizer, schedule and RNG state; only
+            resuming needs it).
+
+    Raises:
+        CheckpointError: see :func:`verify_checkpoint`; also unreadable JSON or state.
+    """
+    d = Path(folder)
+    manifest = verify_checkpoint(d)
+    model_meta = read_json(d, "model.json")
+    if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
+        raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
+    tensors = None
+    if with_tensors:
+        try:
+            tensors = torch.load(d / "trainer.pt", map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint: {str(d)!r} has no trainer.pt") from None
+        except Exception as e:  # torch raises several kinds on a bad file
+            raise CheckpointError(
+                f"checkpoint: trainer.pt in {str(d)!r} is unreadable ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
+    return LoadedCheckpoint(
+        path=d,
+        manifest=manifest,
+        model_config=model_meta["config"],
+        train_config=read_json(d, "train.json"),
+        split=read_json(d, "split.json"),
+        trainer_state=read_json(d, "trainer.json"),
+        tensors=tensors,
+    )
+
+
+def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``folder/model.safetensors`` by state-dict name (shared ones under every
+    name they have).
+
+    Raises:
+        CheckpointError: an unreadable file.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = Path(folder)
+    try:
+        tensors = load_file(str(d / "model.safetensors"))
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
+        ) from None
+    meta = read_json(d, "model.json")
+    for alias, target in (meta.get("aliases") or {}).items():
+        if target in tensors:
+            tensors[alias] = tensors[target]
+    return tensors
+
+
+# ---------------------------------------------------------------------------- a model to use
+def check_decoding(decoding: Any) -> dict[str, Any]:
+    """``{"beam_size": int >= 1, "length_penalty": float, "no_repeat_ngram": int >= 0}`` (other
+    keys kept); None: greedy, nothing blocked.
+
+    Raises:
+        TypeError: ``decoding`` is not a dict.
+        ValueError: a value out of range, named.
+    """
+    if decoding is None:
+        return {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
+    if not isinstance(decoding, dict):
+        raise TypeError(f"decoding: expected a dict, got {type(decoding).__name__}")
+    beam, lp = decoding.get("beam_size", 1), decoding.get("length_penalty", 1.0)
+    nr = decoding.get("no_repeat_ngram", 0)
+    if isinstance(nr, bool) or not isinstance(nr, int) or nr < 0:
+        raise ValueError(f"decoding: no_repeat_ngram: expected an int >= 0, got {nr!r}")
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"decoding: beam_size: expected an int >= 1, got {beam!r}")
+    if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
+        raise ValueError(f"decoding: length_penalty: expected a finite number, got {lp!r}")
+    return {**decoding, "beam_size": beam, "length_penalty": float(lp), "no_repeat_ngram": nr}
+
+
+@dataclass
+class SavedModel:
+    """A saved model read back: what translating, evaluating or serving needs.
+
+    Attributes:
+        model: the :class:`~qkv.nn.seq2seq.EncoderDecoder`, on ``device``, in eval mode.
+        src_tokenizer, tgt_tokenizer: the tokenizers it was trained with (with their normaliser).
+        path: the folder it was read from.
+        decoding: the folder's ``decoding.json`` (checked), or None when it has none.
+        device: where the model is.
+    """
+
+    model: EncoderDecoder
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    path: Path
+    decoding: dict[str, Any] | None
+    device: torch.device
+
+
+def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> SavedModel:
+    """Read a saved model: a ``qkv train --out`` folder (its final model, else its best
+    checkpoint by validation BLEU, else its newest; see :func:`resolve_model_dir`) or one
+    checkpoint or model folder.
+
+    ``device`` is picked by :func:`~qkv.inference.pick_device` (``"auto"``, ``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``).
+
+    Raises:
+        CheckpointError: no checkpoint there, or a corrupt or foreign one.
+        ValueError: a bad device name, or CUDA asked for where it is not available.
+    """
+    device = pick_device(device)
+    folder = resolve_model_dir(model_dir)
+    ckpt = load_checkpoint(folder, with_tensors=False)
+    try:
+        model = build_model(ckpt.model_config)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint: model.json in {str(folder)!r} is invalid: {e}"
+        ) from None
+    load_model_weights(folder, model)
+    try:
+        src, tgt = load_tokenizers(folder / "tokenizers")
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(
+            f"checkpoint: the tokenizers in {str(folder)!r} cannot be loaded: {e}"
+        ) from None
+    cfg = model.config
+    if (src.vocab_size, tgt.vocab_size) != (cfg.src_vocab_size, cfg.tgt_vocab_size):
+        raise CheckpointError(
+            f"checkpoint: the tokenizers in {str(folder)!r} have vocabularies of "
+            f"{src.vocab_size} and {tgt.vocab_size} ids, the model expects "
+            f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
+        )
+    decoding = None
+    if (folder / "decoding.json").is_file():
+        try:
+            decoding = json.loads((folder / "decoding.json").read_text(encoding="utf-8"))
+            check_decoding(decoding)
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(
+                f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"
+            ) from None
+    return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device)
