@@ -1,0 +1,203 @@
+"""The floors of qkv: no module imports a higher floor, and no lazy import hides a cycle.
+
+Every module's imports are read with ``ast`` (function-level imports included) and checked
+against this table. A package may import its own modules and any package on a LOWER floor; two
+packages on one floor are siblings and do not import each other (the package root ``qkv`` may
+import ``functional``, which it re-exports).
+
+    floor  package                       what it is                                 may import
+    0      qkv.functional                the math: attention, masks, scores          -
+    0      qkv.data                      corpus readers, tokenizers, batching        -
+    0      qkv.viz                       heatmaps and the HTML viewer                -
+    0      qkv (the root __init__)       __version__, re-exports functional          functional
+    1      qkv.nn                        modules: own parameters, call functional    floor 0
+    2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
+    3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
+                                         batches, scored; the device picked
+    4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
+    5      qkv.demos                     ``qkv demo``                                floors 0-4
+    6      qkv.cli                       the ``qkv`` command: parses, calls, prints   floors 0-5
+
+``data`` and ``viz`` import no other part of qkv today, so they sit on the ground floor beside
+``functional``: anything above may use them, and they may use nothing of qkv.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "qkv"
+
+#: top-level part of qkv ("" is the package root's own __init__) -> its floor
+FLOORS: dict[str, int] = {
+    "functional": 0,
+    "data": 0,
+    "viz": 0,
+    "": 0,
+    "nn": 1,
+    "decoding": 2,
+    "inference": 3,
+    "train": 4,
+    "translate": 4,
+    "demos": 5,
+    "cli": 6,
+}
+#: imports between two parts of one floor that are allowed: (importer, imported)
+SAME_FLOOR: set[tuple[str, str]] = {("", "functional")}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (SRC / rel).is_dir() or (SRC / rel.with_suffix(".py")).is_file()
+
+
+def _imports(name: str, source: str, is_package: bool) -> list[tuple[str, int, bool]]:
+    """``(imported qkv module, line, at module level)`` for every import in ``source``."""
+    tree = ast.parse(source)
+    top = {id(n) for n in tree.body}
+    # imports under `if`/`try` at module level still run on import
+    for node in tree.body:
+        if isinstance(node, (ast.If, ast.Try)):
+            top |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    package = name if is_package else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # `from qkv import functional` imports the module qkv.functional
+            targets = [
+                f"{mod}.{a.name}" if _is_module(f"{mod}.{a.name}") else mod for a in node.names
+            ]
+        else:
+            continue
+        for t in targets:
+            if t == "qkv" or t.startswith("qkv."):
+                found.append((t, node.lineno, id(node) in top))
+    return found
+
+
+def _part(module: str) -> str:
+    """The top-level part of qkv a module belongs to (``qkv.train.loop`` -> ``train``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    return {_module_name(p): (p, p.name == "__init__.py") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def upward_imports(name: str, source: str, is_package: bool = False) -> list[str]:
+    """The imports of module ``name`` (its ``source``) that break the floors, as messages."""
+    own = _part(name)
+    bad = []
+    for target, line, _ in _imports(name, source, is_package):
+        other = _part(target)
+        if other == own or (own, other) in SAME_FLOOR:
+            continue
+        if other not in FLOORS or own not in FLOORS:
+            bad.append(f"{name}:{line} imports {target}: {other or own!r} has no floor in FLOORS")
+        elif FLOORS[other] >= FLOORS[own]:
+            bad.append(
+                f"{name}:{line} imports {target} (floor {FLOORS[other]}), "
+                f"but {name} is on floor {FLOORS[own]}"
+            )
+    return bad
+
+
+def test_every_part_of_qkv_has_a_floor():
+    parts = {_part(m) for m in _modules()}
+    assert parts <= set(FLOORS), f"place these in FLOORS: {sorted(parts - set(FLOORS))}"
+    assert set(FLOORS) <= parts, f"FLOORS names parts that do not exist: {set(FLOORS) - parts}"
+
+
+def test_no_module_imports_a_higher_floor():
+    bad = []
+    for name, (path, is_pkg) in _modules().items():
+        bad += upward_imports(name, path.read_text(encoding="utf-8"), is_pkg)
+    assert not bad, "imports that break the floors:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "name, source, expected",
+    [
+        ("qkv.inference.decode", "from ..train.loop import train_update", "floor 4"),
+        ("qkv.nn.attention", "def f():\n    from qkv.decoding import generate", "floor 2"),
+        ("qkv.train.loop", "def f():\n    from ..translate import Translator", "floor 4"),
+        ("qkv.data.readers", "import qkv.viz", "floor 0"),
+        ("qkv.functional.masks", "from qkv import nn", "floor 1"),
+    ],
+)
+def test_the_check_sees_an_upward_import(name, source, expected):
+    """An upward (or sideways) import, at module level or inside a function, is reported."""
+    found = upward_imports(name, source)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_check_allows_downward_and_own_imports():
+    src = (
+        "from ..inference import decode_texts\nfrom . import checkpoint\nfrom .. import __version__"
+    )
+    assert upward_imports("qkv.train.loop", src) == []
+
+
+def _closure(start: str, graph: dict[str, set[str]], skip: set[str]) -> set[str]:
+    """Every module that importing ``start`` runs (its parent packages' __init__ included),
+    not going through ``skip`` (packages being imported already)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        parts = m.split(".")
+        for k in range(1, len(parts) + 1):
+            mod = ".".join(parts[:k])
+            if mod not in seen and mod not in skip and mod in graph:
+                seen.add(mod)
+                todo.extend(graph[mod])
+    return seen
+
+
+def test_no_lazy_import_hides_a_cycle():
+    """A function-level import of a qkv module is for speed (``qkv --help``) or an optional
+    dependency, never to break a cycle: what it imports never imports the importer back (at
+    module level), and its part of qkv never imports the importer's part."""
+    modules = _modules()
+    top: dict[str, set[str]] = {}
+    lazy: list[tuple[str, str, int]] = []
+    for name, (path, is_pkg) in modules.items():
+        top[name] = set()
+        for target, line, at_top in _imports(name, path.read_text(encoding="utf-8"), is_pkg):
+            if at_top:
+                top[name].add(target)
+            else:
+                lazy.append((name, target, line))
+    parts: dict[str, set[str]] = {}
+    for name, targets in top.items():
+        parts.setdefault(_part(name), set()).update(_part(t) for t in targets)
+    hidden = []
+    for name, target, line in lazy:
+        if _part(name) == _part(target):
+            # the importer's own packages are being imported already when its code runs
+            ancestors = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 1)}
+            back = name in _closure(target, top, ancestors)
+        else:
+            back = _part(name) in _closure(_part(target), parts, set())
+        if back:
+            hidden.append(f"{name}:{line} imports {target} lazily, and {target} imports {name}")
+    assert not hidden, "\n".join(hidden)
