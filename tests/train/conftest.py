@@ -1,4 +1,8 @@
-"""Tiny trained models (one per kind), shared by the train tests."""
+"""Tiny trained models (one per kind), shared by the train tests.
+
+Every test that uses them (directly or through another fixture) is marked ``slow``: the models
+are trained once per test run, so ``pytest -m "not slow"`` leaves them out.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,16 @@ import pytest
 from _train_helpers import TINY, tiny_config
 
 from qkv.data import bundled_pairs, write_pairs
+
+# fixtures that train models for the run: a test needing one is slow
+TRAINING_FIXTURES = frozenset({"trained"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

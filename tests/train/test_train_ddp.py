@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from qkv.train.checkpoint import find_checkpoints
 
 
+@pytest.mark.slow  # two Python processes under torchrun, 40 updates
 def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
