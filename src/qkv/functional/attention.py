@@ -3,39 +3,34 @@
 Backends:
 
 * ``"fused"``: ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient
-  kernels), used when the weights are not needed and the score is a scaled dot product;
+  kernels), used when the weights are not needed and the score's kind says the kernel runs it;
 * ``"reference"``: materialises the ``(B, H, Lq, Lk)`` scores and weights; every score and mask;
 * ``"chunked"``: exact attention in O(L) memory, forward and backward (:mod:`.chunked`), taken
   when the materialised weights would exceed the memory budget or when the fused kernel would
   need a large materialised mask.
 
-:func:`explain` says which backend a call takes and why the others were passed over.  The memory
-budget is per call (``memory_budget=`` bytes) or global (:func:`set_memory_budget`).
+:func:`explain` says which backend a call takes and why the others were passed over: it runs
+the planner :func:`attention` runs (validation, masks, scale, backend), then stops.  The memory
+budget is per call (``memory_budget=`` bytes) or global (:func:`set_memory_budget`);
+:func:`additive_attention` goes through the same planner.  Everything a backend needs to know
+about a score comes from its :class:`~qkv.functional.scores.ScoreKind`.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .chunked import chunked_additive, chunked_attention
+from .chunked import run_chunked
 from .masks import MaskSpec, check_masks
-from .scores import (
-    Score,
-    check_score,
-    grouped_qk,
-    grouped_wv,
-    normalize_rows,
-    prepare_qk,
-    qk_multiplier,
-    run_score_mod,
-)
+from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, score_kind
 from .softmax import apply_masks, safe_softmax
 
 __all__ = [
@@ -191,40 +186,20 @@ def _check_scale(scale: object) -> None:
 def _why_not_fused(
     query: Tensor,
     key: Tensor,
-    score: Score,
+    kind: ScoreKind,
     scale: object,
     need_weights: bool,
 ) -> list[str]:
     reasons = []
     if need_weights:
         reasons.append("need_weights=True: the fused kernel does not return weights")
-    if callable(score):
-        reasons.append("a score_mod callable needs materialised scores")
-    elif score == "normalized":
-        reasons.append("score='normalized' needs each query's whole row of scores")
+    if kind.not_fused is not None:
+        reasons.append(kind.not_fused)
     if isinstance(scale, Tensor):
         reasons.append("a tensor scale is not supported by the fused kernel")
     if key.shape[-2] == 0 or query.shape[-2] == 0:
         reasons.append("empty query or key sequence")
     return reasons
-
-
-def _mask_to_build(spec: MaskSpec) -> int:
-    """Elements of the mask the fused kernel would need built from indices (0: none).
-
-    Counted on the mask's real broadcast shape: a causal or window mask is ``(Lq, Lk)``, a
-    per-query ``valid_lens`` or padding combined with them adds the batch axis.
-    """
-    if spec.empty or spec.only_causal:
-        return 0
-    per_query = spec.valid_lens is not None and spec.valid_lens.shape[2] > 1
-    if not (per_query or spec.window is not None or spec.is_causal):
-        return 0  # the user's own masks (and (B, 1, 1, Lk) padding) are passed as they are
-    shapes = [(1, 1, spec.Lq, spec.Lk)]
-    for m in (spec.valid_lens, spec.key_padding_mask, spec.attn_mask):
-        if m is not None:
-            shapes.append((*m.shape[:2], 1, 1))
-    return math.prod(torch.broadcast_shapes(*shapes))
 
 
 def _available_memory(device: torch.device) -> int | None:
@@ -249,19 +224,34 @@ def _needs_grad(*tensors: Tensor | None) -> bool:
 
 
 def _choose(
-    query, key, value, spec: MaskSpec, score, scale, need_weights, dropout_p, backend, budget
+    query,
+    key,
+    value,
+    spec: MaskSpec,
+    kind: ScoreKind,
+    arg,
+    scale,
+    need_weights,
+    dropout_p,
+    backend,
+    budget,
 ) -> BackendChoice:
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
     budget = _MEMORY_BUDGET if budget is None else budget
     B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
-    grad = _needs_grad(query, key, value, scale if isinstance(scale, Tensor) else None)
+    params = [t for t in (scale, arg) if isinstance(t, Tensor)]
+    grad = _needs_grad(query, key, value, *params)
     elem = query.element_size()
     n = B * H * Lq * Lk
     # the reference path holds the scores and the weights, a float32 softmax temporary for half
-    # precision, and in training the weights' gradient
+    # precision, and in training the weights' gradient; a kind whose pairs hold several values
+    # (additive attention's tanh(q + k)) holds them twice (the sum and its tanh)
     reference_bytes = n * (2 * elem + (4 if elem < 4 else 0) + (elem if grad else 0))
-    not_fused = _why_not_fused(query, key, score, scale, need_weights)
+    pair_values = kind.pair_values(query.shape[-1])
+    if pair_values > 1:
+        reference_bytes += 2 * n * pair_values * elem
+    not_fused = _why_not_fused(query, key, kind, scale, need_weights)
     not_chunked = []
     if need_weights:
         not_chunked.append("need_weights=True: the chunked backend never holds the weights")
@@ -274,10 +264,12 @@ def _choose(
         not_chunked.append(
             "a float mask requires grad (the chunked backend treats masks as constant)"
         )
-    too_big = (
-        f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
-        f"(memory budget {_fmt_bytes(budget)})"
-    )
+
+    def too_big() -> str:
+        return (
+            f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
+            f"(memory budget {_fmt_bytes(budget)})"
+        )
 
     if backend != "auto":
         blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
@@ -286,7 +278,8 @@ def _choose(
         return BackendChoice(backend, ("requested by the caller",))
 
     if need_weights:
-        avail = _available_memory(query.device)
+        # within the budget the weights are materialised without asking (as without weights)
+        avail = _available_memory(query.device) if reference_bytes > budget else None
         if avail is not None and reference_bytes > avail:
             raise AttentionMemoryError(
                 f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
@@ -296,7 +289,7 @@ def _choose(
             )
         return BackendChoice("reference", tuple(not_fused))
     if not not_fused:
-        build = _mask_to_build(spec)
+        build = spec.built_mask_elements()
         # on the CPU, inference: the chunked backend computes index masks faster than the fused
         # kernel reads a large materialised one; elsewhere only memory decides
         cpu_inference = query.device.type == "cpu" and not grad
@@ -315,17 +308,17 @@ def _choose(
             avail = _available_memory(query.device)
             if avail is None or reference_bytes > avail:
                 raise AttentionMemoryError(
-                    f"{too_big}, more than is available, and the chunked backend cannot run "
+                    f"{too_big()}, more than is available, and the chunked backend cannot run "
                     f"this call: {'; '.join(not_chunked)}"
                 )
             return BackendChoice("reference", (*not_fused, *not_chunked))
-        return BackendChoice("chunked", (*not_fused, too_big))
+        return BackendChoice("chunked", (*not_fused, too_big()))
     return BackendChoice("reference", tuple(not_fused))
 
 
 # ---------------------------------------------------------------------------- backends
-def _fused(q, k, v, spec: MaskSpec, score: Score, mult: float, dropout_p: float) -> Tensor:
-    q, k = prepare_qk(q, k, score)
+def _fused(q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float) -> Tensor:
+    q, k = kind.prepare(q, k)
     mask, causal = spec.sdpa_mask(q.dtype)
     dead = None
     if mask is not None:
@@ -356,48 +349,46 @@ def _fused(q, k, v, spec: MaskSpec, score: Score, mult: float, dropout_p: float)
 
 
 def _reference(
-    q, k, v, spec: MaskSpec, score: Score, mult, dropout_p: float
+    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
-    q, k = prepare_qk(q, k, score)
-    if score == "normalized":
-        scores = normalize_rows(grouped_qk(q, k), spec.blocked(), mult)
-    else:
-        # scale the (Lq, d) query rather than the (Lq, Lk) scores
-        scores = grouped_qk(q * mult, k)
-    if callable(score):
-        scores = run_score_mod(score, scores)
-    # in place on our own temporary; a score_mod's output may be needed by its backward
-    scores = apply_masks(scores, spec, inplace=not callable(score))
+    q, k = kind.prepare(q, k)
+    blocked = spec.blocked() if kind.row_scale is not None else None
+    scores = kind.scores(q, k, mult, arg, blocked)
+    # in place on our own temporary, unless the kind's backward may need its output
+    scores = apply_masks(scores, spec, inplace=kind.in_place)
     weights = safe_softmax(scores)  # finds rows left with no key from the masked scores
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     return grouped_wv(weights, v), weights
 
 
-def _attend(
-    query, key, value, spec: MaskSpec, choice: BackendChoice, score, mult, dropout_p, need_weights
-):
-    squeeze = query.dim() == 3
-    if squeeze:  # (B, L, d) -> (B, 1, L, d)
-        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-    weights = None
-    if choice.backend == "fused":
-        out = _fused(query, key, value, spec, score, mult, dropout_p)
-    elif choice.backend == "chunked":
-        out = chunked_attention(query, key, value, spec, score, mult)
-    else:
-        out, weights = _reference(query, key, value, spec, score, mult, dropout_p)
-    if squeeze:
-        out = out.squeeze(1)
-        weights = weights.squeeze(1) if weights is not None else None
-    return out, (weights if need_weights else None)
+# ---------------------------------------------------------------------------- the planner
+class _Plan(NamedTuple):
+    """One validated call: its tensors (trailing keys every query masks dropped), its masks, its
+    score kind and the backend chosen."""
+
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    spec: MaskSpec
+    kind: ScoreKind
+    arg: Any  # the kind's argument: a score_mod callable, additive attention's w_v, or None
+    mult: float | Tensor
+    dropout_p: float
+    need_weights: bool
+    choice: BackendChoice
 
 
-def _prepare(query, key, value, score, scale, need_weights, masks):
-    """Validate, resolve the score's multiplier on the full key length, canonicalise the masks
-    and, when the weights are not returned, drop trailing keys every query has masked."""
+def _plan_kind(
+    query, key, value, masks, kind: ScoreKind, arg, scale, dropout_p, need_weights, backend, budget
+) -> _Plan:
+    """Validate what every kind shares, canonicalise the masks, resolve the multiplier on the
+    full key length, drop trailing keys every query has masked (when the weights are not
+    returned), and choose the backend."""
+    p = _check_dropout(dropout_p)
+    _check_budget(budget)
     spec = _spec(query, key, *masks)
-    mult = qk_multiplier(score, scale, query.shape[-1], key.shape[-2])
+    mult = kind.multiplier(scale, query.shape[-1], key.shape[-2])
     if isinstance(mult, Tensor):
         mult = mult.to(query.dtype).reshape(())
     if not need_weights:
@@ -405,7 +396,53 @@ def _prepare(query, key, value, score, scale, need_weights, masks):
         if 0 < end < spec.Lk:
             spec = spec.trim_keys(end)
             key, value = key[..., :end, :], value[..., :end, :]
-    return key, value, spec, mult
+    choice = _choose(query, key, value, spec, kind, arg, scale, need_weights, p, backend, budget)
+    return _Plan(query, key, value, spec, kind, arg, mult, p, need_weights, choice)
+
+
+def _plan(
+    query,
+    key,
+    value,
+    valid_lens,
+    key_padding_mask,
+    attn_mask,
+    is_causal,
+    window,
+    scale,
+    score,
+    dropout_p,
+    need_weights,
+    backend,
+    memory_budget,
+) -> _Plan:
+    """What :func:`attention` and :func:`explain` share: the arguments of :func:`attention`
+    (same names, same order), validated and planned."""
+    _check_qkv(query, key, value)
+    kind, arg = score_kind(score)
+    _check_scale(scale)
+    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    return _plan_kind(
+        query, key, value, masks, kind, arg, scale, dropout_p, need_weights, backend, memory_budget
+    )
+
+
+def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
+    query, key, value, spec, kind, arg, mult, p, need_weights, choice = plan
+    squeeze = query.dim() == 3
+    if squeeze:  # (B, L, d) -> (B, 1, L, d)
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    weights = None
+    if choice.backend == "fused":
+        out = _fused(query, key, value, spec, kind, mult, p)
+    elif choice.backend == "chunked":
+        out = run_chunked(query, key, value, spec, kind, arg, mult)
+    else:
+        out, weights = _reference(query, key, value, spec, kind, arg, mult, p)
+    if squeeze:
+        out = out.squeeze(1)
+        weights = weights.squeeze(1) if weights is not None else None
+    return out, (weights if need_weights else None)
 
 
 def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window) -> MaskSpec:
@@ -425,38 +462,7 @@ def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window
     )
 
 
-def explain(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    valid_lens: Tensor | Sequence[int] | None = None,
-    key_padding_mask: Tensor | None = None,
-    attn_mask: Tensor | None = None,
-    is_causal: bool = False,
-    window: int | None = None,
-    scale: float | Tensor | None = None,
-    score: Score = "scaled_dot",
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    backend: Backend = "auto",
-    memory_budget: int | None = None,
-) -> BackendChoice:
-    """Which backend :func:`attention` takes for these arguments, and why.
-
-    Takes exactly the arguments of :func:`attention`, validates them the same way, and computes
-    nothing.  ``str(explain(...))`` reads e.g. ``"reference (need_weights=True: ...)"``.
-    """
-    _check_qkv(query, key, value)
-    check_score(score)
-    _check_scale(scale)
-    p = _check_dropout(dropout_p)
-    _check_budget(memory_budget)
-    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    key, value, spec, _ = _prepare(query, key, value, score, scale, need_weights, masks)
-    return _choose(query, key, value, spec, score, scale, need_weights, p, backend, memory_budget)
-
-
+# ---------------------------------------------------------------------------- entry points
 def attention(
     query: Tensor,
     key: Tensor,
@@ -493,8 +499,9 @@ def attention(
     Args:
         scale: multiplier of ``q . k``; its default depends on ``score`` (see
             :mod:`qkv.functional.scores`).  A one-element tensor (a learned temperature) is allowed.
-        score: ``"scaled_dot"``, ``"dot"``, ``"cosine"``, ``"normalized"``, ``"length_scaled"``
-            or a callable ``score_mod(scores, b, h, q_idx, k_idx)``.
+        score: a name in :data:`~qkv.functional.scores.SCORES` (``"scaled_dot"``, ``"dot"``,
+            ``"cosine"``, ``"normalized"``, ``"length_scaled"``) or a callable
+            ``score_mod(scores, b, h, q_idx, k_idx)``.
         dropout_p: dropout on the attention weights (always applied when > 0: modules pass 0
             in eval mode).
         need_weights: also return the weights ``(B, H, Lq, Lk)`` / ``(B, Lq, Lk)``; they are the
@@ -512,15 +519,39 @@ def attention(
         ``(output, weights or None)``; output ``(B, H, Lq, dv)`` or ``(B, Lq, dv)``.  A query that
         may attend to nothing gets zero weights and a zero output, with finite gradients.
     """
-    _check_qkv(query, key, value)
-    check_score(score)
-    _check_scale(scale)
-    p = _check_dropout(dropout_p)
-    _check_budget(memory_budget)
-    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    key, value, spec, mult = _prepare(query, key, value, score, scale, need_weights, masks)
-    choice = _choose(query, key, value, spec, score, scale, need_weights, p, backend, memory_budget)
-    return _attend(query, key, value, spec, choice, score, mult, p, need_weights)
+    # positional, in this signature's order (checked by the tests): the cheapest call
+    return _run(
+        _plan(query, key, value, valid_lens, key_padding_mask, attn_mask, is_causal, window,
+              scale, score, dropout_p, need_weights, backend, memory_budget)
+    )  # fmt: skip
+
+
+_ATTENTION = inspect.signature(attention)
+_R = TypeVar("_R")
+
+
+def _takes_the_arguments_of_attention(f: Callable[..., _R]) -> Callable[..., _R]:
+    """Show :func:`attention`'s parameters as ``f``'s (``help()``, ``inspect``)."""
+    f.__signature__ = _ATTENTION.replace(  # type: ignore[attr-defined]
+        return_annotation=inspect.signature(f).return_annotation
+    )
+    return f
+
+
+@_takes_the_arguments_of_attention
+def explain(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> BackendChoice:
+    """Which backend :func:`attention` takes for these arguments, and why.
+
+    Takes exactly the arguments of :func:`attention` (its signature is shown here), validates
+    and plans them with the same code, and computes nothing.  ``str(explain(...))`` reads e.g.
+    ``"reference (need_weights=True: ...)"``.
+    """
+    try:
+        bound = _ATTENTION.bind(query, key, value, **options)
+    except TypeError as e:  # an unknown or repeated argument, named as attention() would
+        raise TypeError(f"explain() {e}") from None
+    bound.apply_defaults()
+    return _plan(**bound.arguments).choice
 
 
 def additive_attention(
@@ -542,9 +573,10 @@ def additive_attention(
     """Additive (Bahdanau) attention on already-projected queries and keys.
 
     ``s_ij = w_v . tanh(q_i + k_j)``, then the same masks, softmax and dropout as
-    :func:`attention`.  The book's form broadcasts a ``(B, Lq, Lk, h)`` tensor; the chunked
-    backend (taken when that tensor would exceed 64 MiB or the memory budget) computes the same
-    scores block by block in O(L) memory, forward and backward.
+    :func:`attention`, through the same planner and memory budget.  The book's form broadcasts a
+    ``(B, Lq, Lk, h)`` tensor; the chunked backend (taken when that tensor and the weights would
+    exceed the memory budget) computes the same scores block by block in O(L) memory, forward
+    and backward.
 
     Shapes:
         query ``(B, Lq, h)`` (``W_q q``), key ``(B, Lk, h)`` (``W_k k``), value ``(B, Lk, dv)``,
@@ -559,44 +591,21 @@ def additive_attention(
             f"got {_describe(w_v)}"
         )
     _check_qkv(query, key, value)
-    p = _check_dropout(dropout_p)
-    _check_budget(memory_budget)
     if backend not in ("auto", "reference", "chunked"):
         raise ValueError(f"backend: expected 'auto', 'reference' or 'chunked', got {backend!r}")
-    spec = _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window)
-    B, Lq, h = query.shape
-    Lk = key.shape[1]
-    budget = _MEMORY_BUDGET if memory_budget is None else memory_budget
-    features = 2 * B * Lq * Lk * h * query.element_size()  # q + k broadcast, then tanh
-    if backend == "auto":
-        if need_weights or p > 0:
-            if features > budget:
-                raise AttentionMemoryError(
-                    f"additive attention with need_weights=True or dropout on {B}x{Lq}x{Lk} "
-                    f"(hidden {h}) needs about {_fmt_bytes(features)}, over the memory budget "
-                    f"of {_fmt_bytes(budget)}; pass need_weights=False and dropout_p=0 (the "
-                    f"chunked backend then runs in O(L) memory) or raise memory_budget="
-                )
-            backend = "reference"
-        else:
-            big = features > min(budget, 64 << 20)
-            backend = "chunked" if big and Lq and Lk else "reference"
-    elif backend == "chunked" and (need_weights or p > 0):
-        raise ValueError(
-            "backend: 'chunked' cannot run this call: it supports neither need_weights=True "
-            "nor dropout_p > 0"
+    masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
+    return _run(
+        _plan_kind(
+            query,
+            key,
+            value,
+            masks,
+            ADDITIVE,
+            w_v,
+            None,
+            dropout_p,
+            need_weights,
+            backend,
+            memory_budget,
         )
-    if backend == "chunked":
-        out = chunked_additive(
-            query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1), w_v, spec
-        ).squeeze(1)
-        return out, None
-    # (B, Lq, 1, h) + (B, 1, Lk, h) -> (B, Lq, Lk, h) -> (B, Lq, Lk): the book's broadcast form
-    features_t = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))
-    scores = (features_t @ w_v).unsqueeze(1)  # (B, 1, Lq, Lk)
-    scores = apply_masks(scores, spec, inplace=True)
-    weights = safe_softmax(scores)
-    if p > 0.0:
-        weights = F.dropout(weights, p=p, training=True)
-    out = (weights @ value.unsqueeze(1)).squeeze(1)
-    return out, (weights.squeeze(1) if need_weights else None)
+    )

@@ -1,21 +1,24 @@
 """The chunked backend: exact attention in O(L) memory, forward and backward.
 
 Queries are processed in blocks of ``block_q``; for each block the keys it may see are cut into
-*segments*.  The plan (:func:`plan_blocks`) reads the index masks (``is_causal``, ``window``,
-``valid_lens``) from positions alone: keys no query of the block can see are skipped (so causal
-attention does about half the work), keys every query sees need no index mask, and only the
-thin band in between gets a small materialised mask.  Segments are combined with the online
+*segments*.  The plan (:func:`plan_blocks`) asks the masks' spec which keys the block's queries
+may see (:meth:`~qkv.functional.masks.MaskSpec.key_bounds`, from the position-based masks such
+as ``is_causal``, ``window``, ``valid_lens``): keys no query of the block can see are skipped (so
+causal attention does about half the work), keys every query sees need no index mask, and only
+the thin band in between gets a small materialised mask.  Segments are combined with the online
 softmax (running log-sum-exp), and the backward pass recomputes each segment from the saved
 output and log-sum-exp (the FlashAttention recipe), so nothing of size ``(Lq, Lk)`` is ever held.
 
-Two engines run the segments:
+Two engines run the segments, chosen from the score's :class:`~qkv.functional.scores.ScoreKind`:
 
-* dot-product scores (``scaled_dot``, ``dot``, ``cosine``, ``length_scaled``, ``normalized``)
-  call torch's CPU flash-attention kernel on each segment when it is available (it returns the
-  log-sum-exp the merge needs);
-* anything else (a ``score_mod`` callable, additive attention, a tensor ``scale``) runs a
-  blockwise PyTorch engine whose backward differentiates the block's score function with
-  ``torch.autograd.grad``, so any differentiable score works.
+* a kind whose scores are the scaled dot product of its prepared query and key (``scaled_dot``,
+  ``dot``, ``cosine``, ``length_scaled``, and ``normalized`` once its row factor is folded into
+  the query) calls torch's CPU flash-attention kernel on each segment when it is available (it
+  returns the log-sum-exp the merge needs);
+* anything else (a kind with its own block scores: a ``score_mod`` callable, additive
+  attention; or a tensor ``scale``) runs a blockwise PyTorch engine that calls the kind's block
+  function and whose backward differentiates it with ``torch.autograd.grad``, so any
+  differentiable score works.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import MaskSpec
-from .scores import Score, prepare_qk, run_score_mod
+from .scores import ADDITIVE, Score, ScoreKind, acc_dtype, score_kind
 
-__all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks"]
+__all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks", "run_chunked"]
 
 _flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _flash_bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -58,31 +61,16 @@ def plan_blocks(
 
     Returns ``[(q0, q1, [Segment, ...]), ...]``.  A block whose queries see no key gets no
     segment (its rows are "dead": zero output).  ``full_block_k`` bounds segments that need no
-    index mask (None: one segment).
+    index mask (None: one segment).  The key ranges come from the masks themselves
+    (:meth:`MaskSpec.key_bounds`): a mask kind that gives none is applied to every segment.
     """
     Lq, Lk = spec.Lq, spec.Lk
-    vmin_q = vmax_q = None
-    if spec.valid_lens is not None:
-        vl = spec.valid_lens  # (B, 1, Lq|1, 1)
-        vmax_q = vl.amax(dim=0).flatten().tolist()
-        vmin_q = vl.amin(dim=0).flatten().tolist()
-    W = spec.window
     full_size = full_block_k or max(Lk, 1)
     plan = []
     for q0 in range(0, Lq, block_q):
         q1 = min(Lq, q0 + block_q)
-        lo, hi = 0, Lk  # keys some query of the block may see
-        flo, fhi = 0, Lk  # keys every query of the block sees (as far as index masks go)
-        if spec.is_causal or W is not None:
-            hi, fhi = min(hi, q1), min(fhi, q0 + 1)
-        if W is not None:
-            lo, flo = max(lo, q0 - W + 1), max(flo, q1 - W)
-        if vmax_q is not None:
-            if len(vmax_q) == 1:
-                vmax, vmin = vmax_q[0], vmin_q[0]
-            else:
-                vmax, vmin = max(vmax_q[q0:q1]), min(vmin_q[q0:q1])
-            hi, fhi = min(hi, vmax), min(fhi, vmin)
+        # keys some query of the block may see (lo:hi), keys every query sees (flo:fhi)
+        lo, hi, flo, fhi = spec.key_bounds(q0, q1)
         segs: list[Segment] = []
         if hi > lo:
             flo = min(max(flo, lo), hi)
@@ -123,14 +111,10 @@ def _segment_bias(spec: MaskSpec, dtype, q0, q1, seg: Segment) -> Tensor | None:
     return spec.bias(dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
 
 
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan):
     """``k``/``v`` already carry ``H`` heads.  Returns the output and the log-sum-exp."""
     B, H, Lq, _ = q.shape
-    acc = _acc_dtype(q.dtype)  # partial results are merged in float32 at least
+    acc = acc_dtype(q.dtype)  # partial results are merged in float32 at least
     out = q.new_zeros(B, H, Lq, v.shape[-1])
     lse = torch.full((B, H, Lq), _NEG_INF, dtype=acc, device=q.device)
     for q0, q1, segs in plan:
@@ -167,7 +151,7 @@ class _FlashChunked(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         spec, scale, G = ctx.spec, ctx.scale, ctx.G
         ke, ve = _expand_heads(k, G), _expand_heads(v, G)
-        acc = _acc_dtype(q.dtype)  # gradients summed over blocks in float32 at least
+        acc = acc_dtype(q.dtype)  # gradients summed over blocks in float32 at least
         gout = gout.contiguous()
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         dk = torch.zeros(ke.shape, dtype=acc, device=q.device)
@@ -178,7 +162,7 @@ class _FlashChunked(torch.autograd.Function):
             qb = q[:, :, q0:q1]
             gb = gout[:, :, q0:q1].contiguous()
             ob = out[:, :, q0:q1].contiguous()
-            lb = lse_b[:, :, q0:q1].contiguous().to(_acc_dtype(q.dtype))
+            lb = lse_b[:, :, q0:q1].contiguous().to(acc_dtype(q.dtype))
             for seg in segs:
                 kb, vb = ke[:, :, seg.k0 : seg.k1], ve[:, :, seg.k0 : seg.k1]
                 bias = _segment_bias(spec, q.dtype, q0, q1, seg)
@@ -204,23 +188,23 @@ def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params):
 
 def _generic_forward(score_fn, spec, plan, q, k, v, params):
     B, H, Lq = q.shape[0], q.shape[1], q.shape[2]
-    acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=acc_dtype, device=q.device)
-    lse = torch.full((B, H, Lq), _NEG_INF, dtype=acc_dtype, device=q.device)
+    dt = acc_dtype(q.dtype)  # accumulated in float32 at least
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=dt, device=q.device)
+    lse = torch.full((B, H, Lq), _NEG_INF, dtype=dt, device=q.device)
     for q0, q1, segs in plan:
         qb = q[:, :, q0:q1]
-        m = torch.full((B, H, q1 - q0, 1), _NEG_INF, dtype=acc_dtype, device=q.device)
+        m = torch.full((B, H, q1 - q0, 1), _NEG_INF, dtype=dt, device=q.device)
         den = torch.zeros_like(m)
-        acc = torch.zeros(B, H, q1 - q0, v.shape[-1], dtype=acc_dtype, device=q.device)
+        acc = torch.zeros(B, H, q1 - q0, v.shape[-1], dtype=dt, device=q.device)
         for seg in segs:
             s = _masked_block(score_fn, spec, qb, k[:, :, seg.k0 : seg.k1], q0, q1, seg, params)
-            s = s.to(acc_dtype)
+            s = s.to(dt)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
             p = torch.exp(s - m_safe)
             alpha = torch.exp(m - m_safe)
             den = den * alpha + p.sum(dim=-1, keepdim=True)
-            vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc_dtype), H // v.shape[1])
+            vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(dt), H // v.shape[1])
             acc = acc * alpha + p @ vb
             m = m_new
         live = den > 0
@@ -277,37 +261,25 @@ class _GenericChunked(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------- entry points
-def _row_sumsq_block(q: Tensor, kb: Tensor, blocked: Tensor | None) -> Tensor:
-    acc = _acc_dtype(q.dtype)  # squares overflow float16
-    s = (q.to(acc) @ kb.to(acc).transpose(-2, -1)).square()
-    if blocked is not None:
-        s = s.masked_fill(blocked, 0.0)
-    return s.sum(dim=-1, keepdim=True)
+def _row_partial(kind: ScoreKind, arg, q: Tensor, kb: Tensor, k0: int, blocked) -> Tensor:
+    return kind.row_scale.partial(kind.block_scores(q, kb, 0, k0, 1.0, arg), blocked)
 
 
-def _row_norms(q: Tensor, k: Tensor, spec: MaskSpec, block_k: int) -> Tensor:
-    """``|q_i . K|`` over the keys each query may see, in O(Lq * block_k) memory (checkpointed)."""
+def _row_factor(kind: ScoreKind, arg, q: Tensor, k: Tensor, spec: MaskSpec, block_k: int, mult):
+    """A row-scaled kind's factor per query ``(B, H, Lq, 1)``, from its scores over the keys
+    each query may see, in O(Lq * block_k) memory (each key block checkpointed)."""
     from torch.utils.checkpoint import checkpoint
 
-    G = q.shape[1] // k.shape[1]
     total = None
     for k0 in range(0, k.shape[2], block_k):
         k1 = min(k.shape[2], k0 + block_k)
-        kb = _expand_heads(k[:, :, k0:k1], G)
-        part = checkpoint(
-            _row_sumsq_block, q, kb, spec.blocked(0, spec.Lq, k0, k1), use_reentrant=False
-        )
+        blocked = spec.blocked(0, spec.Lq, k0, k1)
+        kb = k[:, :, k0:k1]
+        part = checkpoint(_row_partial, kind, arg, q, kb, k0, blocked, use_reentrant=False)
         total = part if total is None else total + part
     if total is None:
-        total = torch.zeros(*q.shape[:-1], 1, dtype=_acc_dtype(q.dtype), device=q.device)
-    return total.sqrt().clamp_min(1e-12)  # float32 at least: 1e-12 underflows float16
-
-
-def _inverse_norms(q: Tensor, k: Tensor, spec: MaskSpec, block_k: int, mult) -> Tensor:
-    """``mult / |q_i . K|`` per query, 0 where the row of scores is all zeros (no visible key,
-    or all scores 0: the reference then gives zero scores too)."""
-    n = _row_norms(q, k, spec, block_k)
-    return torch.where(n > 1e-12, mult / n, torch.zeros_like(n)).to(q.dtype)
+        total = torch.zeros(*q.shape[:-1], 1, dtype=acc_dtype(q.dtype), device=q.device)
+    return kind.row_scale.finish(total, mult).to(q.dtype)
 
 
 def _block_sizes(Lq: int, Lk: int, per_pair: int, budget_elems: int = 1 << 22) -> tuple[int, int]:
@@ -341,6 +313,64 @@ def _flash_usable(q: Tensor) -> bool:
 _FLASH_CHECKED = False
 
 
+def run_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    spec: MaskSpec,
+    kind: ScoreKind,
+    arg: object,
+    mult: float | Tensor,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> Tensor:
+    """Exact attention with scores of ``kind`` in O(L) memory (what the backend runs).
+
+    Shapes: q ``(B, H, Lq, d)``, k ``(B, Hkv, Lk, d)``, v ``(B, Hkv, Lk, dv)``; ``mult`` is the
+    kind's resolved multiplier (:meth:`ScoreKind.multiplier`), ``arg`` its argument (a
+    ``score_mod`` callable, additive attention's ``w_v``, or None).  Returns the output
+    ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
+    """
+    B, H, Lq, d = q.shape
+    Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    if kind.row_scale is not None and acc_dtype(q.dtype) != q.dtype:
+        # the row factor is folded into q, which can overflow half precision: run in float32
+        out = run_chunked(q.float(), k.float(), v.float(), spec, kind, arg, mult, block_q, block_k)
+        return out.to(q.dtype)
+    q, k = kind.prepare(q, k)
+    if kind.block is None and not isinstance(mult, Tensor) and _flash_usable(q):
+        # large query blocks: fewer kernel calls (the diagonal band wastes ~block/L of the work)
+        bq = block_q or 1024
+        bk = block_k or 1024
+        if kind.row_scale is not None:
+            q = q * _row_factor(kind, arg, q, k, spec, bk, float(mult))
+            mult = 1.0
+        width = max(d, dv)  # the kernel wants one head width: zero-pad (dot products unchanged)
+        if d < width:
+            q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
+        vp = F.pad(v, (0, width - dv)) if dv < width else v
+        plan = plan_blocks(spec, bq, bk)
+        out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, H // Hk)
+        return out[..., :dv] if dv < width else out
+
+    bq, bk = _block_sizes(Lq, Lk, B * H * kind.pair_values(d))
+    bq, bk = block_q or bq, block_k or bk
+    if kind.row_scale is not None:
+        q = q * _row_factor(kind, arg, q, k, spec, bk, mult)
+        mult = 1.0
+    # tensors among the multiplier and the kind's argument are differentiated by the engine
+    m_t, a_t = isinstance(mult, Tensor), isinstance(arg, Tensor)
+    params = tuple(t for t, is_t in ((mult, m_t), (arg, a_t)) if is_t)
+
+    def score_fn(qb, kb, q0, k0, *ps):
+        m = ps[0] if m_t else mult
+        a = ps[-1] if a_t else arg
+        return kind.block_scores(qb, kb, q0, k0, m, a)
+
+    plan = plan_blocks(spec, bq, bk, bk)
+    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, *params)
+
+
 def chunked_attention(
     q: Tensor,
     k: Tensor,
@@ -357,48 +387,8 @@ def chunked_attention(
     score's resolved multiplier (:func:`qkv.functional.scores.qk_multiplier`).  Returns the
     output ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
     """
-    B, H, Lq, d = q.shape
-    Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
-    G = H // Hk
-    if score == "normalized" and q.dtype in (torch.float16, torch.bfloat16):
-        # 1/|q.K| is folded into q, which can overflow half precision: run in float32
-        out = chunked_attention(
-            q.float(), k.float(), v.float(), spec, score, mult, block_q, block_k
-        )
-        return out.to(q.dtype)
-    q, k = prepare_qk(q, k, score)
-    if not callable(score) and not isinstance(mult, Tensor) and _flash_usable(q):
-        # large query blocks: fewer kernel calls (the diagonal band wastes ~block/L of the work)
-        bq = block_q or 1024
-        bk = block_k or 1024
-        if score == "normalized":
-            q = q * _inverse_norms(q, k, spec, bk, float(mult))
-            mult = 1.0
-        width = max(d, dv)  # the kernel wants one head width: zero-pad (dot products unchanged)
-        if d < width:
-            q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
-        vp = F.pad(v, (0, width - dv)) if dv < width else v
-        plan = plan_blocks(spec, bq, bk)
-        out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, G)
-        return out[..., :dv] if dv < width else out
-
-    if score == "normalized":
-        _, bk_ = _block_sizes(Lq, Lk, B * H)
-        q = q * _inverse_norms(q, k, spec, bk_, mult)
-        mult = 1.0
-    params: tuple[Tensor, ...] = (mult,) if isinstance(mult, Tensor) else ()
-    fixed = None if params else float(mult)
-
-    def score_fn(qb, kb, q0, k0, *ps):
-        m = ps[0] if ps else fixed
-        if kb.shape[1] != qb.shape[1]:
-            kb = kb.repeat_interleave(qb.shape[1] // kb.shape[1], dim=1)
-        s = (qb * m) @ kb.transpose(-2, -1)
-        return run_score_mod(score, s, q0, k0) if callable(score) else s
-
-    bq, bk = _block_sizes(Lq, Lk, B * H)
-    plan = plan_blocks(spec, block_q or bq, block_k or bk, block_k or bk)
-    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, *params)
+    kind, arg = score_kind(score)
+    return run_chunked(q, k, v, spec, kind, arg, mult, block_q, block_k)
 
 
 def chunked_additive(
@@ -416,14 +406,4 @@ def chunked_additive(
     returns ``(B, 1, Lq, dv)``.  Each block holds at most ~4M values of ``tanh(q + k)`` (or one
     query-key pair for every batch element when ``B * h`` alone exceeds that).
     """
-    B, _, Lq, h = q.shape
-    Lk = k.shape[2]
-
-    def score_fn(qb, kb, q0, k0, w):
-        # (B, 1, lq, 1, h) + (B, 1, 1, lk, h) -> (B, 1, lq, lk, h) -> (B, 1, lq, lk)
-        return torch.tanh(qb.unsqueeze(-2) + kb.unsqueeze(-3)) @ w
-
-    bq, bk = _block_sizes(Lq, Lk, B * h)
-    bq, bk = block_q or bq, block_k or bk
-    plan = plan_blocks(spec, bq, bk, bk)
-    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, w_v)
+    return run_chunked(q, k, v, spec, ADDITIVE, w_v, 1.0, block_q, block_k)

@@ -17,18 +17,28 @@ may attend); :meth:`MaskSpec.sdpa_mask` is the single place where qkv converts.
 
 A query that may attend to nothing (a "dead" row) gets zero weights and a zero output on every
 backend; each backend reads such rows off the mask or the masked scores it already built.
+
+The masks computed from positions (``is_causal``, ``window``, ``valid_lens``) are
+:class:`IndexMask` objects: each says which keys a query may not see (:meth:`IndexMask.blocked`)
+and which keys a block of queries can see at all (:meth:`IndexMask.key_bounds`), and every
+backend, the chunked planner included, asks them through :class:`MaskSpec`.  A new position-based
+kind is one more :class:`IndexMask` subclass here, built in :meth:`MaskSpec.__post_init__` and
+listed in :data:`INDEX_MASKS`; without ``key_bounds`` it is applied everywhere and nothing is
+skipped, so the chunked backend can never ignore it.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-__all__ = ["MaskSpec", "check_masks"]
+__all__ = ["INDEX_MASKS", "Causal", "IndexMask", "MaskSpec", "ValidLens", "Window", "check_masks"]
 
 _CPU = torch.device("cpu")
 
@@ -39,6 +49,118 @@ def _describe(x: object) -> str:
     return f"{type(x).__name__} {x!r}"[:120]
 
 
+# ---------------------------------------------------------------------------- index masks
+KeyBounds = tuple[int, int, int, int]  # (lo, hi, full_lo, full_hi), see IndexMask.key_bounds
+
+
+class IndexMask(ABC):
+    """A mask computed from query and key positions (and per-batch lengths) alone.
+
+    Subclasses say which keys each query may not see (:meth:`blocked`, required) and, so that the
+    chunked backend can skip work, which keys a block of queries may see (:meth:`key_bounds`;
+    the default claims nothing: every key is computed, this mask applied to all of them).
+    """
+
+    __slots__ = ()
+
+    #: the mask varies with the query position: built, it is an ``(Lq, Lk)`` mask
+    per_query: bool = True
+
+    @abstractmethod
+    def blocked(self, qi: Tensor, kj: Tensor, q0: int, q1: int) -> Tensor:
+        """True where query ``qi`` may NOT see key ``kj``, for queries ``q0:q1``.
+
+        ``qi`` is ``(lq, 1)`` (positions ``q0..q1-1``), ``kj`` ``(1, lk)``; the result is
+        broadcastable to ``(B, 1, lq, lk)``.
+        """
+
+    def lead(self) -> tuple[int, int]:
+        """The batch and head axes of the built mask: ``(B|1, H|1)``."""
+        return (1, 1)
+
+    def key_bounds(self, q0: int, q1: int, Lk: int) -> KeyBounds:
+        """Key ranges for queries ``q0:q1``: ``(lo, hi, full_lo, full_hi)``.
+
+        Some query of the block may see keys in ``lo:hi`` only (keys outside are masked for
+        every query of the block and every batch element: the chunked backend skips them); every
+        query of the block sees every key in ``full_lo:full_hi`` as far as this mask goes (there
+        the mask need not be applied).  Bounds may be loose, never wrong.  The default,
+        ``(0, Lk, 0, 0)``, skips nothing and applies the mask everywhere.
+        """
+        return 0, Lk, 0, 0
+
+
+class Causal(IndexMask):
+    """``is_causal``: query ``i`` sees keys ``j <= i`` (top-left aligned)."""
+
+    __slots__ = ()
+
+    def blocked(self, qi: Tensor, kj: Tensor, q0: int, q1: int) -> Tensor:
+        return kj > qi
+
+    def key_bounds(self, q0: int, q1: int, Lk: int) -> KeyBounds:
+        return 0, min(Lk, q1), 0, min(Lk, q0 + 1)
+
+
+class Window(IndexMask):
+    """``window=W``: query ``i`` sees keys ``i - W < j <= i``."""
+
+    __slots__ = ("W",)
+
+    def __init__(self, W: int) -> None:
+        self.W = W
+
+    def blocked(self, qi: Tensor, kj: Tensor, q0: int, q1: int) -> Tensor:
+        return (kj <= qi - self.W) | (kj > qi)
+
+    def key_bounds(self, q0: int, q1: int, Lk: int) -> KeyBounds:
+        return max(0, q0 - self.W + 1), min(Lk, q1), max(0, q1 - self.W), min(Lk, q0 + 1)
+
+
+class ValidLens(IndexMask):
+    """``valid_lens`` ``(B, 1, Lq|1, 1)``: query ``i`` of batch element ``b`` sees keys
+    ``j < valid_lens[b, i]``."""
+
+    __slots__ = ("_per_query", "lens")
+
+    def __init__(self, lens: Tensor) -> None:
+        self.lens = lens
+        self._per_query: tuple[list[int], list[int]] | None = None
+
+    @property
+    def per_query(self) -> bool:  # type: ignore[override]
+        return self.lens.shape[2] > 1
+
+    def lead(self) -> tuple[int, int]:
+        return (self.lens.shape[0], 1)
+
+    def blocked(self, qi: Tensor, kj: Tensor, q0: int, q1: int) -> Tensor:
+        vl = self.lens if self.lens.shape[2] == 1 else self.lens[:, :, q0:q1]
+        return kj >= vl  # (B, 1, lq|1, lk)
+
+    def key_bounds(self, q0: int, q1: int, Lk: int) -> KeyBounds:
+        if self._per_query is None:  # over the batch, once per call (one device sync)
+            self._per_query = (
+                self.lens.amin(dim=0).flatten().tolist(),
+                self.lens.amax(dim=0).flatten().tolist(),
+            )
+        lo_q, hi_q = self._per_query
+        if len(hi_q) == 1:
+            return 0, min(Lk, hi_q[0]), 0, min(Lk, lo_q[0])
+        return 0, min(Lk, max(hi_q[q0:q1])), 0, min(Lk, min(lo_q[q0:q1]))
+
+
+CAUSAL = Causal()
+#: Every position-based mask kind, by the argument of :func:`~qkv.functional.attention` that
+#: asks for it.
+INDEX_MASKS: dict[str, type[IndexMask]] = {
+    "is_causal": Causal,
+    "window": Window,
+    "valid_lens": ValidLens,
+}
+
+
+# ---------------------------------------------------------------------------- the spec
 @dataclass(frozen=True)
 class MaskSpec:
     """Validated masks of one attention call, in canonical shapes.
@@ -50,6 +172,7 @@ class MaskSpec:
         attn_mask: ``(B|1, H|1, Lq, Lk)``; bool (True = not allowed) or float (added), or None.
         is_causal: top-left causal masking from indices.
         window: sliding-window width ``W`` (query ``i`` sees keys ``i-W < j <= i``), or None.
+        index_masks: the position-based masks above as :class:`IndexMask` objects (derived).
     """
 
     B: int
@@ -62,18 +185,23 @@ class MaskSpec:
     is_causal: bool = False
     window: int | None = None
     device: torch.device = _CPU
+    index_masks: tuple[IndexMask, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: tuple[IndexMask, ...] = ()
+        if self.window is not None:
+            index = (Window(self.window),)  # a window is causal too
+        elif self.is_causal:
+            index = (CAUSAL,)
+        if self.valid_lens is not None:
+            index += (ValidLens(self.valid_lens),)
+        object.__setattr__(self, "index_masks", index)
 
     # ------------------------------------------------------------------ queries
     @property
     def empty(self) -> bool:
         """True when nothing is masked at all."""
-        return (
-            self.valid_lens is None
-            and self.key_padding_mask is None
-            and self.attn_mask is None
-            and not self.is_causal
-            and self.window is None
-        )
+        return not self.index_masks and self.key_padding_mask is None and self.attn_mask is None
 
     @property
     def has_float(self) -> bool:
@@ -84,16 +212,42 @@ class MaskSpec:
 
     @property
     def only_causal(self) -> bool:
-        return self.is_causal and self.empty_except_causal
+        """True when the one mask is ``is_causal`` (SDPA's own flag)."""
+        return self.index_masks == (CAUSAL,) and self.empty_except_causal
 
     @property
     def empty_except_causal(self) -> bool:
+        """True when no mask but ``is_causal`` may be present."""
         return (
-            self.valid_lens is None
-            and self.key_padding_mask is None
+            self.key_padding_mask is None
             and self.attn_mask is None
-            and self.window is None
+            and all(m is CAUSAL for m in self.index_masks)
         )
+
+    def key_bounds(self, q0: int, q1: int) -> KeyBounds:
+        """``(lo, hi, full_lo, full_hi)`` for queries ``q0:q1`` from every position-based mask
+        (see :meth:`IndexMask.key_bounds`): the chunked planner skips keys outside ``lo:hi`` and
+        applies no index mask inside ``full_lo:full_hi``."""
+        lo, hi, flo, fhi = 0, self.Lk, 0, self.Lk
+        for m in self.index_masks:
+            a, b, c, d = m.key_bounds(q0, q1, self.Lk)
+            lo, hi, flo, fhi = max(lo, a), min(hi, b), max(flo, c), min(fhi, d)
+        return lo, hi, flo, fhi
+
+    def built_mask_elements(self) -> int:
+        """Elements of the mask the fused kernel would need built from positions (0: none).
+
+        Counted on the mask's real broadcast shape: a causal or window mask is ``(Lq, Lk)``, a
+        per-query ``valid_lens`` or padding combined with them adds the batch axis.  The user's
+        own masks, and ``(B, 1, 1, Lk)`` lengths, are passed as they are: they count 0.
+        """
+        if self.only_causal or not any(m.per_query for m in self.index_masks):
+            return 0
+        shapes = [(1, 1, self.Lq, self.Lk), *((*m.lead(), 1, 1) for m in self.index_masks)]
+        for t in (self.key_padding_mask, self.attn_mask):
+            if t is not None:
+                shapes.append((*t.shape[:2], 1, 1))
+        return math.prod(torch.broadcast_shapes(*shapes))
 
     # ------------------------------------------------------------------ builders
     def blocked(
@@ -109,9 +263,8 @@ class MaskSpec:
 
         Covers queries ``q0:q1`` and keys ``k0:k1``; shape broadcastable to
         ``(B, H, q1-q0, k1-k0)``.  Returns None when no such mask is present.  With
-        ``index=False`` the masks computed from positions (``is_causal``, ``window``,
-        ``valid_lens``) are left out: the chunked backend's plan already knows the block is
-        entirely inside them.
+        ``index=False`` the masks computed from positions (:attr:`index_masks`) are left out:
+        the chunked backend's plan already knows the block is entirely inside them.
         """
         q1 = self.Lq if q1 is None else q1
         k1 = self.Lk if k1 is None else k1
@@ -122,18 +275,11 @@ class MaskSpec:
             nonlocal out
             out = m if out is None else out | m
 
-        if index and (self.is_causal or self.window is not None or self.valid_lens is not None):
+        if index and self.index_masks:
             qi = torch.arange(q0, q1, device=dev).view(-1, 1)  # (lq, 1)
             kj = torch.arange(k0, k1, device=dev).view(1, -1)  # (1, lk)
-            if self.is_causal:
-                merge(kj > qi)
-            if self.window is not None:
-                merge((kj <= qi - self.window) | (kj > qi))
-            if self.valid_lens is not None:
-                vl = self.valid_lens
-                if vl.shape[2] != 1:
-                    vl = vl[:, :, q0:q1]
-                merge(kj >= vl)  # (B, 1, lq|1, lk)
+            for m in self.index_masks:
+                merge(m.blocked(qi, kj, q0, q1))
         if self.key_padding_mask is not None and not self.key_padding_mask.is_floating_point():
             merge(self.key_padding_mask[..., k0:k1])
         if self.attn_mask is not None and not self.attn_mask.is_floating_point():

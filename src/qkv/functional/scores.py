@@ -1,4 +1,4 @@
-"""Score functions: how a query and a key become one number before the softmax.
+"""Score kinds: how a query and a key become one number before the softmax.
 
 Every scaling seed 001 lists, plus FlexAttention-style user modifications:
 
@@ -19,21 +19,34 @@ integer index tensors ``b (B,1,1,1)``, ``h (1,H,1,1)``, ``q_idx (1,1,lq,1)``, ``
 (absolute positions), and must return a tensor of the same shape, for example
 ``lambda s, b, h, q, k: s - 0.1 * (q - k).abs()`` (an ALiBi-like bias).  It may return ``-inf``
 to forbid a position.
+
+Each kind is one :class:`ScoreKind` object, and every backend (fused, reference, chunked) and
+:func:`~qkv.functional.explain` read what they need from it: its default scale, the transform
+of ``q``/``k`` before the product, whether torch's fused kernel can run it, and how a block of
+its scores is computed.  A new kind is one more entry in :data:`SCORE_KINDS` (and a row in the
+table above); the tests pick it up from there.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal, Union
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "ADDITIVE",
     "SCORES",
+    "SCORE_KINDS",
+    "SCORE_MOD",
+    "RowScale",
     "Score",
+    "ScoreKind",
     "ScoreMod",
     "check_score",
     "grouped_qk",
@@ -42,48 +55,20 @@ __all__ = [
     "prepare_qk",
     "qk_multiplier",
     "run_score_mod",
+    "score_kind",
 ]
 
 ScoreName = Literal["scaled_dot", "dot", "cosine", "normalized", "length_scaled"]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 Score = Union[ScoreName, ScoreMod]  # noqa: UP007 - a runtime alias, kept py3.10-friendly
-SCORES: tuple[str, ...] = ("scaled_dot", "dot", "cosine", "normalized", "length_scaled")
+# (q_blk (B, H, lq, d), k_blk (B, Hkv, lk, d), q0, k0, multiplier, the kind's argument)
+#   -> scores (B, H, lq, lk); q0/k0 are the block's absolute first query and key positions
+BlockScores = Callable[[Tensor, Tensor, int, int, Any, Any], Tensor]
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
-def check_score(score: object) -> None:
-    """Raise a clear error unless ``score`` is a known name or a callable."""
-    if callable(score):
-        return
-    if not isinstance(score, str) or score not in SCORES:
-        raise ValueError(
-            f"score: expected one of {', '.join(repr(s) for s in SCORES)} or a callable "
-            f"score_mod(scores, b, h, q_idx, k_idx), got {score!r}"
-        )
-
-
-def qk_multiplier(score: Score, scale: float | Tensor | None, d: int, Lk: int) -> float | Tensor:
-    """The factor applied to ``q . k`` (for ``"normalized"``: applied after normalising)."""
-    if score in ("dot", "cosine", "normalized"):
-        return 1.0 if scale is None else scale
-    base = 1.0 / math.sqrt(d) if scale is None else scale
-    if score == "length_scaled":
-        return base / math.sqrt(max(Lk, 1))
-    return base  # "scaled_dot" and callables
-
-
-def prepare_qk(q: Tensor, k: Tensor, score: Score) -> tuple[Tensor, Tensor]:
-    """L2-normalise q and k per row for ``"cosine"``; pass them through otherwise."""
-    if score == "cosine":  # in float32 for half precision: eps=1e-12 underflows in float16
-        return _unit(q), _unit(k)
-    return q, k
-
-
-def _unit(x: Tensor) -> Tensor:
-    if x.dtype in (torch.float16, torch.bfloat16):
-        return F.normalize(x.float(), dim=-1).to(x.dtype)
-    return F.normalize(x, dim=-1)
-
-
+# ---------------------------------------------------------------------------- shared pieces
 def grouped_qk(q: Tensor, k: Tensor) -> Tensor:
     """``q @ k^T`` with grouped-query heads, without copying keys.
 
@@ -113,18 +98,9 @@ def grouped_wv(w: Tensor, v: Tensor) -> Tensor:
     return (w.reshape(B, Hkv, G * Lq, Lk) @ v).view(B, H, Lq, dv)
 
 
-def normalize_rows(
-    scores: Tensor, blocked: Tensor | None, multiplier: float | Tensor, eps: float = 1e-12
-) -> Tensor:
-    """Divide each query's row of scores by its L2 norm over the keys it may see."""
-    visible = scores if blocked is None else scores.masked_fill(blocked, 0.0)
-    # the norm in float32 at least: squares overflow float16, and eps underflows it
-    norm = torch.linalg.vector_norm(visible, dim=-1, keepdim=True, dtype=_acc(scores.dtype))
-    return scores / norm.clamp_min(eps).to(scores.dtype) * multiplier
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums are taken in: float32 at least (half precision overflows and underflows)."""
+    return torch.float32 if dtype in _HALF else dtype
 
 
 def run_score_mod(fn: ScoreMod, scores: Tensor, q0: int = 0, k0: int = 0) -> Tensor:
@@ -149,3 +125,246 @@ def run_score_mod(fn: ScoreMod, scores: Tensor, q0: int = 0, k0: int = 0) -> Ten
                 f"{tuple(scores.shape)}, got {tuple(out.shape)}"
             ) from e
     return out.to(scores.dtype)
+
+
+# ---------------------------------------------------------------------------- the kind object
+@dataclass(frozen=True, eq=False)
+class RowScale:
+    """A factor per query computed from its whole row of scores (the kind's block scores with
+    multiplier 1) over the keys it may see (``"normalized"``: ``scale / |q_i . K|``).
+
+    ``partial(scores, blocked)`` reduces a block of keys to ``(B, H, lq, 1)`` (the reference
+    backend calls it once on the whole row, the chunked backend once per key block and sums);
+    ``finish(total, multiplier)`` turns the sum into the factor.  The reference backend multiplies
+    the scores by the factor, the chunked backend folds it into the query.
+    """
+
+    partial: Callable[[Tensor, Tensor | None], Tensor]
+    finish: Callable[[Tensor, Any], Tensor]
+
+    def apply(self, scores: Tensor, blocked: Tensor | None, mult: float | Tensor) -> Tensor:
+        """``scores (B, H, Lq, Lk)`` (the whole rows) times their rows' factors."""
+        out = scores * self.finish(self.partial(scores, blocked), mult)
+        # the product in float32 at least (factors may exceed float16), the result in its dtype
+        return out if out.dtype == scores.dtype else out.to(scores.dtype)
+
+
+def _as_is(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    return q, k
+
+
+def _one(d: int) -> float:
+    return 1.0
+
+
+def _inv_sqrt(d: int) -> float:
+    return 1.0 / math.sqrt(d)
+
+
+def _one_value(d: int) -> int:
+    return 1
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreKind:
+    """One kind of score: everything a backend needs to know to compute it.
+
+    Attributes:
+        name: the ``score=`` string that selects it.
+        formula: ``s_ij`` in words, for messages.
+        default_scale: ``d -> scale`` used when the caller passes ``scale=None``.
+        length_divisor: ``Lk -> divisor`` the scale is divided by (``"length_scaled"``), or None.
+        prepare: ``(q, k) -> (q, k)`` applied before the product, on every backend (``"cosine"``
+            normalises the rows).
+        row_scale: a per-query factor taken from the whole row of scores, or None.
+        block: ``(q_blk, k_blk, q0, k0, multiplier, arg) -> (B, H, lq, lk)`` scores of a block, or
+            None for the scaled dot product ``multiplier * q . k`` of the prepared ``q`` and
+            ``k`` (the only form torch's kernels compute: the fused backend and the chunked
+            backend's flash engine).  The reference backend calls it on the whole problem, the
+            chunked backend's generic engine on each block, and differentiates it.
+        not_fused: why the fused kernel cannot run this kind (None: it can).
+        in_place: whether backends may modify the block's scores in place (False when the block
+            runs a user's function, whose backward may need its output).
+        pair_values: ``d -> n``, the values one query-key pair of the block holds at once (1 for
+            a dot product, ``h`` for additive attention's ``tanh(q + k)``): the reference
+            backend's memory estimate and the chunked backend's block sizes scale with it.
+    """
+
+    name: str
+    formula: str
+    default_scale: Callable[[int], float]
+    length_divisor: Callable[[int], float] | None = None
+    prepare: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] = _as_is
+    row_scale: RowScale | None = None
+    block: BlockScores | None = None
+    not_fused: str | None = None
+    in_place: bool = True
+    pair_values: Callable[[int], int] = _one_value
+
+    def __post_init__(self) -> None:
+        if self.block is not None and self.not_fused is None:
+            raise ValueError(
+                f"not_fused: expected the reason the fused kernel cannot run score kind "
+                f"{self.name!r} (it has its own block scores), got None"
+            )
+
+    def __repr__(self) -> str:
+        return f"ScoreKind({self.name!r}: {self.formula})"
+
+    def multiplier(self, scale: float | Tensor | None, d: int, Lk: int) -> float | Tensor:
+        """The factor applied to ``q . k`` (for a row-scaled kind: together with the row's factor)."""
+        base = self.default_scale(d) if scale is None else scale
+        if self.length_divisor is not None:
+            return base / self.length_divisor(Lk)
+        return base
+
+    def block_scores(
+        self, q: Tensor, k: Tensor, q0: int, k0: int, mult: float | Tensor, arg: Any = None
+    ) -> Tensor:
+        """Scores ``(B, H, lq, lk)`` of the prepared query block ``q`` against key block ``k``."""
+        if self.block is None:
+            if isinstance(mult, float) and mult == 1.0:
+                return grouped_qk(q, k)
+            return grouped_qk(q * mult, k)  # scale the (lq, d) query, not the (lq, lk) scores
+        return self.block(q, k, q0, k0, mult, arg)
+
+    def scores(
+        self,
+        q: Tensor,
+        k: Tensor,
+        mult: float | Tensor,
+        arg: Any = None,
+        blocked: Tensor | None = None,
+    ) -> Tensor:
+        """All scores ``(B, H, Lq, Lk)`` of prepared ``q``/``k``, before the masks.
+
+        ``blocked`` (True = may not attend) is read by a row-scaled kind only.
+        """
+        if self.row_scale is None:
+            return self.block_scores(q, k, 0, 0, mult, arg)
+        return self.row_scale.apply(self.block_scores(q, k, 0, 0, 1.0, arg), blocked, mult)
+
+
+# ---------------------------------------------------------------------------- the kinds
+def _unit(x: Tensor) -> Tensor:
+    if x.dtype in _HALF:  # in float32: eps=1e-12 underflows in float16
+        return F.normalize(x.float(), dim=-1).to(x.dtype)
+    return F.normalize(x, dim=-1)
+
+
+def _unit_qk(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    return _unit(q), _unit(k)
+
+
+_EPS = 1e-12  # below this a row's norm counts as zero
+
+
+def _visible_sumsq(scores: Tensor, blocked: Tensor | None) -> Tensor:
+    # the squares in float32 at least: they overflow float16
+    s = (scores.float() if scores.dtype in _HALF else scores).square()
+    if blocked is not None:
+        s = s.masked_fill(blocked, 0.0)
+    return s.sum(dim=-1, keepdim=True)
+
+
+def _inverse_norm(total: Tensor, mult: float | Tensor) -> Tensor:
+    # 0 for a row whose visible scores are all 0 (or that sees no key): its scores stay 0; the
+    # clamp keeps the gradient of the inverse square root finite there
+    inv = torch.where(total > _EPS * _EPS, total.clamp_min(_EPS * _EPS).rsqrt(), 0.0)
+    return inv if isinstance(mult, float) and mult == 1.0 else inv * mult
+
+
+def _dot_then_mod(q: Tensor, k: Tensor, q0: int, k0: int, mult: Any, fn: ScoreMod) -> Tensor:
+    return run_score_mod(fn, grouped_qk(q * mult, k), q0, k0)
+
+
+def _tanh_features(q: Tensor, k: Tensor, q0: int, k0: int, mult: Any, w_v: Tensor) -> Tensor:
+    # (B, 1, lq, 1, h) + (B, 1, 1, lk, h) -> (B, 1, lq, lk, h) -> (B, 1, lq, lk)
+    return torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)) @ w_v
+
+
+SCALED_DOT = ScoreKind("scaled_dot", "scale * q_i . k_j", _inv_sqrt)
+DOT = ScoreKind("dot", "scale * q_i . k_j", _one)
+COSINE = ScoreKind("cosine", "scale * (q_i/|q_i|) . (k_j/|k_j|)", _one, prepare=_unit_qk)
+_ROW_NORM = RowScale(_visible_sumsq, _inverse_norm)
+NORMALIZED = ScoreKind(
+    "normalized",
+    "scale * (q_i . k_j) / |q_i . K|",
+    _one,
+    row_scale=_ROW_NORM,
+    not_fused="score='normalized' needs each query's whole row of scores",
+)
+LENGTH_SCALED = ScoreKind(
+    "length_scaled",
+    "scale * q_i . k_j / sqrt(Lk)",
+    _inv_sqrt,
+    length_divisor=lambda Lk: math.sqrt(max(Lk, 1)),
+)
+
+#: The kinds ``score=`` selects by name, in the order they are documented.
+SCORE_KINDS: MappingProxyType[str, ScoreKind] = MappingProxyType(
+    {kind.name: kind for kind in (SCALED_DOT, DOT, COSINE, NORMALIZED, LENGTH_SCALED)}
+)
+SCORES: tuple[str, ...] = tuple(SCORE_KINDS)
+
+#: A ``score_mod`` callable passed as ``score=`` (the callable is the kind's argument).
+SCORE_MOD = ScoreKind(
+    "score_mod",
+    "score_mod(scale * q_i . k_j, b, h, i, j)",
+    _inv_sqrt,
+    block=_dot_then_mod,
+    not_fused="a score_mod callable needs materialised scores",
+    in_place=False,
+)
+#: :func:`~qkv.functional.additive_attention` (``w_v`` is the kind's argument; not a ``score=``).
+ADDITIVE = ScoreKind(
+    "additive",
+    "w_v . tanh(q_i + k_j)",
+    _one,
+    block=_tanh_features,
+    not_fused="additive scores are not a dot product",
+    pair_values=lambda h: h,
+)
+
+
+def score_kind(score: object) -> tuple[ScoreKind, ScoreMod | None]:
+    """The kind of a ``score=`` value and its argument (the callable for a ``score_mod``).
+
+    Raises:
+        ValueError: ``score`` is neither a known name nor a callable.
+    """
+    kind = SCORE_KINDS.get(score) if isinstance(score, str) else None
+    if kind is not None:
+        return kind, None
+    if callable(score):
+        return SCORE_MOD, score
+    raise ValueError(
+        f"score: expected one of {', '.join(repr(s) for s in SCORES)} or a callable "
+        f"score_mod(scores, b, h, q_idx, k_idx), got {score!r}"
+    )
+
+
+# ---------------------------------------------------------------------------- by score value
+def check_score(score: object) -> None:
+    """Raise a clear error unless ``score`` is a known name or a callable."""
+    score_kind(score)
+
+
+def qk_multiplier(score: Score, scale: float | Tensor | None, d: int, Lk: int) -> float | Tensor:
+    """The factor applied to ``q . k`` (for ``"normalized"``: applied after normalising)."""
+    return score_kind(score)[0].multiplier(scale, d, Lk)
+
+
+def prepare_qk(q: Tensor, k: Tensor, score: Score) -> tuple[Tensor, Tensor]:
+    """L2-normalise q and k per row for ``"cosine"``; pass them through otherwise."""
+    return score_kind(score)[0].prepare(q, k)
+
+
+def normalize_rows(
+    scores: Tensor, blocked: Tensor | None, multiplier: float | Tensor, eps: float = _EPS
+) -> Tensor:
+    """Divide each query's row of scores by its L2 norm over the keys it may see (``"normalized"``).
+
+    ``eps`` is kept for compatibility: rows whose norm is below ``1e-12`` get zero scores.
+    """
+    return _ROW_NORM.apply(scores, blocked, multiplier)
