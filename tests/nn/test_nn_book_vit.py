@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from qkv import functional as qf
 from qkv.nn import (
     AdditiveAttention,
     DotProductAttention,
@@ -220,18 +221,61 @@ def test_vit_attention_matches_timm(timm_attention, qkv_bias, qk_norm):
     torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("score", ["dot", "cosine", "normalized", "length_scaled"])
-def test_every_module_takes_every_score(score):
-    x = torch.randn(2, 5, 12)
-    vl = torch.tensor([3, 5])
-    for m in (
-        DotProductAttention(score=score),
-        MultiHeadAttention(12, 3, score=score),
-        MultiHeadSelfAttention(12, 3, score=score),
-    ):
-        m.eval()
-        out = m(x, valid_lens=vl) if isinstance(m, MultiHeadSelfAttention) else m(x, x, x, vl)
-        assert out.shape == (2, 5, 12) and torch.isfinite(out).all()
+def alibi(s, b, h, i, j):
+    return s - 0.2 * (h + 1) * (i - j).abs()
+
+
+def heads(x, H):
+    """``(B, L, H*d) -> (B, H, L, d)``."""
+    return x.unflatten(-1, (H, -1)).transpose(1, 2)
+
+
+def randomize(m: nn.Module, g: torch.Generator) -> nn.Module:
+    """Every parameter drawn at random (zero biases and unit norms would hide mistakes)."""
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return m
+
+
+@pytest.mark.parametrize("scale", [None, 0.37])
+@pytest.mark.parametrize("score", [*qf.SCORES, alibi], ids=[*qf.SCORES, "score_mod"])
+def test_every_module_takes_every_score(score, scale):
+    """Each module's output is qkv.functional.attention(..., score=, scale=) on its own projected
+    queries, keys and values, computed here from its weights (float64, odd sizes)."""
+    g = torch.Generator().manual_seed(0)
+    B, Lq, Lk, H, d = 3, 5, 7, 3, 5
+    D = H * d
+    vl = torch.tensor([3, 7, 1])
+    kw = {"score": score, "scale": scale}
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    def attend(q, k, v, **masks):
+        return qf.attention(q, k, v, **kw, **masks, need_weights=True)
+
+    # the book's DotProductAttention: no projection
+    m = DotProductAttention(**kw).eval()
+    q, k, v = rand(B, Lq, d), rand(B, Lk, d), rand(B, Lk, 4)
+    out, w = attend(q, k, v, valid_lens=vl)
+    torch.testing.assert_close(m(q, k, v, vl), out)
+    torch.testing.assert_close(m.attention_weights, w)
+
+    # the book's MultiHeadAttention: W_q, W_k, W_v, W_o
+    m = randomize(MultiHeadAttention(D, H, bias=True, **kw).double().eval(), g)
+    X, Y = rand(B, Lq, D), rand(B, Lk, D)
+    out, w = attend(heads(m.W_q(X), H), heads(m.W_k(Y), H), heads(m.W_v(Y), H), valid_lens=vl)
+    torch.testing.assert_close(m(X, Y, Y, vl), m.W_o(out.transpose(1, 2).flatten(2)))
+    m(X, Y, Y, vl, need_weights=True)
+    torch.testing.assert_close(m.attention_weights, w)
+
+    # ViT's MultiHeadSelfAttention: fused qkv, per-head LayerNorms, proj
+    m = MultiHeadSelfAttention(D, H, qkv_bias=True, qk_norm=True, **kw).double().eval()
+    m = randomize(m, g)
+    q, k, v = m.qkv(Y).view(B, Lk, 3, H, d).permute(2, 0, 3, 1, 4)  # (B, H, Lk, d) each
+    out, _ = attend(m.q_norm(q), m.k_norm(k), v, valid_lens=vl)
+    torch.testing.assert_close(m(Y, valid_lens=vl), m.proj(out.transpose(1, 2).reshape(B, Lk, D)))
 
 
 @pytest.mark.parametrize(

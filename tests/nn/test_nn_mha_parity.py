@@ -10,7 +10,9 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from qkv import functional as qf
 from qkv.nn import MultiheadAttention
 
 N_CONFIGS = 300
@@ -195,13 +197,38 @@ def test_dropout_in_training_only():
     assert (w == 0).float().mean() == 0
 
 
-@pytest.mark.parametrize("score", ["dot", "cosine", "normalized", "length_scaled"])
-def test_every_score_runs(score):
-    m = MultiheadAttention(12, 3, batch_first=True, score=score).eval()
-    x = torch.randn(2, 5, 12)
-    out, w = m(x, x, x)
-    assert out.shape == (2, 5, 12) and torch.isfinite(out).all()
-    torch.testing.assert_close(w.sum(-1), torch.ones(2, 5))
+def alibi(s, b, h, i, j):
+    return s - 0.2 * (h + 1) * (i - j).abs()
+
+
+@pytest.mark.parametrize("scale", [None, 0.37])
+@pytest.mark.parametrize("score", [*qf.SCORES, alibi], ids=[*qf.SCORES, "score_mod"])
+def test_every_score_runs(score, scale):
+    """The output and weights are qkv.functional.attention(..., score=, scale=) on the module's
+    own projections, computed here from its weights (float64, odd sizes)."""
+    g = torch.Generator().manual_seed(0)
+    E, H, B, L, S = 15, 3, 3, 5, 7
+    m = MultiheadAttention(E, H, batch_first=True, score=score, scale=scale).double().eval()
+    with torch.no_grad():  # non-zero biases
+        for p in (m.in_proj_bias, m.out_proj.bias):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    x = torch.randn(B, L, E, generator=g, dtype=torch.float64)
+    kv = torch.randn(B, S, E, generator=g, dtype=torch.float64)
+    kpm = torch.rand(B, S, generator=g) < 0.3
+    kpm[:, 0] = False
+    out, w = m(x, kv, kv, key_padding_mask=kpm)
+
+    def heads(t):  # (B, L, E) -> (B, H, L, E/H)
+        return t.unflatten(-1, (H, -1)).transpose(1, 2)
+
+    (Wq, Wk, Wv), (bq, bk, bv) = m.in_proj_weight.chunk(3), m.in_proj_bias.chunk(3)
+    q, k, v = heads(F.linear(x, Wq, bq)), heads(F.linear(kv, Wk, bk)), heads(F.linear(kv, Wv, bv))
+    o, weights = qf.attention(
+        q, k, v, key_padding_mask=kpm, score=score, scale=scale, need_weights=True
+    )
+    torch.testing.assert_close(out, m.out_proj(o.transpose(1, 2).reshape(B, L, E)))
+    torch.testing.assert_close(w, weights.mean(dim=1))
+    torch.testing.assert_close(w.sum(-1), torch.ones(B, L, dtype=torch.float64))
 
 
 @pytest.mark.parametrize(

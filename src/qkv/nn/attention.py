@@ -11,7 +11,6 @@ None of them computes a softmax or builds a mask by itself.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -20,9 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..functional import additive_attention, attention, check_masks
-from ..functional.scores import Score, check_score
+from ..functional.scores import Score
 from ._checks import positive_int as _positive_int
 from ._checks import probability as _dropout
+from ._checks import score_and_scale
 from .kv_cache import KVCache
 from .position import RotaryEmbedding
 
@@ -46,16 +46,6 @@ def _heads(embed_name: str, embed_dim: int, num_heads: int) -> int:
     return embed_dim // num_heads
 
 
-def _score(score: Score, scale: float | None) -> None:
-    check_score(score)
-    if scale is not None and (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not (math.isfinite(scale) and scale > 0)
-    ):
-        raise ValueError(f"scale: expected a positive finite float or None, got {scale!r}")
-
-
 def _want_3d(name: str, x: object, width: int | None = None) -> Tensor:
     if not isinstance(x, Tensor) or x.dim() != 3:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -65,8 +55,50 @@ def _want_3d(name: str, x: object, width: int | None = None) -> Tensor:
     return x
 
 
+# ---------------------------------------------------------------------------- the shared call
+class _ScoredAttention(nn.Module):
+    """What the modules calling :func:`qkv.functional.attention` share: their ``score`` and
+    ``scale`` (checked once, at construction) and the one call.  Adds no parameters."""
+
+    score: Score
+    scale: float | None
+
+    def _set_score(self, score: Score, scale: float | None) -> None:
+        score_and_scale(score, scale)
+        self.score, self.scale = score, scale
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        dropout: float,
+        *,
+        valid_lens: Tensor | Sequence[int] | None = None,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:func:`qkv.functional.attention` of ``q`` ``(B, H, Lq, d)`` over ``k``/``v`` with this
+        module's score and scale; the dropout rate applies in training only."""
+        return attention(
+            q,
+            k,
+            v,
+            valid_lens=valid_lens,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            score=self.score,
+            scale=self.scale,
+            dropout_p=dropout if self.training else 0.0,
+            need_weights=need_weights,
+        )
+
+
 # ---------------------------------------------------------------------------- torch drop-in
-class MultiheadAttention(nn.Module):
+class MultiheadAttention(_ScoredAttention):
     """A drop-in for ``torch.nn.MultiheadAttention``.
 
     Same constructor, same parameters under the same names and shapes (``load_state_dict`` works
@@ -106,11 +138,11 @@ class MultiheadAttention(nn.Module):
         super().__init__()
         self.head_dim = _heads("embed_dim", embed_dim, num_heads)
         self.dropout = _dropout("dropout", dropout)
-        _score(score, scale)
+        self._set_score(score, scale)
         self.kdim = embed_dim if kdim is None else _positive_int("kdim", kdim)
         self.vdim = embed_dim if vdim is None else _positive_int("vdim", vdim)
         self.embed_dim, self.num_heads, self.batch_first = embed_dim, num_heads, batch_first
-        self.add_zero_attn, self.score, self.scale = add_zero_attn, score, scale
+        self.add_zero_attn = add_zero_attn
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         fk = {"device": device, "dtype": dtype}
         E = embed_dim
@@ -338,17 +370,15 @@ class MultiheadAttention(nn.Module):
         q = q.unflatten(-1, (H, d)).transpose(1, 2)
         k = k.unflatten(-1, (H, d)).transpose(1, 2)
         v = v.unflatten(-1, (H, d)).transpose(1, 2)
-        out, weights = attention(
+        out, weights = self._attend(
             q,
             k,
             v,
+            self.dropout,
             valid_lens=valid_lens,
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
-            score=self.score,
-            scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
         )
         # (B, H, L, d) -> (B, L, H, d) -> (B, L, E), or (L, B, E) for seq-first
@@ -430,7 +460,7 @@ class MultiheadAttention(nn.Module):
 
 
 # ---------------------------------------------------------------------------- the book's modules
-class DotProductAttention(nn.Module):
+class DotProductAttention(_ScoredAttention):
     """The book's scaled dot-product attention (d2l ``DotProductAttention(dropout)``).
 
     ``forward(queries (B, Lq, d), keys (B, Lk, d), values (B, Lk, dv), valid_lens=None)``
@@ -443,8 +473,7 @@ class DotProductAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(_dropout("dropout", dropout))
-        _score(score, scale)
-        self.score, self.scale = score, scale
+        self._set_score(score, scale)
         self.attention_weights: Tensor | None = None
 
     def forward(
@@ -456,15 +485,8 @@ class DotProductAttention(nn.Module):
         *,
         need_weights: bool = True,
     ) -> Tensor:
-        out, self.attention_weights = attention(
-            queries,
-            keys,
-            values,
-            valid_lens=valid_lens,
-            score=self.score,
-            scale=self.scale,
-            dropout_p=self.dropout.p if self.training else 0.0,
-            need_weights=need_weights,
+        out, self.attention_weights = self._attend(
+            queries, keys, values, self.dropout.p, valid_lens=valid_lens, need_weights=need_weights
         )
         return out
 
@@ -522,7 +544,7 @@ class AdditiveAttention(nn.Module):
         return self.W_k(_want_3d("keys", keys, self.W_k.in_features))
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(_ScoredAttention):
     """The book's multi-head attention, ``MultiHeadAttention(num_hiddens, num_heads, dropout,
     bias=False)`` with ``W_q``, ``W_k``, ``W_v``, ``W_o``.
 
@@ -561,8 +583,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.head_dim = _heads("num_hiddens", num_hiddens, num_heads)
         self.num_hiddens, self.num_heads = num_hiddens, num_heads
-        _score(score, scale)
-        self.score, self.scale = score, scale
+        self._set_score(score, scale)
         if rotary is not None:
             if not isinstance(rotary, RotaryEmbedding):
                 raise TypeError(
@@ -615,24 +636,22 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.rotary(q, offset), self.rotary(k, offset)
             if cache is not None:
                 k, v = cache.set(k, v) if cache.static else cache.append(k, v)
-        out, self.attention_weights = attention(
+        out, self.attention_weights = self._attend(
             q,
             k,
             v,
+            self.dropout.p,
             valid_lens=valid_lens,
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
-            score=self.score,
-            scale=self.scale,
-            dropout_p=self.dropout.p if self.training else 0.0,
             need_weights=need_weights,
         )
         # (B, H, Lq, d) -> (B, Lq, H*d)
         return self.W_o(out.transpose(1, 2).flatten(2))
 
 
-class MultiHeadSelfAttention(nn.Module):
+class MultiHeadSelfAttention(_ScoredAttention):
     """ViT's self-attention with a fused ``qkv`` projection (seed 002, timm's ``Attention``).
 
     Parameters ``qkv`` (Linear ``dim -> 3*dim``), ``proj`` (Linear ``dim -> dim``) and, with
@@ -658,8 +677,7 @@ class MultiHeadSelfAttention(nn.Module):
         super().__init__()
         self.head_dim = _heads("dim", dim, num_heads)
         self.dim, self.num_heads = dim, num_heads
-        _score(score, scale)
-        self.score, self.scale = score, scale
+        self._set_score(score, scale)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.q_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
         self.k_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
@@ -679,17 +697,15 @@ class MultiHeadSelfAttention(nn.Module):
         # (B, N, 3*C) -> (B, N, 3, H, d) -> (3, B, H, N, d)
         q, k, v = self.qkv(x).view(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = self.q_norm(q), self.k_norm(k)
-        out, _ = attention(
+        out, _ = self._attend(
             q,
             k,
             v,
+            self.attn_drop.p,
             valid_lens=valid_lens,
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
-            score=self.score,
-            scale=self.scale,
-            dropout_p=self.attn_drop.p if self.training else 0.0,
         )
         out = out.transpose(1, 2).reshape(B, N, C)  # (B, H, N, d) -> (B, N, C)
         return self.proj_drop(self.proj(out))
