@@ -499,8 +499,8 @@ def attention(
     Args:
         scale: multiplier of ``q . k``; its default depends on ``score`` (see
             :mod:`qkv.functional.scores`).  A one-element tensor (a learned temperature) is allowed.
-        score: a name in :data:`~qkv.functional.scores.SCORES` (``"scaled_dot"``, ``"dot"``,
-            ``"cosine"``, ``"normalized"``, ``"length_scaled"``) or a callable
+        score: a name in :data:`~qkv.functional.SCORES` (``"scaled_dot"``, ``"dot"``, ...: the
+            table in :mod:`qkv.functional.scores`) or a callable
             ``score_mod(scores, b, h, q_idx, k_idx)``.
         dropout_p: dropout on the attention weights (always applied when > 0: modules pass 0
             in eval mode).

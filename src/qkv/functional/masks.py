@@ -121,11 +121,11 @@ class ValidLens(IndexMask):
     """``valid_lens`` ``(B, 1, Lq|1, 1)``: query ``i`` of batch element ``b`` sees keys
     ``j < valid_lens[b, i]``."""
 
-    __slots__ = ("_per_query", "lens")
+    __slots__ = ("_lens_range", "lens")
 
     def __init__(self, lens: Tensor) -> None:
         self.lens = lens
-        self._per_query: tuple[list[int], list[int]] | None = None
+        self._lens_range: tuple[list[int], list[int]] | None = None
 
     @property
     def per_query(self) -> bool:  # type: ignore[override]
@@ -139,12 +139,12 @@ class ValidLens(IndexMask):
         return kj >= vl  # (B, 1, lq|1, lk)
 
     def key_bounds(self, q0: int, q1: int, Lk: int) -> KeyBounds:
-        if self._per_query is None:  # over the batch, once per call (one device sync)
-            self._per_query = (
+        if self._lens_range is None:  # over the batch, once per call (one device sync)
+            self._lens_range = (
                 self.lens.amin(dim=0).flatten().tolist(),
                 self.lens.amax(dim=0).flatten().tolist(),
             )
-        lo_q, hi_q = self._per_query
+        lo_q, hi_q = self._lens_range
         if len(hi_q) == 1:
             return 0, min(Lk, hi_q[0]), 0, min(Lk, lo_q[0])
         return 0, min(Lk, max(hi_q[q0:q1])), 0, min(Lk, min(lo_q[q0:q1]))
