@@ -16,9 +16,9 @@ as far as the kernels are deterministic).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -33,15 +33,11 @@ from torch import nn
 
 from ..data import (
     Batch,
-    Normalizer,
     Split,
     TokenBatcher,
     Tokenizer,
-    build_tokenizers,
-    bundled_pairs,
     encode_pairs,
     load_tokenizers,
-    read_pairs,
     save_tokenizers,
     split_pairs,
 )
@@ -61,13 +57,19 @@ from .checkpoint import (
     prune_checkpoints,
     read_weights,
     remove_stale_temporaries,
-    resolve_model_dir,
     save_checkpoint,
     write_model_folder,
 )
 from .config import RESUMABLE_KEYS, TrainConfig
 from .losses import sequence_loss
 from .presets import resolve_config
+from .run_data import (
+    RunData,
+    load_run_data,
+    raw_run_pairs,
+    read_run_pairs,
+    saved_run_pairs,
+)
 from .schedules import Schedule
 
 __all__ = [
@@ -86,139 +88,6 @@ __all__ = [
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss became NaN or infinite)."""
-
-
-# ---------------------------------------------------------------------------- data
-@dataclass
-class RunData:
-    """A run's text: the split, the three parts (normalised), the tokenizers."""
-
-    split: Split
-    train: list[tuple[str, str]]
-    valid: list[tuple[str, str]]
-    test: list[tuple[str, str]]
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    source: str
-    raw_valid: list[str] = field(default_factory=list)
-    raw_test: list[str] = field(default_factory=list)
-
-
-def _normalizer(name: str) -> Normalizer:
-    return Normalizer.book() if name == "book" else Normalizer()
-
-
-def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
-    """The raw pairs of ``config.data`` (the bundled corpus when None), cut to ``max_pairs``."""
-    if config.data is None:
-        pairs, source = bundled_pairs(), "the bundled English-French corpus"
-    else:
-        pairs, report = read_pairs(config.data, config.data_format)
-        source = config.data
-        if report.n_skipped and os.environ.get("RANK", "0") == "0":  # said once under torchrun
-            print(f"qkv: {report}", file=sys.stderr)
-    if config.max_pairs is not None:
-        pairs = pairs[: config.max_pairs]
-    return pairs, source
-
-
-def raw_run_pairs(
-    config: TrainConfig, split: Split
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
-    """The run's train, valid and test pairs exactly as the data file holds them (not
-    normalised): what translations are scored against."""
-    pairs, _ = read_run_pairs(config)
-    train, valid, test = split.apply(pairs)
-    return list(train), list(valid), list(test)
-
-
-#: the parts of a run's data, in the order :meth:`qkv.data.Split.apply` returns them
-RUN_PARTS = ("train", "valid", "test")
-
-
-def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tuple[str, str]], str]:
-    """One part of the data a saved model was trained on, as the data file holds it (not
-    normalised: what ``qkv evaluate`` scores against), and what it is in words.
-
-    Args:
-        model_dir: a ``qkv train --out`` folder or one of its checkpoint or model folders (see
-            :func:`qkv.inference.resolve_model_dir`).
-        part: ``"train"``, ``"valid"`` or ``"test"``.
-
-    Returns:
-        ``(pairs, description)``, e.g. ``"the test split of data/en-fr.tsv"``; no pairs
-        when that part of the run is empty.
-
-    Raises:
-        ValueError: an unknown ``part``, or data that is not the data the run was split from.
-        CheckpointError: no usable checkpoint there.
-    """
-    if part not in RUN_PARTS:
-        raise ValueError(f"part: expected one of {RUN_PARTS}, got {part!r}")
-    ckpt = load_checkpoint(resolve_model_dir(model_dir), with_tensors=False)
-    try:
-        config = TrainConfig.from_dict(ckpt.train_config)
-        split = Split.from_dict(ckpt.split)
-    except (TypeError, ValueError, KeyError) as e:
-        raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
-    pairs = dict(zip(RUN_PARTS, raw_run_pairs(config, split)))[part]
-    source = config.data or "the bundled English-French corpus"
-    return pairs, f"the {part} split of {source}"
-
-
-def load_run_data(
-    config: TrainConfig,
-    *,
-    split: Split | None = None,
-    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
-    pairs: tuple[list[tuple[str, str]], str] | None = None,
-) -> RunData:
-    """Read, split and normalise the run's pairs, and build (or take) the tokenizers.
-
-    With ``split`` (a resumed run, or evaluation) the saved split is applied, which checks that
-    the data is the data the run was trained on. ``pairs`` gives the ``(pairs, source)`` that
-    :func:`read_run_pairs` returned, when they were read already. The references of the
-    validation and test parts are also kept as they were read (``raw_valid``, ``raw_test``):
-    translations are scored against those, as sacreBLEU scores.
-    """
-    pairs_read, source = pairs if pairs is not None else read_run_pairs(config)
-    if split is None:
-        split = split_pairs(
-            pairs_read, valid=config.valid, test=config.test, seed=config.split_seed
-        )
-    train, valid, test = split.apply(pairs_read)
-    if not train or not valid:
-        raise ValueError(
-            f"data: {source} gives {len(train)} training and {len(valid)} validation pairs; "
-            "expected some of each (more data, or other valid/test sizes)"
-        )
-    raw_valid, raw_test = [t for _, t in valid], [t for _, t in test]
-    bundled = config.data is None
-    # a resumed run keeps the normaliser saved with its tokenizers, even if the named one changed
-    saved = tokenizers[0].normalizer if tokenizers is not None else None
-    name = config.normalizer if config.normalizer != "auto" else ("book" if bundled else "plain")
-    norm = saved if saved is not None else _normalizer(name)
-    train, valid, test = norm.pairs(train), norm.pairs(valid), norm.pairs(test)
-    if tokenizers is None:
-        kind = config.tokenizer
-        if kind == "auto":
-            kind = "word" if bundled else "sentencepiece"
-        joint = config.joint_vocab if config.joint_vocab is not None else kind == "sentencepiece"
-        opts: dict[str, Any] = (
-            {"min_freq": config.min_freq}
-            if kind == "word"
-            else {
-                "vocab_size": config.vocab_size or 8000,
-                "model_type": config.subword_model,
-                "byte_fallback": config.byte_fallback,
-            }
-        )
-        src_tok, tgt_tok = build_tokenizers(
-            train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts
-        )
-    else:
-        src_tok, tgt_tok = tokenizers
-    return RunData(split, train, valid, test, src_tok, tgt_tok, source, raw_valid, raw_test)
 
 
 # ---------------------------------------------------------------------------- optimisation
@@ -525,10 +394,10 @@ def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
         yield from batcher
 
 
-def _repair_best_pointer(ckroot: Path, state: dict) -> None:
+def _repair_best_pointer(ckroot: Path, state: RunState) -> None:
     """Make ``best.json`` name the run state's best checkpoint: a crash right after a
     checkpoint's rename, before its ``best.json`` write, leaves the pointer stale."""
-    best_step = state.get("best_step")
+    best_step = state.best_step
     if best_step is None:
         return
     name = f"step-{int(best_step):08d}"
@@ -537,7 +406,7 @@ def _repair_best_pointer(ckroot: Path, state: dict) -> None:
     current = best_checkpoint(ckroot)
     if current is None or current.name != name:
         atomic_write_json(
-            ckroot / "best.json", {"step": int(best_step), "path": name, "bleu": state["best_bleu"]}
+            ckroot / "best.json", {"step": int(best_step), "path": name, "bleu": state.best_bleu}
         )
 
 
@@ -716,17 +585,18 @@ def _finish(
     run_cfg: TrainConfig,
     user_cfg: TrainConfig,
     data: RunData,
-    state: dict,
+    state: RunState,
     pairs: Sequence[tuple[str, str]],
     refs: Sequence[str],
     device: torch.device,
     say: Any,
     time_left: float = math.inf,
     eval_cost: float = 0.0,
-) -> Path:
+) -> tuple[Path, float, dict[str, Any]]:
     """Write ``OUT/final``: the best checkpoint's weights, or the average of the newest
     ``average_last`` checkpoints when it validates better, with the decoding (greedy, or beam 4
-    with a length penalty) that validates best. Returns the folder."""
+    with a length penalty) that validates best. Returns the folder, its validation BLEU and
+    the decoding."""
     t0 = time.monotonic()
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
 
@@ -736,10 +606,10 @@ def _finish(
             references=refs, max_len=run_cfg.max_len, no_repeat_ngram=nr,
         )  # fmt: skip
 
-    best_dir = ckroot / f"step-{int(state['best_step']):08d}"
+    best_dir = ckroot / f"step-{int(state.best_step):08d}"
     weights = read_weights(best_dir)
-    bleu = float(state["best_bleu"])
-    source: dict[str, Any] = {"kind": "best checkpoint", "steps": [int(state["best_step"])]}
+    bleu = float(state.best_bleu)
+    source: dict[str, Any] = {"kind": "best checkpoint", "steps": [int(state.best_step)]}
     found = find_checkpoints(ckroot)
     # the newest checkpoints only (pruning keeps keep_last of them, and the best)
     n_avg = min(run_cfg.average_last, run_cfg.keep_last)
@@ -788,7 +658,7 @@ def _finish(
     decoding["chosen_on"] = f"{len(pairs)} validation sentences, BLEU {bleu:.2f}"
     folder = write_model_folder(
         out / "final",
-        step=int(state["step"]),
+        step=int(state.step),
         state_dict=model.state_dict(),
         model_config=model_config.to_dict(),
         write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
@@ -796,23 +666,22 @@ def _finish(
             "train.json": user_cfg.to_dict(),
             "split.json": data.split.to_dict(),
             "trainer.json": {
-                "step": int(state["step"]),
+                "step": int(state.step),
                 "weights": source,
                 "valid_bleu": bleu,
                 "resolved_config": run_cfg.to_dict(),
-                "preset": state.get("preset"),
-                "history": state["history"],
+                "preset": state.preset,
+                "history": state.history,
             },
             "decoding.json": decoding,
         },
     )
-    state["final_bleu"], state["decoding"] = bleu, decoding
     say(
         f"qkv train: final model ({source['kind']} of updates {source['steps']}, "
         f"{'greedy' if decoding['beam_size'] == 1 else 'beam 4'}) valid BLEU {bleu:.2f} in "
         f"{folder} ({time.monotonic() - t0:.1f} s)"
     )
-    return folder
+    return folder, bleu, decoding
 
 
 def train(
@@ -848,60 +717,248 @@ def train(
     ckroot = out / "checkpoints"
     info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
     try:
-        return _run(config, out, ckroot, info, resume, progress, stream)
+        return _Run(config, out, ckroot, info, resume, progress, stream).run()
     finally:
         D.cleanup()
 
 
-def _run(
-    config: TrainConfig,
-    out: Path,
-    ckroot: Path,
-    info: D.DistInfo,
-    resume: bool,
-    show: bool,
-    stream: Any,
-) -> TrainResult:
-    t_start = time.monotonic()
-    device = info.device
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    bar = Progress(config.step_limit, show and info.is_main, stream)
-    say = bar.message
+@dataclass
+class RunState:
+    """What the loop keeps between updates, saved in every checkpoint's ``trainer.json`` and
+    restored on resume (with the data position, which the batcher keeps).
 
-    # -- where we start -----------------------------------------------------------------------
-    if config.data is not None:
-        config = config.updated({"data": str(Path(config.data).resolve())})
-    ckpt: LoadedCheckpoint | None = None
-    if info.is_main:
-        remove_stale_temporaries(ckroot)
-    D.barrier()
-    latest = latest_checkpoint(ckroot)
-    if latest is not None and not resume:
-        raise ValueError(
-            f"out: {str(out)!r} already holds a run (checkpoint {latest.name}); pass --resume to "
-            "continue it, or choose another --out"
+    Attributes:
+        step: updates done.
+        best_bleu, best_step: the best validation BLEU so far and its update.
+        evals_since_best: scheduled evaluations since the best scheduled one (patience).
+        grid_best_bleu: the best BLEU of the scheduled evaluations (patience compares to it).
+        target_tokens: target tokens trained on.
+        history: the logged training and validation figures.
+        loss_window: losses of the updates since the last progress line (a resumed run logs
+            the same means).
+        stopped: ``"early_stopping"`` once patience ran out, ``"max_minutes"`` once the budget
+            did: resuming with the same settings then does nothing.
+        last_eval, last_save: the updates of the last scheduled evaluation and checkpoint
+            (automatic cadence).
+        resolved_config: the run's settings after the preset filled them in.
+        preset: what the preset chose and why.
+        train_seconds: seconds of the run's earlier invocations (``max_minutes`` is the whole
+            run's budget).
+    """
+
+    step: int = 0
+    best_bleu: float | None = None
+    best_step: int | None = None
+    evals_since_best: int = 0
+    grid_best_bleu: float | None = None
+    target_tokens: int = 0
+    history: list[dict] = field(default_factory=list)
+    loss_window: list[float] = field(default_factory=list)
+    stopped: str | None = None
+    last_eval: int = 0
+    last_save: int = 0
+    resolved_config: dict = field(default_factory=dict)
+    preset: dict | None = None
+    train_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready fields (what ``trainer.json`` holds besides the data position)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Take every field ``saved`` (a checkpoint's ``trainer.json``) holds."""
+        for f in dataclasses.fields(self):
+            if f.name in saved:
+                setattr(self, f.name, saved[f.name])
+        if "grid_best_bleu" not in saved:  # written before it was kept apart
+            self.grid_best_bleu = self.best_bleu
+
+
+@dataclass
+class _Model:
+    """What the run trains and with what: built fresh, or restored from a checkpoint."""
+
+    data: RunData
+    model_config: Any
+    model: EncoderDecoder
+    batcher: TokenBatcher
+    valid_batches: TokenBatcher
+    bleu_pairs: list[tuple[str, str]]
+    bleu_refs: list[str]
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+
+
+class _Run:
+    """One invocation of ``qkv train``, in phases a reader can find:
+
+    * :meth:`_open` (where we start: a checkpoint to resume, or none), :meth:`_build` (data,
+      model, batches, optimizer, schedule) and :meth:`_restore` (their state, the RNGs and the
+      :class:`RunState` from the checkpoint);
+    * then per update: :meth:`_step` (one optimizer update), :meth:`_replan` and :meth:`_log`,
+      :meth:`_out_of_time` (the stop decision all ranks agree on), :meth:`_evaluate_if_due`
+      (validation and early stopping) and :meth:`_checkpoint_if_due`;
+    * and at the end :meth:`_final_model` (averaging, decoding chosen) and the result.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        out: Path,
+        ckroot: Path,
+        info: D.DistInfo,
+        resume: bool,
+        show: bool,
+        stream: Any,
+    ) -> None:
+        self.t_start = time.monotonic()
+        self.out, self.ckroot, self.info, self.device = out, ckroot, info, info.device
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.bar = Progress(config.step_limit, show and info.is_main, stream)
+        self.say = self.bar.message
+        self.config, self.ckpt, self.saved = self._open(config, resume)
+        self.run_cfg, self.preset_info, data = self._settings_and_data()
+        self.timed = self.run_cfg.max_minutes is not None
+        self.limit = self.run_cfg.step_limit
+        self.plan = _Plan(self.run_cfg, self.timed)
+        self.m = self._build(data)
+        self.state = RunState(resolved_config=self.run_cfg.to_dict(), preset=self.preset_info)
+        # the loop's own state (not saved): set by _restore
+        self.final_bleu: float | None = None
+        self.decoding: dict | None = None
+        self._restore()
+
+    # -- where we start -------------------------------------------------------------------------
+    def _open(
+        self, config: TrainConfig, resume: bool
+    ) -> tuple[TrainConfig, LoadedCheckpoint | None, TrainConfig | None]:
+        """The settings, and the checkpoint to resume from (with its saved settings), if any."""
+        if config.data is not None:
+            config = config.updated({"data": str(Path(config.data).resolve())})
+        if self.info.is_main:
+            remove_stale_temporaries(self.ckroot)
+        D.barrier()
+        latest = latest_checkpoint(self.ckroot)
+        if latest is not None and not resume:
+            raise ValueError(
+                f"out: {str(self.out)!r} already holds a run (checkpoint {latest.name}); pass "
+                "--resume to continue it, or choose another --out"
+            )
+        if resume and latest is not None:
+            ckpt = load_checkpoint(latest)
+            try:
+                saved = TrainConfig.from_dict(ckpt.train_config)
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(
+                    f"checkpoint: train.json in {str(latest)!r} is invalid: {e}"
+                ) from None
+            return _check_resume_config(saved, config), ckpt, saved
+        if resume:
+            self.say(f"qkv train: nothing to resume in {self.out}; starting a new run")
+        return config, None, None
+
+    # -- data, the run's plan, the model ----------------------------------------------------------
+    def _settings_and_data(self) -> tuple[TrainConfig, dict | None, RunData]:
+        """The resolved settings (a preset's choices filled in), the preset's reasons, and the
+        run's data: the checkpoint's for a resumed run."""
+        config, ckpt, info = self.config, self.ckpt, self.info
+        if ckpt is not None:
+            return self._resumed_data(ckpt)
+        pairs, source = read_run_pairs(config)
+        split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
+        n_train = len(split.train)
+        if n_train < 1:
+            raise ValueError(
+                f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
+                f"read); expected more data, or smaller valid/test sizes"
+            )
+        run_cfg, preset = resolve_config(
+            config, n_train, device=self.device.type, world_size=info.world_size
         )
-    if resume and latest is not None:
-        ckpt = load_checkpoint(latest)
-        try:
-            saved = TrainConfig.from_dict(ckpt.train_config)
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(
-                f"checkpoint: train.json in {str(latest)!r} is invalid: {e}"
-            ) from None
-        config = _check_resume_config(saved, config)
-    elif resume:
-        say(f"qkv train: nothing to resume in {out}; starting a new run")
+        preset_info = preset.to_dict() if preset is not None else None
+        return run_cfg, preset_info, load_run_data(run_cfg, split=split, pairs=(pairs, source))
 
-    # -- data, the run's plan, the model ------------------------------------------------------
-    if ckpt is not None:
+    def _build(self, data: RunData) -> _Model:
+        """The model (the checkpoint's weights when resuming), the batches, the optimizer and
+        the schedule, in the order that draws the same random numbers on every start."""
+        run_cfg, ckpt, info = self.run_cfg, self.ckpt, self.info
+        src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+        torch.manual_seed(run_cfg.seed)
+        model_config = run_cfg.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
+        if ckpt is not None and ckpt.model_config != model_config.to_dict():
+            raise CheckpointError(
+                f"checkpoint: model.json in {str(ckpt.path)!r} does not match the run's settings"
+            )
+        model = build_model(model_config)
+        if ckpt is not None:
+            load_model_weights(ckpt.path, model)
+        model.to(self.device)
+        src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
+        if run_cfg.max_tokens is None:  # pragma: no cover - resolve_config always sets it
+            raise ValueError("max_tokens: expected a resolved token budget, got None")
+        kept = sum(
+            1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= run_cfg.max_len
+        )
+        if kept == 0:
+            raise ValueError(
+                f"data: every one of the {len(data.train)} training pairs is longer than max_len="
+                f"{run_cfg.max_len} tokens (with <eos>); nothing to train on: raise max_len "
+                "(--set max_len=N) or check the data"
+            )
+        batcher = TokenBatcher(
+            src_ids,
+            tgt_ids,
+            max_tokens=run_cfg.max_tokens,
+            max_len=run_cfg.max_len,
+            shuffle=True,
+            seed=run_cfg.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+        )
+        vs, vt = encode_pairs(data.valid, src_tok, tgt_tok, pre_normalized=True)
+        valid_batches = TokenBatcher(
+            vs,
+            vt,
+            max_tokens=max(run_cfg.max_tokens, 256),
+            shuffle=False,
+            rank=0,
+            world_size=1,
+            max_len=max(run_cfg.max_len, 2),
+            truncate=True,
+        )
+        n_bleu = run_cfg.eval_sentences or len(data.valid)
+        optimizer = make_optimizer(model, run_cfg)
+        limit, timed = self.limit, self.timed
+        schedule = Schedule(
+            optimizer,
+            peak_lr=run_cfg.lr,
+            kind=run_cfg.schedule,
+            warmup_steps=self.plan.warmup(min(limit, _FIRST_GUESS) if timed else limit),
+            total_steps=min(limit, _FIRST_GUESS) if timed else limit,
+            min_lr_ratio=run_cfg.min_lr_ratio,
+        )
+        return _Model(
+            data=data,
+            model_config=model_config,
+            model=model,
+            batcher=batcher,
+            valid_batches=valid_batches,
+            bleu_pairs=data.valid[:n_bleu],
+            bleu_refs=data.raw_valid[:n_bleu],
+            optimizer=optimizer,
+            schedule=schedule,
+        )
+
+    def _resumed_data(self, ckpt: LoadedCheckpoint) -> tuple[TrainConfig, dict | None, RunData]:
+        """A resumed run's resolved settings, preset and data (its saved split and tokenizers)."""
         try:
             split = Split.from_dict(ckpt.split)
             toks = load_tokenizers(ckpt.path / "tokenizers")
         except (ValueError, KeyError, OSError) as e:
             raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
         resolved = ckpt.trainer_state.get("resolved_config")
+        saved = self.saved
         try:
             if resolved:
                 run_cfg = TrainConfig.from_dict(resolved)
@@ -913,271 +970,296 @@ def _run(
                 f"checkpoint: the resolved settings in {str(ckpt.path)!r} are invalid: {e}"
             ) from None
         # what may change on resume comes from the invocation; the rest is the run's own
-        run_cfg = run_cfg.updated({k: getattr(config, k) for k in sorted(RESUMABLE_KEYS)})
-        preset_info = ckpt.trainer_state.get("preset")
+        run_cfg = run_cfg.updated({k: getattr(self.config, k) for k in sorted(RESUMABLE_KEYS)})
         data = load_run_data(run_cfg, split=split, tokenizers=toks)
-    else:
-        pairs, source = read_run_pairs(config)
-        split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
-        n_train = len(split.train)
-        if n_train < 1:
-            raise ValueError(
-                f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
-                f"read); expected more data, or smaller valid/test sizes"
-            )
-        run_cfg, preset = resolve_config(
-            config, n_train, device=device.type, world_size=info.world_size
-        )
-        preset_info = preset.to_dict() if preset is not None else None
-        data = load_run_data(run_cfg, split=split, pairs=(pairs, source))
-    src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-    torch.manual_seed(run_cfg.seed)
-    model_config = run_cfg.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
-    if ckpt is not None and ckpt.model_config != model_config.to_dict():
-        raise CheckpointError(
-            f"checkpoint: model.json in {str(ckpt.path)!r} does not match the run's settings"
-        )
-    model = build_model(model_config)
-    if ckpt is not None:
-        load_model_weights(ckpt.path, model)
-    model.to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
-    assert run_cfg.max_tokens is not None  # resolved
-    kept = sum(1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= run_cfg.max_len)
-    if kept == 0:
-        raise ValueError(
-            f"data: every one of the {len(data.train)} training pairs is longer than max_len="
-            f"{run_cfg.max_len} tokens (with <eos>); nothing to train on: raise max_len "
-            "(--set max_len=N) or check the data"
-        )
-    batcher = TokenBatcher(
-        src_ids,
-        tgt_ids,
-        max_tokens=run_cfg.max_tokens,
-        max_len=run_cfg.max_len,
-        shuffle=True,
-        seed=run_cfg.seed,
-        rank=info.rank,
-        world_size=info.world_size,
-    )
-    vs, vt = encode_pairs(data.valid, src_tok, tgt_tok, pre_normalized=True)
-    valid_batches = TokenBatcher(
-        vs,
-        vt,
-        max_tokens=max(run_cfg.max_tokens, 256),
-        shuffle=False,
-        rank=0,
-        world_size=1,
-        max_len=max(run_cfg.max_len, 2),
-        truncate=True,
-    )
-    n_bleu = run_cfg.eval_sentences or len(data.valid)
-    bleu_pairs = data.valid[:n_bleu]
-    bleu_refs = data.raw_valid[:n_bleu]
+        return run_cfg, ckpt.trainer_state.get("preset"), data
 
-    optimizer = make_optimizer(model, run_cfg)
-    timed = run_cfg.max_minutes is not None
-    limit = run_cfg.step_limit
-    plan = _Plan(run_cfg, timed)
-    schedule = Schedule(
-        optimizer,
-        peak_lr=run_cfg.lr,
-        kind=run_cfg.schedule,
-        warmup_steps=plan.warmup(min(limit, _FIRST_GUESS) if timed else limit),
-        total_steps=min(limit, _FIRST_GUESS) if timed else limit,
-        min_lr_ratio=run_cfg.min_lr_ratio,
-    )
-    state: dict[str, Any] = {
-        "step": 0,
-        "best_bleu": None,
-        "best_step": None,
-        "evals_since_best": 0,
-        "grid_best_bleu": None,
-        "target_tokens": 0,
-        "history": [],
-        # losses of the updates since the last progress line: a resumed run logs the same means
-        "loss_window": [],
-        # "early_stopping" once patience ran out: resuming with the same patience and
-        # max_steps then does nothing
-        "stopped": None,
-        # the updates of the last scheduled evaluation and checkpoint (auto cadence)
-        "last_eval": 0,
-        "last_save": 0,
-        "resolved_config": run_cfg.to_dict(),
-        "preset": preset_info,
-        # seconds of the run's earlier invocations: max_minutes is the whole run's budget
-        "train_seconds": 0.0,
-    }
-    if ckpt is not None:
-        tensors = ckpt.tensors or {}
-        try:
-            optimizer.load_state_dict(tensors["optimizer"])
-            schedule.load_state_dict(tensors["schedule"])
-            rngs = tensors["rng"]
-            batcher.load_state_dict(ckpt.trainer_state["data"])
-        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+    # -- restore ----------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        """Put the checkpoint's optimizer, schedule, data position, RNGs and run state back (or
+        seed a fresh run's dropout), decide whether a resumed run has nothing left to do, and
+        set up the clock, the DDP wrapper, TensorBoard and the first messages."""
+        ckpt, info, state, m = self.ckpt, self.info, self.state, self.m
+        if ckpt is not None:
+            tensors = ckpt.tensors or {}
+            try:
+                m.optimizer.load_state_dict(tensors["optimizer"])
+                m.schedule.load_state_dict(tensors["schedule"])
+                rngs = tensors["rng"]
+                m.batcher.load_state_dict(ckpt.trainer_state["data"])
+            except (KeyError, ValueError, TypeError, RuntimeError) as e:
+                raise CheckpointError(
+                    f"checkpoint: the training state in {str(ckpt.path)!r} cannot be restored: {e}"
+                ) from None
+            if len(rngs) != info.world_size:
+                raise CheckpointError(
+                    f"checkpoint: {str(ckpt.path)!r} was written by {len(rngs)} processes; resume "
+                    f"it with the same number (this run has {info.world_size})"
+                )
+            _set_rng_state(rngs[info.rank], self.device)
+            state.restore(ckpt.trainer_state)
+            state.resolved_config = self.run_cfg.to_dict()
+            if info.is_main:
+                _repair_best_pointer(self.ckroot, state)
+        else:
+            # dropout differs per rank; the weights were drawn from config.seed on every rank
+            torch.manual_seed(self.run_cfg.seed * 1009 + 1 + info.rank)
+        self.start_step = int(state.step)
+        self.already_stopped = self._stopped_before()
+        resumed_stop = state.stopped if self.already_stopped else None
+        if not self.already_stopped:
+            state.stopped = None
+        if self.start_step != m.schedule.last_step:
             raise CheckpointError(
-                f"checkpoint: the training state in {str(ckpt.path)!r} cannot be restored: {e}"
-            ) from None
-        if len(rngs) != info.world_size:
-            raise CheckpointError(
-                f"checkpoint: {str(ckpt.path)!r} was written by {len(rngs)} processes; resume it "
-                f"with the same number (this run has {info.world_size})"
+                f"checkpoint: inconsistent state (step {self.start_step}, schedule "
+                f"{m.schedule.last_step})"
             )
-        _set_rng_state(rngs[info.rank], device)
-        state.update({k: ckpt.trainer_state[k] for k in state if k in ckpt.trainer_state})
-        state["resolved_config"] = run_cfg.to_dict()
-        if "grid_best_bleu" not in ckpt.trainer_state:  # written before it was kept apart
-            state["grid_best_bleu"] = state["best_bleu"]
+        if not self.timed and m.schedule.kind != "inverse_sqrt":
+            # an update-bounded run ends at max_steps (which a resumed run may have changed)
+            m.schedule.plan(total_steps=self.limit, warmup_steps=self.plan.warmup(self.limit))
+
+        self.wrapped: nn.Module = m.model
+        if info.distributed:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                m.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.writer = None
+        if self.run_cfg.tensorboard and info.is_main:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError(
+                    "tensorboard=true needs the tensorboard package: pip install tensorboard"
+                ) from None
+            self.writer = SummaryWriter(str(self.out / "tensorboard"))
         if info.is_main:
-            _repair_best_pointer(ckroot, state)
-    else:
-        # dropout differs per rank; the weights were drawn from config.seed on every rank
-        torch.manual_seed(run_cfg.seed * 1009 + 1 + info.rank)
-    start_step = int(state["step"])
-    already_stopped = ckpt is not None and (
-        (
-            state["stopped"] == "early_stopping"
+            self._greet()
+
+        self.stream_of_batches = _infinite(m.batcher)
+        self.last_ckpt: Path | None = ckpt.path if ckpt else None
+        self.saved_step: int | None = self.start_step if ckpt else None  # known on every rank
+        self.stopped = resumed_stop or "max_steps"
+        self.window_tokens, self.window_t0 = 0, time.monotonic()
+        self.seconds_before = float(state.train_seconds or 0.0)
+        self.budget_s = (
+            self.run_cfg.max_minutes * 60 - self.seconds_before if self.timed else math.inf
+        )
+        if self.timed and self.budget_s <= 0 and not self.already_stopped:
+            self.already_stopped, self.stopped = True, "max_minutes"
+        if self.already_stopped and self.stopped == "max_minutes" and info.is_main:
+            self.say(
+                f"qkv train: the run has used its {self.run_cfg.max_minutes:g}-minute budget "
+                f"({self.seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
+            )
+        self.clock = _Clock(self.t_start)
+        m.model.train()
+        if self.already_stopped and self.stopped == "early_stopping" and info.is_main:
+            self.say(
+                f"qkv train: the run already stopped early at update {state.step} (patience "
+                f"{self.run_cfg.patience}); nothing to do (a larger --patience or --max-steps "
+                "goes on)"
+            )
+
+    def _stopped_before(self) -> bool:
+        """Did the resumed run stop for a reason that still holds with these settings?"""
+        if self.ckpt is None or self.saved is None:
+            return False
+        saved, config, stopped = self.saved, self.config, self.state.stopped
+        return (
+            stopped == "early_stopping"
             and saved.patience == config.patience
             and saved.max_steps == config.max_steps
+        ) or (  # a run that used its time budget (the final evaluation and averaging included)
+            stopped == "max_minutes" and saved.max_minutes == config.max_minutes
         )
-        # a run that used its time budget (the final evaluation and averaging included)
-        or (state["stopped"] == "max_minutes" and saved.max_minutes == config.max_minutes)
-    )
-    resumed_stop = state["stopped"] if already_stopped else None
-    if not already_stopped:
-        state["stopped"] = None
-    if start_step != schedule.last_step:
-        raise CheckpointError(
-            f"checkpoint: inconsistent state (step {start_step}, schedule {schedule.last_step})"
-        )
-    if not timed and schedule.kind != "inverse_sqrt":
-        # an update-bounded run ends at max_steps (which a resumed run may have changed)
-        schedule.plan(total_steps=limit, warmup_steps=plan.warmup(limit))
 
-    wrapped: nn.Module = model
-    if info.distributed:
-        wrapped = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    writer = None
-    if run_cfg.tensorboard and info.is_main:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ImportError(
-                "tensorboard=true needs the tensorboard package: pip install tensorboard"
-            ) from None
-        writer = SummaryWriter(str(out / "tensorboard"))
-
-    if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        what = f"resumed at update {start_step} from {ckpt.path}" if ckpt else "new run"
-        say(
+    def _greet(self) -> None:
+        run_cfg, info, data, ckpt = self.run_cfg, self.info, self.m.data, self.ckpt
+        src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+        n_params = sum(p.numel() for p in self.m.model.parameters())
+        self.out.mkdir(parents=True, exist_ok=True)
+        what = f"resumed at update {self.start_step} from {ckpt.path}" if ckpt else "new run"
+        self.say(
             f"qkv train: {what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
-            f"{len(data.train)} training pairs ({batcher.n_dropped} longer than "
+            f"{len(data.train)} training pairs ({self.m.batcher.n_dropped} longer than "
             f"{run_cfg.max_len} dropped), {len(data.valid)} valid, {len(data.test)} test, "
             f"{run_cfg.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
             f"{' (joint)' if src_tok is tgt_tok else ''}, {run_cfg.normalizer} text; "
-            f"device {device}"
+            f"device {self.device}"
             + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
             + f", {torch.get_num_threads()} threads"
         )
-        if preset_info is not None and ckpt is None:
-            say(f"qkv train: {preset_info['reason']}")
-            for note in preset_info.get("notes", []):
-                say(f"qkv train: note: {note}")
-        say("qkv train: " + plan.describe(schedule))
+        if self.preset_info is not None and ckpt is None:
+            self.say(f"qkv train: {self.preset_info['reason']}")
+            for note in self.preset_info.get("notes", []):
+                self.say(f"qkv train: note: {note}")
+        self.say("qkv train: " + self.plan.describe(self.m.schedule))
 
-    # -- the loop -------------------------------------------------------------------------------
-    stream_of_batches = _infinite(batcher)
-    last_ckpt: Path | None = ckpt.path if ckpt else None
-    saved_step: int | None = start_step if ckpt else None  # known on every rank
-    stopped = resumed_stop or "max_steps"
-    step = start_step
-    window_tokens, window_t0 = 0, time.monotonic()
-    seconds_before = float(state.get("train_seconds") or 0.0)
-    budget_s = run_cfg.max_minutes * 60 - seconds_before if timed else math.inf
-    if timed and budget_s <= 0 and not already_stopped:
-        already_stopped, stopped = True, "max_minutes"
-    if already_stopped and stopped == "max_minutes" and info.is_main:
-        say(
-            f"qkv train: the run has used its {run_cfg.max_minutes:g}-minute budget "
-            f"({seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
-        )
-    clock = _Clock(t_start)
-    model.train()
-
-    def save(step: int) -> Path | None:
-        t0 = time.monotonic()
-        rng_all = D.all_gather_objects(_rng_state(device))
-        sums = D.all_gather_objects(D.param_checksum(model) if info.distributed else "")
-        if info.distributed and len(set(sums)) != 1:
-            raise TrainingError(f"the replicas diverged at update {step}: checksums {sums}")
-        path = None
-        state["train_seconds"] = round(seconds_before + time.monotonic() - t_start, 3)
-        if info.is_main:
-            trainer_state = {
-                **state,
-                "step": step,
-                "data": batcher.state_dict(),
-                "world_size": info.world_size,
-                "replica_checksums": sums if info.distributed else None,
-            }
-            path = save_checkpoint(
-                ckroot,
-                step,
-                model=model,
-                model_config=model_config.to_dict(),
-                train_config=config.to_dict(),
-                write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
-                split=data.split.to_dict(),
-                trainer_state=trainer_state,
-                tensors={
-                    "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(),
-                    "rng": rng_all,
-                },
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        """Update until the plan, the clock or patience says stop; then the final model."""
+        while self.state.step < self.limit and not self.already_stopped:
+            stats = self._step()
+            elapsed = time.monotonic() - self.t_start
+            self._replan(elapsed)
+            self._log(stats, elapsed)
+            final = self._out_of_time(elapsed)
+            evaluated, final = self._evaluate_if_due(final)
+            self._checkpoint_if_due(evaluated, final)
+            if final:
+                break
+        if self.state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
+            self.say(
+                f"qkv train: the run is already at update {self.state.step} (max_steps "
+                f"{self.limit})"
             )
-            if state["best_step"] == step:
-                atomic_write_json(
-                    ckroot / "best.json",
-                    {"step": step, "path": path.name, "bleu": state["best_bleu"]},
-                )
-            prune_checkpoints(ckroot, run_cfg.keep_last, best_step=state["best_step"])
-        D.barrier()
-        clock.saving += time.monotonic() - t0
-        return path
+        final_model = self._final_model()
+        return self._result(final_model)
 
-    def evaluate(step: int, *, scheduled: bool) -> float:
-        """Validation loss and BLEU (rank 0); returns 1.0 when patience ran out."""
+    def _step(self) -> StepStats:
+        """One optimizer update over ``accum_steps`` micro-batches (:func:`train_update`)."""
+        micro = [next(self.stream_of_batches) for _ in range(self.run_cfg.accum_steps)]
+        try:
+            stats = train_update(
+                self.wrapped,
+                self.m.optimizer,
+                self.m.schedule,
+                micro,
+                label_smoothing=self.run_cfg.label_smoothing,
+                clip_norm=self.run_cfg.clip_norm,
+                device=self.device,
+                bf16=self.run_cfg.bf16,
+                pad_id=self.m.data.tgt_tokenizer.pad_id,
+            )
+        except TrainingError as e:
+            where = (
+                f"the last checkpoint (step-{self.saved_step:08d} in {self.ckroot}) is intact"
+                if self.saved_step is not None
+                else "no checkpoint was written yet"
+            )
+            raise TrainingError(f"{e}; {where}") from None
+        state = self.state
+        state.step += 1
+        state.target_tokens += stats.tokens
+        self.window_tokens += stats.tokens
+        state.loss_window.append(stats.loss)
+        return stats
+
+    def _replan(self, elapsed: float) -> None:
+        """A time-bounded run re-plans its length from the measured speed (rank 0 decides)."""
+        done_steps = self.state.step - self.start_step
+        if not (self.timed and self.plan.due(done_steps)):
+            return
+        schedule, step = self.m.schedule, self.state.step
+        current = schedule.total_steps or self.limit
+        total = self.plan.estimate(step, done_steps, elapsed, self.budget_s, self.clock, current)
+        mine = torch.tensor([float(total if self.info.is_main else 0)], device=self.device)
+        total = int(D.all_reduce_sum(mine).item())
+        total = max(min(total, self.limit), step)
+        schedule.plan(total_steps=total, warmup_steps=self.plan.warmup(total))
+
+    @property
+    def _planned(self) -> int:
+        """The update the run is planned to end at."""
+        schedule = self.m.schedule
+        return schedule.total_steps if self.timed and schedule.total_steps else self.limit
+
+    def _log(self, stats: StepStats, elapsed: float) -> None:
+        """The progress line, and every ``log_every`` updates the history and TensorBoard."""
+        state, step, planned = self.state, self.state.step, self._planned
+        self.bar.total = planned
+        log_now = step % self.run_cfg.log_every == 0 or step >= planned
+        eta = elapsed / (step - self.start_step) * (planned - step)
+        if self.timed:
+            eta = min(eta, max(self.budget_s - elapsed, 0.0))
+        now = time.monotonic()
+        tps = self.window_tokens / max(now - self.window_t0, 1e-9)
+        if not log_now:
+            self.bar.update(step, stats.loss, stats.lr, tps, elapsed, eta, False)
+            return
+        mean_loss = sum(state.loss_window) / len(state.loss_window)
+        state.history.append(
+            {"step": step, "loss": round(mean_loss, 5), "lr": stats.lr, "tok_s": round(tps)}
+        )
+        if self.writer is not None:
+            self.writer.add_scalar("train/loss", mean_loss, step)
+            self.writer.add_scalar("train/lr", stats.lr, step)
+            self.writer.add_scalar("train/tokens_per_s", tps, step)
+        self.bar.update(step, mean_loss, stats.lr, tps, elapsed, eta, True)
+        state.loss_window, self.window_tokens, self.window_t0 = [], 0, now
+
+    def _out_of_time(self, elapsed: float) -> bool:
+        """The stop decision, agreed by all ranks: the planned end of a timed run, or its clock
+        (keeping the time the final evaluation and the averaging need). Returns whether this
+        update is the run's last (``max_steps`` reached, or out of time).
+
+        A plan made from a few slow updates never ends a run early: it is re-made every 10
+        updates, and the planned end counts only in the last fifth of the budget."""
+        step, budget_s = self.state.step, self.budget_s
+        over_time = self.timed and (
+            (step >= self._planned and elapsed >= 0.8 * budget_s)
+            or elapsed >= budget_s - self.plan.final_reserve(self.clock, budget_s)
+        )
+        flag = D.all_reduce_sum(torch.tensor([1.0 if over_time else 0.0], device=self.device))
+        if float(flag) > 0 and step < self.limit:
+            self.stopped = self.state.stopped = "max_minutes"
+        return step >= self.limit or self.stopped != "max_steps"
+
+    def _cadence(self) -> tuple[int, int]:
+        """``(eval_every, save_every)``: the fixed ones, or the plan's."""
+        eval_every = self.run_cfg.eval_every or self.plan.eval_every(self._planned)
+        save_every = self.run_cfg.save_every or self.plan.save_every(self._planned, eval_every)
+        return eval_every, save_every
+
+    def _evaluate_if_due(self, final: bool) -> tuple[bool, bool]:
+        """Validate when the cadence or the end says so (rank 0), and stop early when patience
+        ran out (all ranks agree). Returns ``(evaluated, final)``."""
+        state, step = self.state, self.state.step
+        eval_every, _ = self._cadence()
+        scheduled = _due(step, state.last_eval, eval_every, self.run_cfg.eval_every is not None)
+        if not (scheduled or final):
+            return False, final
+        stop = 0.0
+        if scheduled:
+            state.last_eval = step
+        if self.info.is_main:
+            stop = self._evaluate(step, scheduled=scheduled)
+            self.window_t0 = time.monotonic()  # the evaluation is not training time
+        flag = D.all_reduce_sum(torch.tensor([stop], device=self.device))
+        if float(flag) > 0 and not final:
+            self.stopped = state.stopped = "early_stopping"
+            final = True
+        return True, final
+
+    def _evaluate(self, step: int, *, scheduled: bool) -> float:
+        """Validation loss and BLEU (rank 0); returns 1.0 when patience ran out.
+
+        Patience counts only scheduled evaluations: a final one off the schedule (at
+        max_steps or max_minutes) depends on where this invocation stopped, and counting it
+        would make a resumed run stop at another update. It may still become the best
+        checkpoint (its weights are the same in either run)."""
         t0 = time.monotonic()
-        vloss = validation_loss(model, valid_batches, device, bf16=run_cfg.bf16)
+        m, run_cfg, state = self.m, self.run_cfg, self.state
+        vloss = validation_loss(m.model, m.valid_batches, self.device, bf16=run_cfg.bf16)
         scores = validation_bleu(
-            model,
-            bleu_pairs,
-            src_tok,
-            tgt_tok,
-            device,
+            m.model,
+            m.bleu_pairs,
+            m.data.src_tokenizer,
+            m.data.tgt_tokenizer,
+            self.device,
             beam_size=run_cfg.eval_beam,
-            references=bleu_refs,
+            references=m.bleu_refs,
             max_len=run_cfg.max_len,
         )
-        # patience counts only scheduled evaluations: a final one off the schedule (at
-        # max_steps or max_minutes) depends on where this invocation stopped, and counting it
-        # would make a resumed run stop at another update. It may still become the best
-        # checkpoint (its weights are the same in either run).
         if scheduled:
-            grid_best = state["grid_best_bleu"]
-            if grid_best is None or scores.bleu > grid_best:
-                state.update(grid_best_bleu=scores.bleu, evals_since_best=0)
+            if state.grid_best_bleu is None or scores.bleu > state.grid_best_bleu:
+                state.grid_best_bleu, state.evals_since_best = scores.bleu, 0
             else:
-                state["evals_since_best"] += 1
-        better = state["best_bleu"] is None or scores.bleu > state["best_bleu"]
+                state.evals_since_best += 1
+        better = state.best_bleu is None or scores.bleu > state.best_bleu
         if better:
-            state.update(best_bleu=scores.bleu, best_step=step)
-        state["history"].append(
+            state.best_bleu, state.best_step = scores.bleu, step
+        state.history.append(
             {
                 "step": step,
                 "valid_loss": round(vloss, 5),
@@ -1185,182 +1267,141 @@ def _run(
                 "valid_chrf": round(scores.chrf, 3),
             }
         )
-        if writer is not None:
-            writer.add_scalar("valid/loss", vloss, step)
-            writer.add_scalar("valid/bleu", scores.bleu, step)
-            writer.add_scalar("valid/chrf", scores.chrf, step)
+        if self.writer is not None:
+            self.writer.add_scalar("valid/loss", vloss, step)
+            self.writer.add_scalar("valid/bleu", scores.bleu, step)
+            self.writer.add_scalar("valid/chrf", scores.chrf, step)
         took = time.monotonic() - t0
-        clock.evals.append(took)
-        say(
+        self.clock.evals.append(took)
+        self.say(
             f"  valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
             f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
             f"({took:.1f} s)" + ("  *best*" if better else "")
         )
-        return 1.0 if run_cfg.patience and state["evals_since_best"] >= run_cfg.patience else 0.0
+        out_of_patience = run_cfg.patience and state.evals_since_best >= run_cfg.patience
+        return 1.0 if out_of_patience else 0.0
 
-    if already_stopped and stopped == "early_stopping" and info.is_main:
-        say(
-            f"qkv train: the run already stopped early at update {step} (patience "
-            f"{run_cfg.patience}); nothing to do (a larger --patience or --max-steps goes on)"
-        )
-    while step < limit and not already_stopped:
-        micro = [next(stream_of_batches) for _ in range(run_cfg.accum_steps)]
-        try:
-            stats = train_update(
-                wrapped,
-                optimizer,
-                schedule,
-                micro,
-                label_smoothing=run_cfg.label_smoothing,
-                clip_norm=run_cfg.clip_norm,
-                device=device,
-                bf16=run_cfg.bf16,
-                pad_id=tgt_tok.pad_id,
+    def _checkpoint_if_due(self, evaluated: bool, final: bool) -> None:
+        """A checkpoint after every evaluation, at the end, and every ``save_every`` updates."""
+        state, step = self.state, self.state.step
+        _, save_every = self._cadence()
+        fixed = self.run_cfg.save_every is not None
+        if evaluated or final or _due(step, state.last_save, save_every, fixed):
+            state.last_save = step
+            self.last_ckpt = self._checkpoint(step) or self.last_ckpt
+            self.saved_step = step
+            self.window_t0 = time.monotonic()
+
+    def _checkpoint(self, step: int) -> Path | None:
+        """Write checkpoint ``step`` (rank 0; every rank's RNG state gathered, the replicas
+        checked to agree); returns its folder on rank 0."""
+        t0 = time.monotonic()
+        info, m, state = self.info, self.m, self.state
+        rng_all = D.all_gather_objects(_rng_state(self.device))
+        sums = D.all_gather_objects(D.param_checksum(m.model) if info.distributed else "")
+        if info.distributed and len(set(sums)) != 1:
+            raise TrainingError(f"the replicas diverged at update {step}: checksums {sums}")
+        path = None
+        state.train_seconds = round(self.seconds_before + time.monotonic() - self.t_start, 3)
+        if info.is_main:
+            src_tok, tgt_tok = m.data.src_tokenizer, m.data.tgt_tokenizer
+            trainer_state = {
+                **state.to_dict(),
+                "step": step,
+                "data": m.batcher.state_dict(),
+                "world_size": info.world_size,
+                "replica_checksums": sums if info.distributed else None,
+            }
+            path = save_checkpoint(
+                self.ckroot,
+                step,
+                model=m.model,
+                model_config=m.model_config.to_dict(),
+                train_config=self.config.to_dict(),
+                write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
+                split=m.data.split.to_dict(),
+                trainer_state=trainer_state,
+                tensors={
+                    "optimizer": m.optimizer.state_dict(),
+                    "schedule": m.schedule.state_dict(),
+                    "rng": rng_all,
+                },
             )
-        except TrainingError as e:
-            where = (
-                f"the last checkpoint (step-{saved_step:08d} in {ckroot}) is intact"
-                if saved_step is not None
-                else "no checkpoint was written yet"
+            if state.best_step == step:
+                atomic_write_json(
+                    self.ckroot / "best.json",
+                    {"step": step, "path": path.name, "bleu": state.best_bleu},
+                )
+            prune_checkpoints(self.ckroot, self.run_cfg.keep_last, best_step=state.best_step)
+        D.barrier()
+        self.clock.saving += time.monotonic() - t0
+        return path
+
+    # -- the end ----------------------------------------------------------------------------------
+    def _final_model(self) -> Path | None:
+        """``OUT/final``: averaged when that validates better, decoding chosen on validation;
+        kept as it is when nothing was trained (rank 0)."""
+        state, info, out = self.state, self.info, self.out
+        final_model: Path | None = None
+        trained = state.step > self.start_step
+        have_final = (out / "final" / "manifest.json").is_file()
+        if info.is_main and state.best_step is not None and (trained or not have_final):
+            m = self.m
+            final_model, self.final_bleu, self.decoding = _finish(
+                out,
+                self.ckroot,
+                m.model,
+                m.model_config,
+                self.run_cfg,
+                self.config,
+                m.data,
+                state,
+                m.bleu_pairs,
+                m.bleu_refs,
+                self.device,
+                self.say,
+                time_left=self.budget_s - (time.monotonic() - self.t_start),
+                eval_cost=self.clock.eval_cost(0.0) if self.clock.evals else 0.0,
             )
-            raise TrainingError(f"{e}; {where}") from None
-        step += 1
-        state["step"] = step
-        state["target_tokens"] += stats.tokens
-        window_tokens += stats.tokens
-        state["loss_window"].append(stats.loss)
-        elapsed = time.monotonic() - t_start
-        done_steps = step - start_step
+        elif info.is_main and have_final:  # nothing trained: the final model stands
+            final_model = out / "final"
+            try:
+                meta = json.loads((final_model / "trainer.json").read_text(encoding="utf-8"))
+                self.final_bleu = meta.get("valid_bleu")
+                self.decoding = json.loads(
+                    (final_model / "decoding.json").read_text(encoding="utf-8")
+                )
+            except (OSError, ValueError):
+                pass
+        D.barrier()
+        return final_model
 
-        # a time-bounded run re-plans its length from the measured speed (rank 0 decides)
-        if timed and plan.due(done_steps):
-            current = schedule.total_steps or limit
-            total = plan.estimate(step, done_steps, elapsed, budget_s, clock, current)
-            total = int(D.all_reduce_sum(torch.tensor([float(total if info.is_main else 0)],
-                                                      device=device)).item())  # fmt: skip
-            total = max(min(total, limit), step)
-            schedule.plan(total_steps=total, warmup_steps=plan.warmup(total))
-        planned = schedule.total_steps if timed and schedule.total_steps else limit
-        bar.total = planned
-        log_now = step % run_cfg.log_every == 0 or step >= planned
-        eta = elapsed / done_steps * (planned - step)
-        if timed:
-            eta = min(eta, max(budget_s - elapsed, 0.0))
-        now = time.monotonic()
-        tps = window_tokens / max(now - window_t0, 1e-9)
-        if log_now:
-            mean_loss = sum(state["loss_window"]) / len(state["loss_window"])
-            state["history"].append(
-                {"step": step, "loss": round(mean_loss, 5), "lr": stats.lr, "tok_s": round(tps)}
+    def _result(self, final_model: Path | None) -> TrainResult:
+        state, info = self.state, self.info
+        minutes = (time.monotonic() - self.t_start) / 60
+        if self.writer is not None:
+            self.writer.close()
+        best = best_checkpoint(self.ckroot) if info.is_main else None
+        if info.is_main:
+            bleu = state.best_bleu if state.best_bleu is None else round(state.best_bleu, 2)
+            self.say(
+                f"qkv train: stopped ({self.stopped}) at update {state.step} after {minutes:.1f} "
+                f"min; best valid BLEU {bleu} at update {state.best_step}; checkpoints in "
+                f"{self.ckroot}"
+                + (f"; the model to use: {final_model}" if final_model is not None else "")
             )
-            if writer is not None:
-                writer.add_scalar("train/loss", mean_loss, step)
-                writer.add_scalar("train/lr", stats.lr, step)
-                writer.add_scalar("train/tokens_per_s", tps, step)
-            bar.update(step, mean_loss, stats.lr, tps, elapsed, eta, True)
-            state["loss_window"], window_tokens, window_t0 = [], 0, now
-        else:
-            bar.update(step, stats.loss, stats.lr, tps, elapsed, eta, False)
-
-        # stop conditions, agreed by all ranks: the planned end of a timed run, or its clock
-        # (keeping the time the final evaluation and the averaging need)
-        # (a plan made from a few slow updates never ends a run early: it is re-made every
-        # 10 updates, and the planned end counts only in the last fifth of the budget)
-        over_time = timed and (
-            (step >= planned and elapsed >= 0.8 * budget_s)
-            or elapsed >= budget_s - plan.final_reserve(clock, budget_s)
+        return TrainResult(
+            out=self.out,
+            step=state.step,
+            stopped=self.stopped,
+            best_bleu=state.best_bleu,
+            best_step=state.best_step,
+            last_checkpoint=self.last_ckpt,
+            best_checkpoint=best,
+            resumed_from=self.start_step if self.ckpt is not None else None,
+            minutes=minutes,
+            history=list(state.history),
+            final_model=final_model,
+            final_bleu=self.final_bleu,
+            decoding=self.decoding,
         )
-        flag = D.all_reduce_sum(torch.tensor([1.0 if over_time else 0.0], device=device))
-        if float(flag) > 0 and step < limit:
-            stopped = state["stopped"] = "max_minutes"
-        final = step >= limit or stopped != "max_steps"
-
-        eval_every = run_cfg.eval_every or plan.eval_every(planned)
-        save_every = run_cfg.save_every or plan.save_every(planned, eval_every)
-        scheduled = _due(step, state["last_eval"], eval_every, run_cfg.eval_every is not None)
-        evaluated = False
-        if scheduled or final:
-            evaluated = True
-            stop = 0.0
-            if scheduled:
-                state["last_eval"] = step
-            if info.is_main:
-                stop = evaluate(step, scheduled=scheduled)
-                window_t0 = time.monotonic()  # the evaluation is not training time
-            flag = D.all_reduce_sum(torch.tensor([stop], device=device))
-            if float(flag) > 0 and not final:
-                stopped = state["stopped"] = "early_stopping"
-                final = True
-        if (
-            evaluated
-            or final
-            or _due(step, state["last_save"], save_every, run_cfg.save_every is not None)
-        ):
-            state["last_save"] = step
-            last_ckpt = save(step) or last_ckpt
-            saved_step = step
-            window_t0 = time.monotonic()
-        if final:
-            break
-    if step >= limit and start_step >= limit and info.is_main:
-        say(f"qkv train: the run is already at update {step} (max_steps {limit})")
-
-    # -- the final model: averaged when that validates better, decoding chosen on valid -----------
-    final_model: Path | None = None
-    trained = step > start_step
-    have_final = (out / "final" / "manifest.json").is_file()
-    if info.is_main and state["best_step"] is not None and (trained or not have_final):
-        final_model = _finish(
-            out,
-            ckroot,
-            model,
-            model_config,
-            run_cfg,
-            config,
-            data,
-            state,
-            bleu_pairs,
-            bleu_refs,
-            device,
-            say,
-            time_left=budget_s - (time.monotonic() - t_start),
-            eval_cost=clock.eval_cost(0.0) if clock.evals else 0.0,
-        )
-    elif info.is_main and have_final:  # nothing trained: the final model stands
-        final_model = out / "final"
-        try:
-            meta = json.loads((final_model / "trainer.json").read_text(encoding="utf-8"))
-            state["final_bleu"] = meta.get("valid_bleu")
-            state["decoding"] = json.loads(
-                (final_model / "decoding.json").read_text(encoding="utf-8")
-            )
-        except (OSError, ValueError):
-            pass
-    D.barrier()
-
-    minutes = (time.monotonic() - t_start) / 60
-    if writer is not None:
-        writer.close()
-    best = best_checkpoint(ckroot) if info.is_main else None
-    if info.is_main:
-        say(
-            f"qkv train: stopped ({stopped}) at update {step} after {minutes:.1f} min; best "
-            f"valid BLEU {state['best_bleu'] if state['best_bleu'] is None else round(state['best_bleu'], 2)}"
-            f" at update {state['best_step']}; checkpoints in {ckroot}"
-            + (f"; the model to use: {final_model}" if final_model is not None else "")
-        )
-    return TrainResult(
-        out=out,
-        step=step,
-        stopped=stopped,
-        best_bleu=state["best_bleu"],
-        best_step=state["best_step"],
-        last_checkpoint=last_ckpt,
-        best_checkpoint=best,
-        resumed_from=start_step if ckpt is not None else None,
-        minutes=minutes,
-        history=list(state["history"]),
-        final_model=final_model,
-        final_bleu=state.get("final_bleu"),
-        decoding=state.get("decoding"),
-    )
