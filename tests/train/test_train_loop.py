@@ -1,11 +1,14 @@
-"""The loop's options: accumulation, bf16, early stopping, the time limit, a non-finite loss."""
+"""One update (accumulation, weight decay, bf16) and the loop's options: early stopping, the time
+limit, a non-finite loss."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from _train_helpers import tiny_config
@@ -14,14 +17,139 @@ from qkv.train import TrainingError, train
 from qkv.train.checkpoint import latest_checkpoint
 
 
-def test_accumulation_and_bf16_run(tmp_path, corpus_file):
+# ---------------------------------------------------------------- one update (train_update)
+def _tiny_model(kind: str = "transformer", **options) -> torch.nn.Module:
+    from qkv.nn.seq2seq import Seq2SeqConfig, build_model
+
+    torch.manual_seed(0)
+    sizes = (
+        {"num_hiddens": 16, "ffn_num_hiddens": 32, "num_heads": 2}
+        if kind == "transformer"
+        else {"num_hiddens": 16, "embed_size": 8}
+    )
+    cfg = Seq2SeqConfig(src_vocab_size=23, tgt_vocab_size=23, kind=kind, num_enc_layers=1,
+                        num_dec_layers=1, dropout=0.0, **sizes, **options)  # fmt: skip
+    return build_model(cfg)
+
+
+def _batches():
+    """Two micro-batches of unequal token counts, and one batch of their union."""
+    from qkv.data import TokenBatcher
+
+    gen = torch.Generator().manual_seed(1)
+    lengths = [(3, 4), (7, 2), (5, 6), (2, 5), (6, 3), (4, 7), (8, 3)]
+    src = [torch.randint(4, 23, (n,), generator=gen).tolist() for n, _ in lengths]
+    tgt = [torch.randint(4, 23, (m,), generator=gen).tolist() for _, m in lengths]
+    batcher = TokenBatcher(src, tgt, max_tokens=10_000, shuffle=False, rank=0, world_size=1)
+    first, second = batcher.collate(np.arange(2)), batcher.collate(np.arange(2, 7))
+    union = batcher.collate(np.arange(7))
+    assert first.num_tokens != second.num_tokens  # a per-micro-batch mean would differ
+    return first, second, union
+
+
+def _sgd_update(model, micro, **kw):
+    """``train_update`` with plain SGD, whose step is ``-lr * gradient``: the parameters
+    after it show the gradient the update used."""
+    from qkv.train import InverseSqrtSchedule, train_update
+
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    schedule = InverseSqrtSchedule(opt, peak_lr=0.5, warmup_steps=1)
+    stats = train_update(model, opt, schedule, micro, label_smoothing=0.1, clip_norm=0.0,
+                         device=torch.device("cpu"), **kw)  # fmt: skip
+    return stats, schedule.lr(1)
+
+
+def test_accumulating_two_halves_is_one_update_on_their_union():
+    import copy
+
+    from qkv.train import sequence_loss
+
+    first, second, union = _batches()
+    start = _tiny_model().double()
+    accumulated, whole, by_hand = (copy.deepcopy(start) for _ in range(3))
+    s_acc, lr = _sgd_update(accumulated, [first, second])
+    s_one, _ = _sgd_update(whole, [union])
+    # the intended update, by hand: the gradient of the smoothed loss summed over the union's
+    # real target tokens, divided by their number (the mean loss per target token)
+    logits = by_hand(union.src, union.tgt_in, union.src_valid_lens)
+    loss_sum, _, n = sequence_loss(logits, union.tgt_out, label_smoothing=0.1)
+    (loss_sum / n).backward()
+    with torch.no_grad():
+        for p in by_hand.parameters():
+            p -= lr * p.grad
+    assert s_acc.tokens == s_one.tokens == n == first.num_tokens + second.num_tokens
+    assert s_acc.loss_sum == pytest.approx(float(loss_sum.detach()), rel=1e-12)
+    assert s_acc.grad_norm == pytest.approx(s_one.grad_norm, rel=1e-10)
+    moved = False
+    for (name, a), b, c, p0 in zip(accumulated.named_parameters(), whole.parameters(),
+                                   by_hand.parameters(), start.parameters()):  # fmt: skip
+        torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12, msg=name)
+        torch.testing.assert_close(b, c, rtol=1e-10, atol=1e-12, msg=name)
+        moved |= not torch.equal(a, p0)
+    assert moved
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("transformer", {}),
+        ("transformer", {"use_bias": True, "pos_encoding": "learned", "norm_first": True}),
+        ("transformer", {"share_embeddings": True, "tie_embeddings": True}),
+        ("bahdanau", {}),
+    ],
+)
+def test_weight_decay_falls_on_weight_matrices_only(kind, options):
+    """Decay on the matrices of the linear maps (linear layers, GRU weights); none on biases,
+    norms or embeddings, a tied output projection included (it is the embedding)."""
+    from qkv.train import TrainConfig, make_optimizer
+
+    model = _tiny_model(kind, **options)
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)
+             for p in m.parameters()}  # fmt: skip
+    expect_decay, expect_none, seen = set(), set(), set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        last = name.rsplit(".", 1)[-1]
+        is_bias = last == "bias" or last.startswith("bias_")
+        if is_bias or id(p) in norms or id(p) in embeddings:
+            expect_none.add(id(p))
+        else:
+            assert last == "weight" or last.startswith("weight_"), name  # a matrix of a map
+            expect_decay.add(id(p))
+    assert expect_decay and expect_none
+    opt = make_optimizer(model, TrainConfig(weight_decay=0.05, lr=1e-3))
+    decay, none = opt.param_groups
+    assert decay["weight_decay"] == 0.05 and none["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == expect_decay
+    assert {id(p) for p in none["params"]} == expect_none
+    assert len(decay["params"]) + len(none["params"]) == len(seen)  # each parameter once
+
+
+def test_bf16_autocast_runs_the_model_in_bfloat16_with_a_finite_loss():
+    first, second, _ = _batches()
+    model = _tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    dtypes = []
+    hook = model.decoder.dense.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    stats, _ = _sgd_update(model, [first, second], bf16=True)
+    hook.remove()
+    assert dtypes == [torch.bfloat16, torch.bfloat16]  # each micro-batch under autocast
+    assert math.isfinite(stats.loss) and stats.loss > 0 and math.isfinite(stats.grad_norm)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the weights stay fp32
+    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_a_run_with_accumulation_and_bf16_logs_finite_losses(tmp_path, corpus_file):
     cfg = tiny_config(data=str(corpus_file), max_steps=6, accum_steps=2, bf16=True,
                       eval_every=6, save_every=6, log_every=2)  # fmt: skip
     res = train(cfg, tmp_path, progress=False)
     assert res.step == 6 and res.stopped == "max_steps"
     state = json.loads((latest_checkpoint(tmp_path / "checkpoints") / "trainer.json").read_text())
     losses = [h["loss"] for h in state["history"] if "loss" in h]
-    assert len(losses) == 3 and all(x == x for x in losses)  # finite, logged every 2 updates
+    assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses)
 
 
 def test_early_stopping(tmp_path, corpus_file, monkeypatch):
