@@ -1,0 +1,188 @@
+"""The docs run: every Python block of README.md and docs/*.md, each on its own.
+
+Each ```python block is executed in a fresh namespace, in a fresh temporary working directory,
+exactly as written: a block that needs an import, an input or a file makes it itself. A block
+preceded by the line ``<!-- slow -->`` is marked ``slow``. Shell blocks are not run.
+
+The measured figures README quotes from a benchmark's JSON in ``benchmarks/results/`` are checked
+against it, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SLOW_MARK = "<!-- slow -->"
+#: the languages a fenced block may be written in; only ``python`` is executed
+KNOWN_LANGUAGES = {"python", "bash", "console", "toml", "json", "text", ""}
+FENCE = re.compile(r"^```(\S*)\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    index: int  # 1-based among the file's blocks of the same language
+    line: int  # 1-based line of the first line of code
+    language: str
+    code: str
+    slow: bool
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT).as_posix()}:{self.index}"
+
+
+def fenced_blocks(path: Path) -> list[Block]:
+    """Every fenced code block of a Markdown file, in order."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    counts: dict[str, int] = {}
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        language, start = m.group(1), i + 1
+        end = start
+        while end < len(lines) and lines[end].rstrip() != "```":
+            end += 1
+        if end == len(lines):
+            raise AssertionError(f"{path.name}:{i + 1}: a code block is never closed")
+        before = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
+        counts[language] = counts.get(language, 0) + 1
+        code = "\n".join(lines[start:end]) + "\n"
+        blocks.append(Block(path, counts[language], start + 1, language, code, before == SLOW_MARK))
+        i = end + 1
+    return blocks
+
+
+ALL_BLOCKS = [b for path in DOCS for b in fenced_blocks(path)]
+PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.language == "python"]
+
+
+def _param(block: Block):
+    marks = [pytest.mark.slow] if block.slow else []
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+@pytest.fixture
+def one_thread():
+    """The blocks are small: one torch thread runs them as fast as two, and far faster when
+    the machine is busy (two threads then spend their time waiting for each other)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in PYTHON_BLOCKS])
+def test_python_block_runs(block: Block, tmp_path, monkeypatch, one_thread):
+    monkeypatch.chdir(tmp_path)
+    # padded with blank lines so that a traceback gives the line number in the Markdown file
+    source = "\n" * (block.line - 1) + block.code
+    namespace = {"__name__": "__docs__"}
+    exec(compile(source, str(block.path), "exec"), namespace)
+
+
+def test_every_doc_has_its_blocks_collected():
+    assert len(PYTHON_BLOCKS) >= 14
+    for name in ("README.md", "docs/models.md", "docs/data.md", "docs/train.md", "docs/viz.md"):
+        assert any(b.id.startswith(name + ":") for b in PYTHON_BLOCKS), name
+
+
+def test_blocks_are_in_known_languages_and_slow_marks_sit_on_python_blocks():
+    for b in ALL_BLOCKS:
+        assert b.language in KNOWN_LANGUAGES, f"{b.id} (line {b.line}): ```{b.language}"
+        assert not (b.slow and b.language != "python"), f"{b.id}: {SLOW_MARK} on a non-Python block"
+    for path in DOCS:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines):
+            if line.strip() == SLOW_MARK:
+                nxt = next((s for s in lines[n + 1 :] if s.strip()), "")
+                assert nxt.startswith("```python"), f"{path.name}:{n + 1}: stray {SLOW_MARK}"
+
+
+def test_the_fast_blocks_are_most_of_them():
+    slow = [b.id for b in PYTHON_BLOCKS if b.slow]
+    assert len(slow) <= 2, slow
+
+
+def test_relative_links_point_to_files_that_exist():
+    link = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+    for path in DOCS:
+        for target, _anchor in link.findall(path.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+
+
+# ------------------------------------------------------------------------- measured figures
+
+
+def _figures_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Measured figures")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def test_readme_quotes_the_real_corpus_figures_of_the_json():
+    section = _figures_section()
+    real = json.loads((ROOT / "benchmarks/results/real.json").read_text(encoding="utf-8"))
+    book, qkv10, qkv30 = (real["systems"][k] for k in ("book", "qkv", "qkv-30min"))
+    rows = {
+        "the book's d2l Transformer": book,
+        "`qkv train --data train.tsv --max-minutes 10`": qkv10,
+        "`qkv train --data train.tsv --max-minutes 30`": qkv30,
+    }
+    for label, run in rows.items():
+        row = next((r for r in section.splitlines() if r.startswith(f"| {label}")), None)
+        assert row is not None, f"no row for {label} in README's measured figures"
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        assert cells[2] == f"{run['updates']:,}", (label, cells)
+        assert cells[3] == f"{run['bleu']:.2f}", (label, cells)
+        assert cells[4] == f"{run['chrf']:.2f}", (label, cells)
+        assert cells[5].startswith(f"{run['degenerate']:,}" if run["degenerate"] else "0"), cells
+    gain = qkv10["bleu"] - book["bleu"]
+    assert f"+{gain:.2f} BLEU" in section
+
+    confirm = json.loads(
+        (ROOT / "benchmarks/results/real-qkv-confirm.json").read_text(encoding="utf-8")
+    )["systems"]["qkv"]
+    assert f"{confirm['bleu']:.2f} BLEU, chrF {confirm['chrf']:.2f}" in section
+
+
+def test_each_real_corpus_figure_is_quoted_once():
+    real = json.loads((ROOT / "benchmarks/results/real.json").read_text(encoding="utf-8"))
+    figures = [f"{s['bleu']:.2f}" for s in real["systems"].values()]
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for fig in figures:
+            n = len(re.findall(rf"(?<![\d.]){re.escape(fig)}(?![\d])", text))
+            expected = 1 if path.name == "README.md" else 0
+            assert n == expected, f"{path.name} quotes {fig} {n} times (README's table only)"
+
+
+def test_docs_other_than_readme_quote_no_measured_ratio():
+    """docs/*.md link to README's measured figures instead of repeating them (a target such as
+    ``>= 5x`` is not a measurement)."""
+    ratio = re.compile(r"(?<!>= )(?<![\d.])\d+\.\d+x\b")
+    for path in DOCS[1:]:
+        found = ratio.findall(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} quotes {found}: link to README's measured figures"
+
+
+def test_no_development_notes_in_the_docs():
+    stale = re.compile(r"\bissue \d+|\bTODO\b|\bFIXME\b|once .{0,80}\bhas landed", re.I | re.S)
+    for path in DOCS:
+        found = stale.findall(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name}: {found}"
