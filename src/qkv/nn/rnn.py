@@ -56,8 +56,8 @@ class Seq2SeqEncoder(nn.Module):
     """The book's GRU encoder, ``Seq2SeqEncoder(vocab_size, embed_size, num_hiddens, num_layers,
     dropout=0)``, batch-first.
 
-    ``forward(X (B, L) token ids, valid_lens (B,) or None)`` returns ``(outputs (B, L, H),
-    hidden (num_layers, B, H))`` with ``H = num_hiddens``.  With ``valid_lens`` the GRU stops at
+    ``forward(X (B, L) token ids, valid_lens (B,) or None)`` returns ``(outputs (B, L, D),
+    hidden (num_layers, B, D))`` with ``D = num_hiddens``.  With ``valid_lens`` the GRU stops at
     each sentence's end: outputs past it are zero and ``hidden`` is taken at its last token.
     """
 
@@ -113,10 +113,10 @@ class RNNDecoderState:
     """What :class:`Seq2SeqAttentionDecoder` carries between calls.
 
     Attributes:
-        enc_outputs: ``(B, Ls, H)`` the encoder's outputs (keys and values of the attention).
-        hidden: ``(num_layers, B, H)`` the GRU's state.
+        enc_outputs: ``(B, Ls, D)`` the encoder's outputs (keys and values of the attention).
+        hidden: ``(num_layers, B, D)`` the GRU's state (``D = num_hiddens``).
         enc_valid_lens: ``(B,)`` source lengths, or None.
-        enc_keys: ``(B, Ls, H)`` the attention's projection of ``enc_outputs``, computed on the
+        enc_keys: ``(B, Ls, D)`` the attention's projection of ``enc_outputs``, computed on the
             first decoding step and reused by every later one (None until then).
     """
 
@@ -131,9 +131,9 @@ class Seq2SeqAttentionDecoder(nn.Module):
     num_hiddens, num_layers, dropout=0)``, batch-first.
 
     ``init_state((outputs, hidden), enc_valid_lens)`` takes the encoder's result;
-    ``forward(X (B, T) token ids, state, *, need_weights=False)`` returns
-    ``(logits (B, T, vocab_size), new_state)`` and leaves ``state`` untouched.  With
-    ``need_weights=True``, ``self.attention_weights`` is ``(B, T, Ls)``: step ``t``'s additive
+    ``forward(X (B, Lt) token ids, state, *, need_weights=False)`` returns
+    ``(logits (B, Lt, vocab_size), new_state)`` and leaves ``state`` untouched.  With
+    ``need_weights=True``, ``self.attention_weights`` is ``(B, Lt, Ls)``: step ``t``'s additive
     attention over the source (the book keeps a list of per-step ``(B, 1, Ls)``).
 
     ``tie_embeddings=True`` (keyword) shares the embedding with the output projection; it needs
@@ -187,7 +187,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
         use_cache: bool = False,
         capacity: int | None = None,
     ) -> RNNDecoderState:
-        """The state from the encoder's ``(outputs (B, Ls, H), hidden (num_layers, B, H))``.
+        """The state from the encoder's ``(outputs (B, Ls, D), hidden (num_layers, B, D))``.
 
         ``use_cache`` and ``capacity`` are accepted for the common decoder interface: the GRU's
         hidden state is its own cache.
@@ -220,7 +220,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
             raise TypeError(
                 f"state: expected an RNNDecoderState (from init_state), got {type(state).__name__}"
             )
-        embs = self.embedding(_token_ids("X", X))  # (B, T, embed_size)
+        embs = self.embedding(_token_ids("X", X))  # (B, Lt, embed_size)
         if embs.shape[1] == 0:
             raise ValueError("X: expected at least one target token, got shape (B, 0)")
         enc, vl, hidden = state.enc_outputs, state.enc_valid_lens, state.hidden
@@ -229,17 +229,17 @@ class Seq2SeqAttentionDecoder(nn.Module):
             keys = self.attention.project_keys(enc)
         outputs, weights = [], []
         for t in range(embs.shape[1]):
-            query = hidden[-1].unsqueeze(1)  # (B, 1, H): the last layer's state
+            query = hidden[-1].unsqueeze(1)  # (B, 1, D): the last layer's state
             context = self.attention(
                 query, enc, enc, vl, need_weights=need_weights, projected_keys=keys
-            )  # (B, 1, H)
-            x = torch.cat((context, embs[:, t : t + 1]), dim=-1)  # (B, 1, H + embed_size)
-            out, hidden = self.rnn(x, hidden)  # (B, 1, H), (num_layers, B, H)
+            )  # (B, 1, D)
+            x = torch.cat((context, embs[:, t : t + 1]), dim=-1)  # (B, 1, D + embed_size)
+            out, hidden = self.rnn(x, hidden)  # (B, 1, D), (num_layers, B, D)
             outputs.append(out)
             if need_weights:
                 weights.append(self.attention.attention_weights)  # (B, 1, Ls)
         self.attention_weights = torch.cat(weights, dim=1) if need_weights else None
-        logits = self.dense(torch.cat(outputs, dim=1))  # (B, T, vocab_size)
+        logits = self.dense(torch.cat(outputs, dim=1))  # (B, Lt, vocab_size)
         return logits, replace(state, hidden=hidden, enc_keys=keys)
 
     def reorder_state(

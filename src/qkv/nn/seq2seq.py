@@ -67,9 +67,9 @@ class AttentionMaps:
     ) -> dict[str, list[Tensor]]:
         """The weights of sentence ``i``, cropped to its lengths, as plain per-layer tensors.
 
-        Returns ``{"encoder_self": [(H, S, S)], "decoder_self": [(H, T, T)], "cross":
-        [(H, T, S)]}`` (kinds the model lacks are left out) with ``S = src_len`` and
-        ``T = tgt_len`` (default: the whole padded lengths); float32 CPU tensors, ready for
+        Returns ``{"encoder_self": [(H, Ls, Ls)], "decoder_self": [(H, Lt, Lt)], "cross":
+        [(H, Lt, Ls)]}`` (kinds the model lacks are left out) with ``Ls = src_len`` and
+        ``Lt = tgt_len`` (default: the whole padded lengths); float32 CPU tensors, ready for
         :func:`qkv.viz.translation_attention` (``encoder=``, ``decoder=``, ``cross=``).
         """
         B = self.cross[0].shape[0] if self.cross else self.encoder_self[0].shape[0]

@@ -353,8 +353,8 @@ class TransformerDecoderBlock(nn.Module):
     """d2l 1.0's ``TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i)``:
     causal self-attention, cross-attention over the encoder, a feed-forward network.
 
-    ``forward(X (B, L, D), state, *, need_weights=False)`` returns ``(Y (B, L, D), state)``, with
-    ``state`` a :class:`TransformerDecoderState`.  Without a cache the self-attention is causal
+    ``forward(X (B, Lt, D), state, *, need_weights=False)`` returns ``(Y (B, Lt, D), state)``,
+    with ``state`` a :class:`TransformerDecoderState`.  Without a cache the self-attention is causal
     over ``X``; with one, ``X`` holds the new positions, appended to the block's cache ``i``.
     The cross-attention hides the encoder's padding with ``state.enc_valid_lens``.
     """
@@ -436,10 +436,11 @@ class TransformerDecoder(_Stack):
     num_blks, dropout)``.
 
     ``init_state(enc_outputs (B, Ls, D), enc_valid_lens (B,) or None, *, use_cache=False)``
-    returns a :class:`TransformerDecoderState`; ``forward(X (B, L) token ids, state, *,
-    need_weights=False)`` returns ``(logits (B, L, vocab_size), state)``.  With
+    returns a :class:`TransformerDecoderState`; ``forward(X (B, Lt) token ids, state, *,
+    need_weights=False)`` returns ``(logits (B, Lt, vocab_size), state)``.  With
     ``need_weights=True``, ``self.attention_weights`` is ``[self_attention, cross_attention]``,
-    each a list of per-layer weights ``(B, H, L, L_keys)`` (the book's layout).
+    each a list of per-layer weights ``(B, H, Lt, Lk)`` (the book's layout; ``Lk`` is the
+    decoded prefix for the self-attention, ``Ls`` for the cross-attention).
 
     Keyword-only options: those of :class:`TransformerEncoder`, plus ``use_bias`` and
     ``tie_embeddings`` (the output projection shares the embedding's weight).

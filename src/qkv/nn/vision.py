@@ -1,10 +1,11 @@
 """Images as sequences (DETR, seed 000): a backbone's feature map fed to a Transformer encoder.
 
-Features ``(B, C, H, W)`` go through a 1x1 convolution to ``(B, num_hiddens, H, W)`` and are
-flattened to a sequence ``(B, H*W, num_hiddens)`` (row-major: position ``y * W + x``).  Positions
-are encoded with a 2-D sine encoding (:func:`sine_position_encoding_2d`): half the channels encode
-the row, half the column, each with the sinusoidal scheme of the paper.  A padding mask
-``(B, H, W)`` (True at padding, as DETR's) becomes the encoder's ``key_padding_mask``.
+Features ``(B, C, Hi, Wi)`` (image height ``Hi``, width ``Wi``) go through a 1x1 convolution to
+``(B, num_hiddens, Hi, Wi)`` and are flattened to a sequence ``(B, Hi*Wi, num_hiddens)``
+(row-major: position ``y * Wi + x``).  Positions are encoded with a 2-D sine encoding
+(:func:`sine_position_encoding_2d`): half the channels encode the row, half the column, each with
+the sinusoidal scheme of the paper.  A padding mask ``(B, Hi, Wi)`` (True at padding, as DETR's)
+becomes the encoder's ``key_padding_mask``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def sine_position_encoding_2d(
     ``y`` and as many ``x``: channel pair ``(2j, 2j+1)`` is ``(sin, cos)(pos / temperature^(2j /
     (num_hiddens/2)))``.  Channels ``[0, num_hiddens/2)`` are the row's, the rest the column's.
 
-    Shapes: mask ``(B, H, W)`` bool, True at padding -> ``(B, H*W, num_hiddens)`` float32.
+    Shapes: mask ``(B, Hi, Wi)`` bool, True at padding -> ``(B, Hi*Wi, num_hiddens)`` float32.
     ``num_hiddens`` must be a multiple of 4.
     """
     _positive_int("num_hiddens", num_hiddens)
@@ -50,7 +51,7 @@ def sine_position_encoding_2d(
         )
         raise ValueError(f"mask: expected a bool tensor (B, H, W), got {got}")
     valid = (~mask).to(torch.float32)
-    y = valid.cumsum(1)  # (B, H, W): 1-based row among the valid pixels
+    y = valid.cumsum(1)  # (B, Hi, Wi): 1-based row among the valid pixels
     x = valid.cumsum(2)
     if normalize:
         eps = 1e-6
@@ -59,20 +60,20 @@ def sine_position_encoding_2d(
     half = num_hiddens // 2
     inv = temperature ** (-torch.arange(0, half, 2, dtype=torch.float32, device=mask.device) / half)
 
-    def encode(pos: Tensor) -> Tensor:  # (B, H, W) -> (B, H, W, half), sin/cos interleaved
-        angles = pos.unsqueeze(-1) * inv  # (B, H, W, half/2)
+    def encode(pos: Tensor) -> Tensor:  # (B, Hi, Wi) -> (B, Hi, Wi, half), sin/cos interleaved
+        angles = pos.unsqueeze(-1) * inv  # (B, Hi, Wi, half/2)
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
-    pos = torch.cat((encode(y), encode(x)), dim=-1)  # (B, H, W, num_hiddens)
-    return pos.flatten(1, 2)  # (B, H*W, num_hiddens)
+    pos = torch.cat((encode(y), encode(x)), dim=-1)  # (B, Hi, Wi, num_hiddens)
+    return pos.flatten(1, 2)  # (B, Hi*Wi, num_hiddens)
 
 
 class ImageToSequence(nn.Module):
-    """``(B, C, H, W)`` features -> ``(B, H*W, num_hiddens)`` tokens plus their positions.
+    """``(B, C, Hi, Wi)`` features -> ``(B, Hi*Wi, num_hiddens)`` tokens plus their positions.
 
     ``forward(features, mask=None)`` returns ``(tokens, pos, key_padding_mask)``: the 1x1-conv
-    projected, flattened features ``(B, H*W, D)``, the 2-D sine encoding ``(B, H*W, D)`` and the
-    flattened padding mask ``(B, H*W)`` (None without a mask).
+    projected, flattened features ``(B, Hi*Wi, D)``, the 2-D sine encoding ``(B, Hi*Wi, D)`` and
+    the flattened padding mask ``(B, Hi*Wi)`` (None without a mask).
     """
 
     def __init__(self, in_channels: int, num_hiddens: int, *, temperature: float = 10000.0) -> None:
@@ -91,17 +92,17 @@ class ImageToSequence(nn.Module):
         if not isinstance(features, Tensor) or features.dim() != 4 or features.shape[1] != C:
             got = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
             raise ValueError(f"features: expected a tensor (B, {C}, H, W), got {got}")
-        B, _, H, W = features.shape
+        B, _, Hi, Wi = features.shape
         if mask is None:
-            pixel_mask = torch.zeros(B, H, W, dtype=torch.bool, device=features.device)
-        elif not isinstance(mask, Tensor) or mask.shape != (B, H, W) or mask.dtype != torch.bool:
+            pixel_mask = torch.zeros(B, Hi, Wi, dtype=torch.bool, device=features.device)
+        elif not isinstance(mask, Tensor) or mask.shape != (B, Hi, Wi) or mask.dtype != torch.bool:
             got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else mask
             raise ValueError(
-                f"mask: expected a bool tensor ({B}, {H}, {W}), True at padding, got {got}"
+                f"mask: expected a bool tensor ({B}, {Hi}, {Wi}), True at padding, got {got}"
             )
         else:
             pixel_mask = mask
-        # (B, C, H, W) -> (B, D, H, W) -> (B, D, H*W) -> (B, H*W, D)
+        # (B, C, Hi, Wi) -> (B, D, Hi, Wi) -> (B, D, Hi*Wi) -> (B, Hi*Wi, D)
         tokens = self.input_proj(features).flatten(2).transpose(1, 2)
         pos = sine_position_encoding_2d(pixel_mask, self.num_hiddens, temperature=self.temperature)
         kpm = None if mask is None else mask.flatten(1)
@@ -112,11 +113,11 @@ class ImageEncoder(nn.Module):
     """A Transformer encoder over a feature map (DETR's encoder input, the book's blocks).
 
     ``ImageEncoder(in_channels, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
-    use_bias=False)``; ``forward(features (B, C, H, W), mask (B, H, W) or None, *,
-    need_weights=False)`` returns ``(B, H*W, num_hiddens)``.  The 2-D sine encoding is added to
+    use_bias=False)``; ``forward(features (B, C, Hi, Wi), mask (B, Hi, Wi) or None, *,
+    need_weights=False)`` returns ``(B, Hi*Wi, num_hiddens)``.  The 2-D sine encoding is added to
     the projected features once, before the first block (DETR adds it to q and k in every layer;
     adding it at the input is the book's convention).  With ``need_weights=True``,
-    ``self.attention_weights`` is the list of per-layer ``(B, heads, H*W, H*W)``.
+    ``self.attention_weights`` is the list of per-layer ``(B, H, Hi*Wi, Hi*Wi)``.
     """
 
     def __init__(

@@ -60,7 +60,7 @@ class AttentionKind:
 
     Args:
         name: what the kind is, e.g. ``"encoder self-attention"``; shown in the viewer's menu.
-        layers: the weights, either one array ``(L, H, Lq, Lk)`` or a sequence of ``L`` per-layer
+        layers: the weights, either one array ``(layers, H, Lq, Lk)`` or a sequence of per-layer
             arrays ``(H, Lq, Lk)`` (or ``(Lq, Lk)`` for a single head); torch tensors, numpy
             arrays or nested lists.  Layers may differ in their number of heads.  Values must be
             finite and non-negative (attention weights; a row may sum to 1 or, fully masked, to 0).
@@ -183,12 +183,13 @@ def translation_attention(
     """The attention kinds of one translated sentence, ready for the viewer or a figure.
 
     Args:
-        src_tokens: the ``S`` source tokens.
-        tgt_tokens: the ``T`` target tokens (the decoder's inputs or outputs, one per step).
-        encoder: encoder self-attention, per layer ``(H, S, S)`` (or one ``(L, H, S, S)``).
-        decoder: decoder self-attention, per layer ``(H, T, T)``.
-        cross: cross-attention (decoder queries, encoder keys), per layer ``(H, T, S)``.
-        bahdanau: the Bahdanau decoder's per-step weights ``(T, S)`` (one layer, one head).
+        src_tokens: the ``Ls`` source tokens.
+        tgt_tokens: the ``Lt`` target tokens (the decoder's inputs or outputs, one per step).
+        encoder: encoder self-attention, per layer ``(H, Ls, Ls)`` (or one
+            ``(layers, H, Ls, Ls)``).
+        decoder: decoder self-attention, per layer ``(H, Lt, Lt)``.
+        cross: cross-attention (decoder queries, encoder keys), per layer ``(H, Lt, Ls)``.
+        bahdanau: the Bahdanau decoder's per-step weights ``(Lt, Ls)`` (one layer, one head).
 
     Returns:
         The kinds that were given, in the order encoder, decoder, cross, Bahdanau.
