@@ -213,7 +213,11 @@ class MaskSpec:
     @property
     def only_causal(self) -> bool:
         """True when the one mask is ``is_causal`` (SDPA's own flag)."""
-        return self.index_masks == (CAUSAL,) and self.empty_except_causal
+        return (
+            self.index_masks == (CAUSAL,)
+            and self.key_padding_mask is None
+            and self.attn_mask is None
+        )
 
     @property
     def empty_except_causal(self) -> bool:
