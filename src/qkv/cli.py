@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -11,59 +12,76 @@ from typing import Any
 
 from . import __version__
 
-# flag -> TrainConfig key, for the flags of `qkv train` (all default to "not given")
+# flag -> (TrainConfig key, type, help): the flags of `qkv train` (all default to "not given");
+# each help ends with the key's TrainConfig default, read from the dataclass by _train_help
 _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--data": ("data", str, "parallel text in any qkv.data format (default: the bundled corpus)"),
-    "--format": ("data_format", str, "the data file's format (default: guessed)"),
-    "--model": ("model", str, "transformer (default) or bahdanau"),
-    "--preset": (
-        "preset",
-        str,
-        "auto (default: from the corpus, budget and device), none, or a tier name (docs/train.md)",
-    ),
-    "--max-steps": (
-        "max_steps",
-        int,
-        "the most optimizer updates (default: 10000; with --max-minutes, no limit but the clock)",
-    ),
+    "--data": ("data", str, "parallel text in any qkv.data format"),
+    "--format": ("data_format", str, "the data file's format"),
+    "--model": ("model", str, "transformer or bahdanau"),
+    "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
+    "--max-steps": ("max_steps", int, "the most optimizer updates"),
     "--max-minutes": (
         "max_minutes",
         float,
         "the run's time budget (across --resume): training, evaluations and the final "
         "averaging fit in it",
     ),
-    "--seed": ("seed", int, "seed of the weights, dropout and batch order (default 0)"),
-    "--max-tokens": (
-        "max_tokens",
-        int,
-        "token budget of one micro-batch per process (default: the preset's)",
-    ),
+    "--seed": ("seed", int, "seed of the weights, dropout and batch order"),
+    "--max-tokens": ("max_tokens", int, "token budget of one micro-batch per process"),
     "--accum-steps": ("accum_steps", int, "micro-batches per update (gradient accumulation)"),
-    "--lr": ("lr", float, "peak learning rate (default: the preset's)"),
-    "--warmup-steps": (
-        "warmup_steps",
-        int,
-        "linear warm-up updates (default: 10%% of the planned run)",
-    ),
-    "--schedule": (
-        "schedule",
-        str,
-        "auto (linear decay to the end of the run), linear, cosine or inverse_sqrt",
-    ),
-    "--label-smoothing": ("label_smoothing", float, "label smoothing epsilon (default 0.1)"),
-    "--clip-norm": ("clip_norm", float, "gradient-norm clipping, 0 for none (default 1.0)"),
-    "--eval-every": (
-        "eval_every",
-        int,
-        "validation loss and BLEU every N updates (default: about 6 per run)",
-    ),
-    "--save-every": ("save_every", int, "checkpoint every N updates (default: about 12 per run)"),
-    "--keep-last": ("keep_last", int, "checkpoints kept besides the best (default 3)"),
-    "--patience": ("patience", int, "early stopping: evaluations without a better BLEU"),
+    "--lr": ("lr", float, "peak learning rate"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up updates"),
+    "--schedule": ("schedule", str, "auto, linear, cosine or inverse_sqrt"),
+    "--label-smoothing": ("label_smoothing", float, "label smoothing epsilon"),
+    "--clip-norm": ("clip_norm", float, "gradient-norm clipping, 0 for none"),
+    "--eval-every": ("eval_every", int, "validation loss and BLEU every N updates"),
+    "--save-every": ("save_every", int, "checkpoint every N updates"),
+    "--keep-last": ("keep_last", int, "checkpoints kept besides the best"),
+    "--patience": ("patience", int, "early stopping: evaluations without a better BLEU (0: off)"),
     "--log-every": ("log_every", int, "progress line every N updates"),
-    "--device": ("device", str, "auto (default), cpu, cuda, cuda:N"),
+    "--device": ("device", str, "auto, cpu, cuda, cuda:N"),
     "--threads": ("threads", int, "CPU threads for torch (0: torch's default)"),
 }
+
+#: what a TrainConfig default of None or "auto" stands for, shown after it in --help (the
+#: numbers in braces are filled in from the library by train_flag_default)
+_AUTO_MEANS: dict[str, str] = {
+    "data": "the bundled corpus",
+    "data_format": "guessed from the file",
+    "preset": "from the corpus, budget and device",
+    "max_steps": "{max_steps}; with --max-minutes, no limit but the clock",
+    "max_minutes": "no time limit",
+    "max_tokens": "the preset's",
+    "lr": "the preset's",
+    "warmup_steps": "{warmup:.0%} of the planned run",
+    "schedule": "linear decay to the end of the run",
+    "eval_every": "about {evals} per run",
+    "save_every": "about {saves} per run",
+    "device": "CUDA when available, else the CPU",
+}
+
+
+def train_flag_default(key: str) -> str:
+    """How ``qkv train --help`` shows the default of TrainConfig field ``key``: its value, and
+    for None or ``"auto"`` what that stands for."""
+    from .train import TrainConfig
+    from .train.config import DEFAULT_MAX_STEPS
+    from .train.loop import _Plan
+
+    default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
+    if default is not None and default != "auto":
+        return str(default)
+    means = _AUTO_MEANS[key].format(
+        max_steps=DEFAULT_MAX_STEPS,
+        warmup=_Plan.WARMUP_FRACTION,
+        evals=_Plan.EVALS,
+        saves=_Plan.SAVES,
+    )
+    return means if default is None else f"auto: {means}"
+
+
+def _train_help(key: str, text: str) -> str:
+    return f"{text} (default: {train_flag_default(key)})".replace("%", "%%")
 
 
 def _fail(command: str, err: BaseException) -> int:
@@ -297,6 +315,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from . import demos
 
     registry = demos.load()
+    if args.list:
+        for d in sorted(registry.values(), key=lambda d: d.name):
+            mark = " (default)" if d.name == demos.DEFAULT else ""
+            print(f"{d.name:>20}  {d.help}{mark}")
+        return 0
     name = args.name or demos.DEFAULT
     if name not in registry:
         print(
@@ -330,8 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
     )
-    for flag, (_, typ, text) in _TRAIN_FLAGS.items():
-        kw: dict[str, Any] = {"type": typ, "default": S, "help": text}
+    for flag, (key, typ, text) in _TRAIN_FLAGS.items():
+        kw: dict[str, Any] = {"type": typ, "default": S, "help": _train_help(key, text)}
         if flag == "--model":
             kw["choices"] = ("transformer", "bahdanau")
         tr.add_argument(flag, **kw)
@@ -442,13 +465,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "list", False):
-        from . import demos
-
-        for d in sorted(demos.load().values(), key=lambda d: d.name):
-            mark = " (default)" if d.name == demos.DEFAULT else ""
-            print(f"{d.name:>20}  {d.help}{mark}")
-        return 0
     return int(args.func(args) or 0)
 
 

@@ -259,3 +259,18 @@ def test_counts_below_one_are_refused(trained, args, flag, capsys):
     d = str(trained["transformer"])
     assert main([args[0], "--model-dir", d, *args[1:]]) == 2
     assert f"error: {flag}: expected >= 1, got 0" in capsys.readouterr().err
+
+
+def test_saved_run_pairs_are_the_runs_own_split(trained, corpus_file):
+    from qkv.data import read_pairs
+    from qkv.train import saved_run_pairs
+
+    raw, _ = read_pairs(corpus_file)
+    for part in ("valid", "test"):
+        pairs, what = saved_run_pairs(trained["transformer"], part)
+        assert len(pairs) == 40 and set(pairs) <= set(raw)  # as the file holds them
+        assert what == f"the {part} split of {corpus_file.resolve()}"
+    valid, _ = saved_run_pairs(trained["transformer"], "valid")
+    assert not set(valid) & set(pairs)  # the parts do not overlap
+    with pytest.raises(ValueError, match="part: expected one of"):
+        saved_run_pairs(trained["transformer"], "dev")

@@ -173,3 +173,44 @@ def test_yaml_numbers_written_without_a_dot(tmp_path):
     cfg.write_text("max_steps: 1e3\n")  # not an int
     with pytest.raises(ValueError, match="max_steps"):
         _train_config(_args("--config", str(cfg), "--out", str(tmp_path / "o")))
+
+
+# ---------------------------------------------------------------- the CLI shows these defaults
+def _train_flag_helps() -> dict[str, str]:
+    import argparse
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    train = sub.choices["train"]
+    return {a.option_strings[0]: a.help % {} for a in train._actions if a.option_strings}
+
+
+def test_every_train_flag_shows_the_config_default():
+    import dataclasses
+    import re
+
+    from qkv.cli import _TRAIN_FLAGS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    helps = _train_flag_helps()
+    for flag, (key, typ, _) in _TRAIN_FLAGS.items():
+        assert key in defaults, f"{flag}: {key} is not a TrainConfig field"
+        m = re.search(r"\(default: (.*)\)$", helps[flag])
+        assert m, f"{flag}: no default in {helps[flag]!r}"
+        shown, default = m.group(1), defaults[key]
+        if default is None:  # what "not set" means, never a number that could drift
+            assert not re.fullmatch(r"[\d.]+", shown), (flag, shown)
+        elif default == "auto":
+            assert shown.startswith("auto: "), (flag, shown)
+        else:
+            assert typ(shown) == default, f"{flag}: --help says {shown}, TrainConfig {default!r}"
+
+
+def test_list_is_an_option_of_demo_only(capsys):
+    from qkv.cli import main
+
+    assert main(["demo", "--list"]) == 0
+    assert "translate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["translate", "--model-dir", "x", "--list"])
+    assert info.value.code == 2 and "--list" in capsys.readouterr().err
