@@ -8,18 +8,20 @@ import ``functional``, which it re-exports).
     floor  package                       what it is                                 may import
     0      qkv.functional                the math: attention, masks, scores          -
     0      qkv.data                      corpus readers, tokenizers, batching        -
-    0      qkv.viz                       heatmaps and the HTML viewer                -
     0      qkv (the root __init__)       __version__, re-exports functional          functional
     1      qkv.nn                        modules: own parameters, call functional    floor 0
     2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
     3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
                                          batches, scored; the device picked
+    3      qkv.viz                       heatmaps and the HTML viewer                floors 0-2
     4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
     5      qkv.demos                     ``qkv demo``                                floors 0-4
-    6      qkv.cli                       the ``qkv`` command: parses, calls, prints   floors 0-5
+    6      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-5
 
-``data`` and ``viz`` import no other part of qkv today, so they sit on the ground floor beside
-``functional``: anything above may use them, and they may use nothing of qkv.
+``data`` imports no other part of qkv, so it sits on the ground floor beside ``functional``:
+everything above may use it. ``viz`` imports no other part of qkv either, but sits beside
+``inference`` as its sibling: ``translate`` and the demos draw with it, while ``inference`` (what
+a server runs) never pulls in the plotting stack.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ PACKAGE = SRC / "qkv"
 FLOORS: dict[str, int] = {
     "functional": 0,
     "data": 0,
-    "viz": 0,
+    "viz": 3,
     "": 0,
     "nn": 1,
     "decoding": 2,
@@ -140,7 +142,8 @@ def test_no_module_imports_a_higher_floor():
         ("qkv.inference.decode", "from ..train.loop import train_update", "floor 4"),
         ("qkv.nn.attention", "def f():\n    from qkv.decoding import generate", "floor 2"),
         ("qkv.train.loop", "def f():\n    from ..translate import Translator", "floor 4"),
-        ("qkv.data.readers", "import qkv.viz", "floor 0"),
+        ("qkv.data.readers", "import qkv.viz", "floor 3"),
+        ("qkv.inference.saved", "from ..viz import save_attention", "floor 3"),
         ("qkv.functional.masks", "from qkv import nn", "floor 1"),
     ],
 )
