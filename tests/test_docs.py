@@ -116,13 +116,27 @@ def test_the_fast_blocks_are_most_of_them():
     assert len(slow) <= 2, slow
 
 
-def test_relative_links_point_to_files_that_exist():
-    link = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (lower case, punctuation dropped)."""
+    anchors, in_code = set(), False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        in_code ^= line.startswith("```")
+        if not in_code and (m := re.match(r"#{1,6} (.+)", line)):
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug)
+    return anchors
+
+
+def test_relative_links_point_to_files_and_headings_that_exist():
+    link = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
     for path in DOCS:
-        for target, _anchor in link.findall(path.read_text(encoding="utf-8")):
+        for target, anchor in link.findall(path.read_text(encoding="utf-8")):
             if "://" in target or target.startswith("mailto:"):
                 continue
-            assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+            dest = path.parent / target if target else path
+            assert dest.exists(), f"{path.name}: broken link {target}"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest), f"{path.name}: no heading #{anchor} in {target}"
 
 
 # ------------------------------------------------------------------------- measured figures
