@@ -90,6 +90,8 @@ def _fail(command: str, err: BaseException) -> int:
 
 
 # ---------------------------------------------------------------------------- train
+_MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
+
 def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     from .train import TrainConfig, load_config_file, parse_assignment
     from .train.checkpoint import latest_checkpoint, load_checkpoint
@@ -355,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for flag, (key, typ, text) in _TRAIN_FLAGS.items():
         kw: dict[str, Any] = {"type": typ, "default": S, "help": _train_help(key, text)}
-        if flag == "--model":
-            kw["choices"] = ("transformer", "bahdanau")
+        if flag == "--model":  # qkv.nn.seq2seq.MODEL_KINDS, without importing torch for --help
+            kw["choices"] = _MODEL_KINDS
         tr.add_argument(flag, **kw)
     tr.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     tr.add_argument(

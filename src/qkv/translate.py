@@ -6,8 +6,8 @@
 ["J'ai perdu.", 'Il est calme.']
 >>> tr.translate("Go.", beam_size=4, n_best=2)     # [[(translation, score), ...]]
 >>> att = tr.attention("He's calm.")               # SentenceAttention
->>> att.cross[-1].shape                            # last layer: (H, T, S)
->>> att.cross_mean()                               # (T, S), averaged over layers and heads
+>>> att.cross[-1].shape                            # last layer: (H, Lt, Ls)
+>>> att.cross_mean()                               # (Lt, Ls), averaged over layers and heads
 >>> att.save("calm.png")                           # or .svg / .pdf / .html (the viewer)
 >>> tr.evaluate(pairs).bleu                        # corpus BLEU of [(source, reference), ...]
 
@@ -68,7 +68,7 @@ class SentenceAttention:
         src_tokens: ``S`` source tokens (``<eos>`` last, as the model saw them).
         tgt_tokens: ``T`` produced tokens (``<eos>`` last).
         tgt_input_tokens: ``T`` decoder inputs (``<bos>`` first).
-        cross: per decoder layer ``(H, T, S)``; the Bahdanau model has one layer with one head.
+        cross: per decoder layer ``(H, Lt, Ls)``; the Bahdanau model has one layer with one head.
         encoder_self: per encoder layer ``(H, S, S)``; None for the Bahdanau (GRU) encoder.
         decoder_self: per decoder layer ``(H, T, T)``; None for the Bahdanau decoder.
     """
@@ -84,7 +84,7 @@ class SentenceAttention:
     decoder_self: list[Tensor] | None = None
 
     def cross_mean(self, layer: int | None = None) -> Tensor:
-        """The ``(T, S)`` alignment: cross-attention averaged over the heads of ``layer``, or
+        """The ``(Lt, Ls)`` alignment: cross-attention averaged over the heads of ``layer``, or
         over every layer and head when ``layer`` is None."""
         if layer is None:
             return torch.stack([w.mean(0) for w in self.cross]).mean(0)
@@ -97,7 +97,7 @@ class SentenceAttention:
 
     @property
     def bahdanau(self) -> Tensor | None:
-        """The Bahdanau decoder's per-step weights ``(T, S)`` (None for a Transformer)."""
+        """The Bahdanau decoder's per-step weights ``(Lt, Ls)`` (None for a Transformer)."""
         return self.cross[0][0] if self.kind == "bahdanau" else None
 
     def kinds(self) -> list:

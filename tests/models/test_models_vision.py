@@ -84,7 +84,7 @@ def test_constructor_errors_name_the_argument(make, arg):
 
 def test_forward_errors():
     m = ImageToSequence(3, 8)
-    with pytest.raises(ValueError, match=r"features: expected a tensor \(B, 3, H, W\)"):
+    with pytest.raises(ValueError, match=r"features: expected a tensor \(B, 3, Hi, Wi\)"):
         m(torch.zeros(1, 4, 2, 2))
     with pytest.raises(ValueError, match="mask"):
         m(torch.zeros(1, 3, 2, 2), torch.zeros(1, 2, 2))

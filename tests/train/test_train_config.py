@@ -206,6 +206,13 @@ def test_every_train_flag_shows_the_config_default():
             assert typ(shown) == default, f"{flag}: --help says {shown}, TrainConfig {default!r}"
 
 
+def test_model_choices_are_the_model_kinds():
+    from qkv.cli import _MODEL_KINDS
+    from qkv.nn.seq2seq import MODEL_KINDS
+
+    assert _MODEL_KINDS == MODEL_KINDS
+
+
 def test_list_is_an_option_of_demo_only(capsys):
     from qkv.cli import main
 

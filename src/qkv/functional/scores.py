@@ -6,7 +6,7 @@ Every scaling seed 001 lists, plus FlexAttention-style user modifications:
 ``score``            score ``s_ij``                                             default ``scale``
 ===================  =========================================================  ================
 ``"scaled_dot"``     ``scale * q_i . k_j``                                      ``1/sqrt(d)``
-``"dot"``            ``scale * q_i . k_j`` (a temperature is ``scale=1/T``)     ``1``
+``"dot"``            ``scale * q_i . k_j`` (temperature tau: ``scale=1/tau``)   ``1``
 ``"cosine"``         ``scale * (q_i/|q_i|) . (k_j/|k_j|)`` (pre-normalisation)  ``1``
 ``"normalized"``     ``scale * (q_i . k_j) / |q_i . K|`` (L2 norm of the row    ``1``
                      over the keys the query may see)

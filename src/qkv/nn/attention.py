@@ -111,9 +111,10 @@ class MultiheadAttention(_ScoredAttention):
     * extra keyword arguments: ``valid_lens`` (d2l's ``(B,)`` or ``(B, L)``) on ``forward``;
       ``score`` and ``scale`` (see :mod:`qkv.functional.scores`) on the constructor.
 
-    Shapes: ``(L, B, E)`` inputs, or ``(B, L, E)`` with ``batch_first=True``, or unbatched
-    ``(L, E)``; key ``(S, B, kdim)``, value ``(S, B, vdim)``.  Returns ``(output, weights)`` with
-    weights ``(B, L, S)`` averaged over heads or ``(B, H, L, S)``, or None.
+    Shapes: ``(Lq, B, D)`` inputs, or ``(B, Lq, D)`` with ``batch_first=True``, or unbatched
+    ``(Lq, D)``; key ``(Lk, B, kdim)``, value ``(Lk, B, vdim)``.  Returns ``(output, weights)``
+    with weights ``(B, Lq, Lk)`` averaged over heads or ``(B, H, Lq, Lk)``, or None.  (torch's
+    documentation calls these ``L``, ``S``, ``E`` and ``N``.)
     """
 
     __constants__: ClassVar[list[str]] = ["batch_first"]
@@ -271,9 +272,9 @@ class MultiheadAttention(_ScoredAttention):
         """Multi-head attention with torch's semantics.
 
         Args:
-            query: ``(L, B, E)`` (``(B, L, E)`` if batch_first) or unbatched ``(L, E)``.
-            key: ``(S, B, kdim)`` / ``(B, S, kdim)`` / ``(S, kdim)``.
-            value: ``(S, B, vdim)`` / ``(B, S, vdim)`` / ``(S, vdim)``.
+            query: ``(Lq, B, D)`` (``(B, Lq, D)`` if batch_first) or unbatched ``(Lq, D)``.
+            key: ``(Lk, B, kdim)`` / ``(B, Lk, kdim)`` / ``(Lk, kdim)``.
+            value: ``(Lk, B, vdim)`` / ``(B, Lk, vdim)`` / ``(Lk, vdim)``.
             key_padding_mask: ``(B, S)`` (or ``(S,)`` unbatched); bool True = padding, or float
                 added to the scores.
             need_weights: also return the attention weights.
@@ -292,7 +293,7 @@ class MultiheadAttention(_ScoredAttention):
         def batch_first(t: Tensor) -> Tensor:  # views only
             if not batched:
                 return t.unsqueeze(0)  # (L, E) -> (1, L, E)
-            return t if self.batch_first else t.transpose(0, 1)  # (L, B, E) -> (B, L, E)
+            return t if self.batch_first else t.transpose(0, 1)  # (L, B, D) -> (B, L, D)
 
         # keep `query is key is value` visible to the projection (one GEMM for self-attention)
         q_in = batch_first(query)
@@ -381,7 +382,7 @@ class MultiheadAttention(_ScoredAttention):
             is_causal=is_causal,
             need_weights=need_weights,
         )
-        # (B, H, L, d) -> (B, L, H, d) -> (B, L, E), or (L, B, E) for seq-first
+        # (B, H, L, d) -> (B, L, H, d) -> (B, L, D), or (L, B, D) for seq-first
         if self.batch_first or not batched:
             out = out.transpose(1, 2).reshape(B, L, self.embed_dim)
         else:
@@ -658,8 +659,8 @@ class MultiHeadSelfAttention(_ScoredAttention):
     ``qk_norm=True``, ``q_norm``/``k_norm`` (LayerNorm over each head's width, as timm), so
     seed 002's and timm's weights load.
 
-    ``forward(x (B, N, dim), valid_lens=None, key_padding_mask=None, attn_mask=None,
-    is_causal=False)`` returns ``(B, N, dim)``.
+    ``forward(x (B, L, dim), valid_lens=None, key_padding_mask=None, attn_mask=None,
+    is_causal=False)`` returns ``(B, L, dim)``.
     """
 
     def __init__(

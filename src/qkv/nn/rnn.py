@@ -194,7 +194,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
         """
         if not (isinstance(enc_outputs, (tuple, list)) and len(enc_outputs) == 2):
             raise ValueError(
-                "enc_outputs: expected the encoder's (outputs (B, Ls, H), hidden "
+                "enc_outputs: expected the encoder's (outputs (B, Ls, D), hidden "
                 f"(num_layers, B, H)), got {type(enc_outputs).__name__}"
             )
         outputs, hidden = enc_outputs

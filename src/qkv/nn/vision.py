@@ -49,7 +49,7 @@ def sine_position_encoding_2d(
         got = (
             f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
         )
-        raise ValueError(f"mask: expected a bool tensor (B, H, W), got {got}")
+        raise ValueError(f"mask: expected a bool tensor (B, Hi, Wi), got {got}")
     valid = (~mask).to(torch.float32)
     y = valid.cumsum(1)  # (B, Hi, Wi): 1-based row among the valid pixels
     x = valid.cumsum(2)
@@ -91,7 +91,7 @@ class ImageToSequence(nn.Module):
         C = self.input_proj.in_channels
         if not isinstance(features, Tensor) or features.dim() != 4 or features.shape[1] != C:
             got = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
-            raise ValueError(f"features: expected a tensor (B, {C}, H, W), got {got}")
+            raise ValueError(f"features: expected a tensor (B, {C}, Hi, Wi), got {got}")
         B, _, Hi, Wi = features.shape
         if mask is None:
             pixel_mask = torch.zeros(B, Hi, Wi, dtype=torch.bool, device=features.device)

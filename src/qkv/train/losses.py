@@ -24,7 +24,7 @@ def sequence_loss(
     count for nothing. The log-softmax is taken in float32 whatever the logits' dtype (bf16
     autocast).
 
-    Shapes: logits ``(B, T, V)``, target ``(B, T)`` int64.
+    Shapes: logits ``(B, Lt, V)``, target ``(B, Lt)`` int64.
 
     Returns:
         ``(loss_sum, nll_sum, num_tokens)``: the smoothed loss summed over real tokens (what is
@@ -33,13 +33,13 @@ def sequence_loss(
     """
     if not isinstance(logits, Tensor) or logits.dim() != 3:
         got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise ValueError(f"logits: expected shape (B, T, V), got {got}")
+        raise ValueError(f"logits: expected shape (B, Lt, V), got {got}")
     if not isinstance(target, Tensor) or target.shape != logits.shape[:2]:
         got = tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__
         raise ValueError(f"target: expected shape {tuple(logits.shape[:2])}, got {got}")
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing: expected a number in [0, 1), got {label_smoothing!r}")
-    lp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    lp = F.log_softmax(logits.float(), dim=-1)  # (B, Lt, V)
     keep = target != pad_id  # (B, T)
     nll = -lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
     if label_smoothing > 0:

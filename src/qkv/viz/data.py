@@ -85,13 +85,13 @@ class AttentionKind:
         raw = self.layers
         if isinstance(raw, (str, bytes)) or raw is None:
             raise TypeError(
-                f"layers: expected an array (L, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
+                f"layers: expected an array (layers, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
                 f"got {_describe(raw)}"
             )
         if hasattr(raw, "shape"):
             if len(raw.shape) != 4:
                 raise ValueError(
-                    f"layers: expected one array (L, H, Lq, Lk) or a list of per-layer arrays "
+                    f"layers: expected one array (layers, H, Lq, Lk) or a list of per-layer arrays "
                     f"(H, Lq, Lk), got an array of shape {tuple(raw.shape)} (wrap a single "
                     f"layer in a list)"
                 )
@@ -101,7 +101,7 @@ class AttentionKind:
             per_layer = [to_numpy(x, f"layers[{i}]") for i, x in enumerate(raw)]
         else:
             raise TypeError(
-                f"layers: expected an array (L, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
+                f"layers: expected an array (layers, H, Lq, Lk) or a sequence of (H, Lq, Lk) arrays, "
                 f"got {_describe(raw)}"
             )
         if not per_layer:
@@ -204,7 +204,7 @@ def translation_attention(
     if bahdanau is not None:
         w = to_numpy(bahdanau, "bahdanau")
         if w.ndim != 2:
-            raise ValueError(f"bahdanau: expected per-step weights (T, S), got shape {w.shape}")
+            raise ValueError(f"bahdanau: expected per-step weights (Lt, Ls), got shape {w.shape}")
         kinds.append(AttentionKind("Bahdanau attention", [w], tgt_tokens, src_tokens))
     if not kinds:
         raise ValueError(
