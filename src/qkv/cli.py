@@ -92,6 +92,7 @@ def _fail(command: str, err: BaseException) -> int:
 # ---------------------------------------------------------------------------- train
 _MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
 
+
 def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     from .train import TrainConfig, load_config_file, parse_assignment
     from .train.checkpoint import latest_checkpoint, load_checkpoint
