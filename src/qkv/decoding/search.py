@@ -61,6 +61,28 @@ def _check_inputs(
     return src, src_valid_lens.to(src.device)
 
 
+def _limits(max_len: object, B: int, device: torch.device) -> tuple[Tensor, int]:
+    """``max_len`` (an int, or one int per sentence) as per-row limits ``(B,)`` and their
+    maximum."""
+    if isinstance(max_len, int) and not isinstance(max_len, bool):
+        _int("max_len", max_len, 1)
+        return torch.full((B,), max_len, dtype=torch.long, device=device), max_len
+    if isinstance(max_len, Tensor):
+        values = max_len.tolist() if max_len.dim() == 1 and not max_len.is_floating_point() else []
+    elif isinstance(max_len, Sequence) and not isinstance(max_len, str):
+        values = list(max_len)
+    else:
+        values = []
+    ok = len(values) == B > 0 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
+    )
+    if not ok:
+        raise ValueError(
+            f"max_len: expected an int >= 1 or {B} ints >= 1 (one per sentence), got {max_len!r}"
+        )
+    return torch.tensor(values, dtype=torch.long, device=device), max(values)
+
+
 class _EvalMode:
     """Evaluation mode (no dropout) and no autograd for the duration; restores the mode."""
 
@@ -134,7 +156,7 @@ def greedy_search(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int,
+    max_len: int | Sequence[int] | Tensor,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
@@ -144,28 +166,29 @@ def greedy_search(
 ) -> list[list[int]]:
     """The most likely next token at every step, for each sentence of the batch.
 
-    Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None.  Returns, per sentence,
-    at most ``max_len`` token ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id``
-    are never chosen, nor (``no_repeat_ngram=n > 0``) a token that would repeat an n-gram.
+    Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None, max_len an int or
+    ``(B,)`` (each sentence's own limit).  Returns, per sentence, at most its ``max_len`` token
+    ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id`` are never chosen, nor
+    (``no_repeat_ngram=n > 0``) a token that would repeat an n-gram.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
-    _int("max_len", max_len, 1)
+    limits, T = _limits(max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _banned(pad_id, bos_id, eos_id, suppress)
     B = src.shape[0]
     with _EvalMode(model):
-        state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
+        state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
         state = state0
-        tokens = torch.full((B, max_len + 1), bos_id, dtype=torch.long, device=src.device)
+        tokens = torch.full((B, T + 1), bos_id, dtype=torch.long, device=src.device)
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-        steps = max_len
-        for t in range(max_len):
+        steps = T
+        for t in range(T):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
             logits = _block_repeats(_suppress(logits, banned), tokens, t, no_repeat_ngram)
             nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
             tokens[:, t + 1] = nxt
-            finished |= nxt == eos_id
+            finished |= (nxt == eos_id) | (limits <= t + 1)  # EOS, or the row's own limit
             if bool(finished.all()):
                 steps = t + 1
                 break
@@ -186,7 +209,7 @@ def beam_search(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int,
+    max_len: int | Sequence[int] | Tensor,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
@@ -203,7 +226,8 @@ def beam_search(
     extensions are ranked; those ending in EOS among the first ``beam_size`` are finished with the
     score ``sum(log p) / length ** length_penalty`` (``length`` counts the EOS), and the best
     ``beam_size`` others live on.  A sentence is done when it has ``beam_size`` finished
-    hypotheses (fairseq's rule); at ``max_len`` its live hypotheses are finished as they are.
+    hypotheses (fairseq's rule); at its ``max_len`` (an int, or one per sentence ``(B,)``) its
+    live hypotheses are finished as they are.
 
     ``pad_id`` (None: none) and ``bos_id`` are never generated: their log-probabilities are -inf
     after the softmax, so scores remain the model's log-probabilities; with
@@ -213,7 +237,7 @@ def beam_search(
     hypotheses ``(token ids without BOS/EOS, score)``, best first.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
-    _int("max_len", max_len, 1)
+    limits, T = _limits(max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _banned(pad_id, bos_id, eos_id, suppress)
@@ -231,17 +255,16 @@ def beam_search(
     B, dev = src.shape[0], src.device
     finals: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
     with _EvalMode(model):
-        state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=max_len)
+        state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
         # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams
         state = model.reorder_state(state, torch.arange(B, device=dev).repeat_interleave(K))
         state0 = state
-        tokens = torch.full((B * K, max_len + 1), bos_id, dtype=torch.long, device=dev)
+        tokens = torch.full((B * K, T + 1), bos_id, dtype=torch.long, device=dev)
         scores = torch.full((B, K), float("-inf"), device=dev)
         scores[:, 0] = 0.0  # one live beam at first, so the K beams differ
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         base = torch.arange(B, device=dev).unsqueeze(1) * K  # (B, 1)
-        t = -1
-        for t in range(max_len):
+        for t in range(T):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
@@ -269,15 +292,18 @@ def beam_search(
             tokens[:, t + 1] = top_tok.gather(1, live_j).view(-1)
             if use_cache:  # within a sentence: the encoder's part stays as it is
                 state = model.reorder_state(state, rows, include_encoder=False)
-        else:  # max_len reached: the live hypotheses end here
-            for b in range(B):
-                if done[b]:
-                    continue
-                for k in range(K):
-                    s = float(scores[b, k])
-                    if math.isfinite(s):
-                        ids = tokens[b * K + k, 1 : t + 2].tolist()
-                        finals[b].append((_penalised(s, t + 1, alpha), len(finals[b]), ids))
+            ending = (limits == t + 1) & ~done  # its max_len reached: the live hypotheses end
+            if bool(ending.any()):
+                for b in ending.nonzero().flatten().tolist():
+                    for k in range(K):
+                        s = float(scores[b, k])
+                        if math.isfinite(s):
+                            ids = tokens[b * K + k, 1 : t + 2].tolist()
+                            finals[b].append((_penalised(s, t + 1, alpha), len(finals[b]), ids))
+                    done[b] = True
+                scores = scores.masked_fill(done.unsqueeze(1), float("-inf"))
+                if bool(done.all()):
+                    break
     out = []
     for hyps in finals:
         hyps.sort(key=lambda h: (-h[0], h[1]))  # best first; ties: first finished first
@@ -291,7 +317,7 @@ def generate(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int,
+    max_len: int | Sequence[int] | Tensor,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
@@ -309,7 +335,9 @@ def generate(
             eval mode without autograd, and its mode is restored afterwards.
         src: ``(B, Ls)`` source token ids, right-padded.
         src_valid_lens: ``(B,)`` source lengths, or None when nothing is padded.
-        max_len: the most tokens to generate per sentence (EOS included).
+        max_len: the most tokens to generate per sentence (EOS included): one int for all, or
+            one per sentence ``(B,)``, each row stopped at its own (so a sentence's result does
+            not depend on its neighbours' limits either).
         bos_id, eos_id: the target's begin- and end-of-sequence ids.
         pad_id: the target's padding id (qkv's vocabularies use 0), or None.  Neither it nor
             ``bos_id`` is ever generated: both are masked to -inf at every step.

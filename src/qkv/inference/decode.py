@@ -7,7 +7,8 @@ is the same on ids already encoded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -40,6 +41,7 @@ def generate_ids(
     max_len_cap: int | None = None,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Decode many sources, batched by length, returned in input order.
 
@@ -49,14 +51,20 @@ def generate_ids(
         bos_id, eos_id: the target's special ids.
         device: where to run.
         beam_size, n_best, length_penalty: as :func:`qkv.decoding.generate`.
-        max_len: the most tokens per translation; None: ``2 * source length + 10`` per batch.
+        max_len: the most tokens per translation; None: each sentence's own
+            :func:`default_max_len` of its length (``<eos>`` counted), so a translation never
+            depends on the sentences batched with it.
         max_tokens: a batch holds at most this many source positions (times the beam).
         max_len_cap: with ``max_len=None``, the default length is capped at this.
+        progress: called with the number of sentences decoded so far after every batch.
         no_repeat_ngram, suppress: as :func:`qkv.decoding.generate`.
 
     Returns:
         Per sentence its ids (``n_best=1``) or its ``[(ids, score), ...]``, in input order.
     """
+    if max_len is not None:
+        _positive("max_len", max_len)
+    _positive("max_tokens", max_tokens)
     n = len(src_ids)
     out: list[Any] = [None] * n
     order = sorted(range(n), key=lambda i: len(src_ids[i]))
@@ -77,9 +85,11 @@ def generate_ids(
             ids = list(src_ids[i]) or [eos_id]
             src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         valid = torch.tensor(lens, dtype=torch.long)
-        limit = max_len if max_len is not None else default_max_len(L)
+        limit: int | list[int] = (
+            max_len if max_len is not None else [default_max_len(n) for n in lens]
+        )
         if max_len is None and max_len_cap is not None:
-            limit = min(limit, max_len_cap)
+            limit = [min(m, max_len_cap) for m in limit]
         res = generate(
             model,
             src.to(device),
@@ -96,7 +106,14 @@ def generate_ids(
         for r, i in enumerate(rows):
             out[i] = res[r]
         start = stop
+        if progress is not None:
+            progress(stop)
     return out
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
 
 
 def never_generated(tok: Tokenizer) -> list[int]:
@@ -120,6 +137,8 @@ def decode_texts(
     max_len_cap: int | None = None,
     no_repeat_ngram: int = 0,
     pre_normalized: bool = False,
+    max_tokens: int = 4096,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Decode ``texts`` with ``model``: encode each (with the ``<eos>`` the model was trained
     with), decode in batches (:func:`generate_ids`), never emitting what
@@ -129,20 +148,24 @@ def decode_texts(
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
         texts: the sources.
         src_tokenizer, tgt_tokenizer: the model's tokenizers.
-        device, beam_size, n_best, length_penalty, max_len, max_len_cap, no_repeat_ngram: as
-            :func:`generate_ids`.
+        device, beam_size, n_best, length_penalty, max_len, max_len_cap, no_repeat_ngram,
+            max_tokens: as :func:`generate_ids`.
         pre_normalized: the texts went through the source normaliser already (a run's
             validation split); else they are normalised here.
+        progress: called with the number of texts done so far (blank ones counted first).
 
     Returns:
         Per text its target ids (``n_best=1``) or its ``[(ids, score), ...]``, without
-        ``<bos>``/``<eos>``, in input order. A text that normalises to nothing is not decoded:
-        ``[]`` (n-best: ``[([], 0.0)]``); the model would otherwise make a sentence up from
-        ``<eos>`` alone.
+        ``<bos>``/``<eos>``, in input order. A text that normalises to nothing is not decoded
+        (the model would otherwise make a sentence up from ``<eos>`` alone): ``[]``, and with
+        ``n_best`` the same shape as any text's: ``n_best`` hypotheses, the empty one with
+        score 0.0 (the log-probability of a certainty: nothing translates to nothing), then
+        ``n_best - 1`` empty ones scored ``-inf`` (there is no other translation).
     """
     encode = src_tokenizer.encode_normalized if pre_normalized else src_tokenizer.encode
     src = [[*encode(t), src_tokenizer.eos_id] for t in texts]
     todo = [i for i, ids in enumerate(src) if len(ids) > 1]
+    blank = len(src) - len(todo)
     res = generate_ids(
         model,
         [src[i] for i in todo],
@@ -156,8 +179,11 @@ def decode_texts(
         max_len_cap=max_len_cap,
         no_repeat_ngram=no_repeat_ngram,
         suppress=never_generated(tgt_tokenizer),
+        max_tokens=max_tokens,
+        progress=None if progress is None else (lambda k: progress(blank + k)),
     )
-    out: list[Any] = [[] if n_best == 1 else [([], 0.0)] for _ in src]
+    nothing = [([], 0.0)] + [([], -math.inf)] * (n_best - 1)
+    out: list[Any] = [[] if n_best == 1 else list(nothing) for _ in src]
     for i, r in zip(todo, res):
         out[i] = r
     return out
