@@ -1,24 +1,34 @@
 """Demos run by ``qkv demo [NAME]``: each prints its numbers and may write figures to ``--out``.
 
-A demo is a function ``run(out: pathlib.Path, quick: bool) -> None`` registered with
-:func:`register`; modules listed in ``_MODULES`` are imported lazily by :func:`load`.
+A demo is a function ``run(out: pathlib.Path, quick: bool) -> int | None`` (its exit status;
+None is 0) registered with :func:`register`, which checks the optional packages it ``needs``
+before it starts; modules listed in ``_MODULES`` are imported lazily by :func:`load`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from .._deps import require
 
 __all__ = ["DEFAULT", "REGISTRY", "Demo", "load", "register"]
 
 
+DemoFn = Callable[[Path, bool], "int | None"]
+
+
 @dataclass(frozen=True)
 class Demo:
+    """A registered demo: ``run(out, quick)`` checks ``needs`` (module names) first."""
+
     name: str
     help: str
-    run: Callable[[Path, bool], None]
+    run: DemoFn
+    needs: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Demo] = {}
@@ -34,12 +44,19 @@ _MODULES = (
 )
 
 
-def register(name: str, help: str) -> Callable[[Callable[[Path, bool], None]], Callable]:
-    """Decorator: make ``fn(out, quick)`` available as ``qkv demo NAME``."""
+def register(name: str, help: str, needs: Sequence[str] = ()) -> Callable[[DemoFn], DemoFn]:
+    """Decorator: make ``fn(out, quick)`` available as ``qkv demo NAME``; the function it
+    returns (and registers) first checks that the optional modules ``needs`` are installed
+    (:class:`~qkv._deps.MissingDependency`, one line naming the extra, before any work)."""
 
-    def deco(fn: Callable[[Path, bool], None]) -> Callable[[Path, bool], None]:
-        REGISTRY[name] = Demo(name, help, fn)
-        return fn
+    def deco(fn: DemoFn) -> DemoFn:
+        @functools.wraps(fn)
+        def checked(out: Path, quick: bool) -> int | None:
+            require(f"qkv demo {name}", needs)
+            return fn(out, quick)
+
+        REGISTRY[name] = Demo(name, help, checked, tuple(needs))
+        return checked
 
     return deco
 

@@ -250,7 +250,11 @@ def _figures(results: dict[str, CatMilk], out: Path) -> list[Path]:
     return paths
 
 
-@register("cat-milk", "seed 001's worked example: does 'it' mean the cat or the milk?")
+@register(
+    "cat-milk",
+    "seed 001's worked example: does 'it' mean the cat or the milk?",
+    needs=("matplotlib",),
+)
 def run(out: Path, quick: bool) -> None:
     print("seed 001: self-attention with Q = K = V, d = 4, computed exactly in float64")
     print(

@@ -221,7 +221,11 @@ def _bools(m: Tensor) -> None:
         print("    " + " ".join(f"{bool(x)!s:>5}" for x in row))
 
 
-@register("masks", "seed 003's key_padding_mask, causal attn_mask and their merge, drawn")
+@register(
+    "masks",
+    "seed 003's key_padding_mask, causal attn_mask and their merge, drawn",
+    needs=("matplotlib",),
+)
 def run(out: Path, quick: bool) -> None:
     r = compute()
     B = r.key_padding_mask.shape[0]

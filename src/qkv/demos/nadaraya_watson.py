@@ -124,6 +124,7 @@ def _figures(r: NWResult, out: Path) -> list[Path]:
 @register(
     "nadaraya-watson",
     "the book's Nadaraya-Watson regression: average pooling, Gaussian kernel, learned w",
+    needs=("matplotlib",),
 )
 def run(out: Path, quick: bool) -> None:
     r = compute()

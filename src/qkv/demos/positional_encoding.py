@@ -60,7 +60,11 @@ def _rotation_error(P: Tensor, k: int, base: float = 10000.0) -> float:
     )
 
 
-@register("positional-encoding", "the sinusoidal positional encoding: heatmap and columns")
+@register(
+    "positional-encoding",
+    "the sinusoidal positional encoding: heatmap and columns",
+    needs=("matplotlib",),
+)
 def run(out: Path, quick: bool) -> None:
     from qkv.viz import new_figure, save_figure, show_heatmaps
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._deps import require
 from ..data import Tokenizer, load_tokenizers
 from ..nn.seq2seq import EncoderDecoder, build_model
 from .device import pick_device
@@ -395,7 +396,9 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     Raises:
         CheckpointError: no checkpoint there, or a corrupt or foreign one.
         ValueError: a bad device name, or CUDA asked for where it is not available.
+        MissingDependency: safetensors is not installed (the ``train`` extra).
     """
+    require("loading a model", ["safetensors"])
     device = pick_device(device)
     folder = resolve_model_dir(model_dir)
     ckpt = load_checkpoint(folder, with_tensors=False)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._deps import require
+
 __all__ = ["Evaluation", "corpus_scores"]
 
 
@@ -46,10 +48,9 @@ class Evaluation:
 
 
 def _sacrebleu() -> Any:
-    try:
-        import sacrebleu
-    except ImportError:
-        raise ImportError("scoring needs sacrebleu: pip install 'qkv[train]'") from None
+    require("scoring", ["sacrebleu"])
+    import sacrebleu
+
     return sacrebleu
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._deps import require
 from ..data import (
     Batch,
     Split,
@@ -684,6 +685,20 @@ def _finish(
     return folder, bleu, decoding
 
 
+def _needs(config: TrainConfig) -> list[str]:
+    """The optional modules a run of ``config`` imports: checkpoints (safetensors), validation
+    BLEU (sacreBLEU), a subword tokenizer (sentencepiece, the automatic choice for a user's
+    data), TensorBoard when asked for."""
+    modules = ["safetensors", "sacrebleu"]
+    if config.tokenizer == "sentencepiece" or (
+        config.tokenizer == "auto" and config.data is not None
+    ):
+        modules.append("sentencepiece")
+    if config.tensorboard:
+        modules.append("tensorboard")
+    return modules
+
+
 def train(
     config: TrainConfig,
     out: str | Path,
@@ -712,6 +727,7 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
+    require("training", _needs(config))  # before anything is read or written
     config.validate()
     out = Path(out)
     ckroot = out / "checkpoints"
