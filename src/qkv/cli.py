@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import logging
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from . import __version__
+from ._deps import MissingDependency, require
+
+log = logging.getLogger(__name__)
 
 # flag -> (TrainConfig key, type, help): the flags of `qkv train` (all default to "not given");
 # each help ends with the key's TrainConfig default, read from the dataclass by _train_help
@@ -165,14 +173,116 @@ def _set_no_repeat(tr: Any, args: argparse.Namespace) -> None:
         tr.decoding["no_repeat_ngram"] = args.no_repeat_ngram
 
 
-def _read_inputs(texts: Sequence[str]) -> list[str]:
-    if texts:
-        return list(texts)
-    return [line.rstrip("\r\n") for line in sys.stdin]
+#: the figure formats of --attention (matplotlib) and the viewer's (no extra package)
+_FIGURES, _PAGES = (".png", ".svg", ".pdf"), (".html", ".htm")
 
 
-def _attention_path(base: Path, i: int, n: int) -> Path:
+def _check_file_to_write(flag: str, path: str | Path) -> Path:
+    """``path`` as a file this command may write, or a one-line ValueError naming ``flag``: not
+    a folder, not under a file, in a folder that exists (nothing is created silently)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag}: {str(p)!r} is a folder; expected a file name")
+    for folder in (p.parent, *p.parent.parents):
+        if folder.exists():
+            break
+    if not folder.is_dir():
+        raise ValueError(f"{flag}: {str(folder)!r} is a file, not a folder (in {str(p)!r})")
+    if folder != p.parent:
+        raise ValueError(f"{flag}: the folder {str(p.parent)!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}: cannot write in the folder {str(folder)!r}")
+    return p
+
+
+def _attention_path(base: Path, i: int, n: int | None) -> Path:
+    """Sentence ``i``'s attention file: ``base`` itself for one sentence, else numbered
+    (``n=None``: line by line, the count is not known)."""
     return base if n == 1 else base.with_name(f"{base.stem}-{i + 1}{base.suffix}")
+
+
+def _check_translate_args(args: argparse.Namespace) -> None:
+    """Every flag of ``qkv translate`` checked before the model is loaded."""
+    _check_positive(args, "beam", "n_best", "max_len", "batch_tokens")
+    if args.beam is not None and args.n_best > args.beam:
+        raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
+    if args.attention is not None:
+        if Path(args.attention).suffix.lower() not in _FIGURES + _PAGES:
+            raise ValueError(
+                f"--attention: expected a file ending in .png, .svg, .pdf or .html, got "
+                f"{args.attention!r}"
+            )
+        _check_file_to_write("--attention", args.attention)
+    if args.src is not None:
+        if args.text:
+            raise ValueError("--src: give sentences as arguments or in --src FILE, not both")
+        if not Path(args.src).is_file():
+            raise FileNotFoundError(f"--src: no such file {args.src!r}")
+    if args.output is not None:
+        out = _check_file_to_write("--output", args.output)
+        if args.src is not None and (
+            out.resolve() == Path(args.src).resolve()
+            or (out.exists() and os.path.samefile(out, args.src))
+        ):
+            raise ValueError(
+                f"--output: {args.output!r} is the --src file; the translations would "
+                "overwrite their sources (choose another file)"
+            )
+
+
+def _read_lines(stream: TextIO, what: str) -> list[str]:
+    try:
+        return [line.rstrip("\r\n") for line in stream]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what}: expected UTF-8 text, got {e.reason} at byte {e.start}") from None
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[TextIO]:
+    """Where translations go: stdout, or ``path`` written atomically (a temporary file in its
+    folder, renamed over it when every line is written; removed on an error)."""
+    if path is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class _Progress:
+    """``translated K/N sentences (R sentences/s)`` on stderr, redrawn at most twice a second
+    and only once a file has taken half a second (a terminal only; cleared at the end)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+        self.t0 = self.last = time.monotonic()
+        self.drawn = False
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.5:
+            return
+        self.last, self.drawn = now, True
+        rate = done / max(now - self.t0, 1e-9)
+        sys.stderr.write(
+            f"\rtranslated {done}/{self.total} sentences ({rate:.1f} sentences/s)\x1b[K"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -180,49 +290,64 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     from .translate import Translator
 
     try:
-        if args.attention is not None:
-            suffix = Path(args.attention).suffix.lower()
-            if suffix not in (".png", ".svg", ".pdf", ".html", ".htm"):
-                raise ValueError(
-                    f"--attention: expected a file ending in .png, .svg, .pdf or .html, got "
-                    f"{args.attention!r}"
-                )
-        _check_positive(args, "beam", "n_best", "max_len")
-        if args.beam is not None and args.n_best > args.beam:
-            raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
+        _check_translate_args(args)
+        attention = None if args.attention is None else Path(args.attention)
+        interactive = not args.text and args.src is None and sys.stdin.isatty()
+        texts: list[str] = []
+        if args.text:
+            texts = list(args.text)
+        elif args.src is not None:
+            with open(args.src, encoding="utf-8") as f:
+                texts = _read_lines(f, "--src")
+        elif not interactive:  # a pipe or a file: read it all, then translate in batches
+            texts = _read_lines(sys.stdin, "stdin")
+        if attention is not None:
+            for i in range(len(texts)):
+                _check_file_to_write("--attention", _attention_path(attention, i, len(texts)))
         tr = Translator.load(args.model_dir, device=args.device)
         _set_no_repeat(tr, args)
         beam = args.beam
         if beam is None and args.n_best > tr.resolve_decoding(None, None)[0]:
             beam = args.n_best  # n-best needs a beam at least that wide
-        texts = _read_inputs(args.text)
-        if not texts:
-            return 0
-        res = tr.generate(
-            texts,
-            beam_size=beam,
-            n_best=args.n_best,
-            length_penalty=args.length_penalty,
-            max_len=args.max_len,
-        )
+        decode = {
+            "beam_size": beam,
+            "n_best": args.n_best,
+            "length_penalty": args.length_penalty,
+            "max_len": args.max_len,
+            "max_tokens": args.batch_tokens,
+        }
         dec = tr.tgt_tokenizer.decode
-        for i, r in enumerate(res):
+
+        def emit(f: TextIO, i: int, text: str, r: Any, n: int | None) -> None:
             if args.n_best == 1:
-                print(dec(r))
+                f.write(dec(r) + "\n")
             else:
                 for ids, score in r:
-                    print(f"{i}\t{float(score):.4f}\t{dec(ids)}")
-        sys.stdout.flush()
-        if args.attention is not None:
-            base = Path(args.attention)
-            for i, text in enumerate(texts):
-                # the attention of the very translation printed above (best of the n-best)
-                best = res[i] if args.n_best == 1 else res[i][0][0]
-                att = tr.attention(text, ids=best)
-                path = att.save(_attention_path(base, i, len(texts)))
-                print(f"attention of {text!r} -> {path}", file=sys.stderr)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
-        return _fail("translate", e)
+                    f.write(f"{i}\t{float(score):.4f}\t{dec(ids)}\n")
+            if attention is not None:  # of the very translation printed (best of the n-best)
+                best = r if args.n_best == 1 else r[0][0]
+                path = tr.attention(text, ids=best).save(_attention_path(attention, i, n))
+                log.info("attention of %r -> %s", text, path)
+
+        if not interactive:
+            progress = _Progress(len(texts), sys.stderr.isatty() and not args.quiet)
+            try:
+                res = tr.generate(texts, progress=progress, **decode)
+            finally:
+                progress.close()
+            with _output(args.output) as f:
+                for i, (text, r) in enumerate(zip(texts, res)):
+                    emit(f, i, text, r, len(texts))
+        else:  # a terminal: each line translated as it is entered
+            with _output(args.output) as f:
+                for i, line in enumerate(iter(sys.stdin.readline, "")):
+                    text = line.rstrip("\r\n")
+                    emit(f, i, text, tr.generate([text], **decode)[0], None)
+                    f.flush()
+    except (ValueError, TypeError, OSError, CheckpointError, ImportError) as e:
+        return _fail("translate", e)  # OSError: reading --src, writing --output or a figure
+    except KeyboardInterrupt:  # Ctrl-C ends a terminal session; --output is left as it was
+        return 130
     return 0
 
 
@@ -240,7 +365,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         if args.data is not None:
             pairs, report = read_pairs(args.data, args.format)
             if report.n_skipped:
-                print(f"qkv evaluate: {report}", file=sys.stderr)
+                log.warning("%s", report)
             what = args.data
         else:
             pairs, what = saved_run_pairs(tr.path, args.split)
@@ -404,18 +529,50 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
 
     t = sub.add_parser(
-        "translate", help="translate TEXT arguments, or stdin lines", description="Translate."
+        "translate",
+        help="translate TEXT arguments, a --src file, or stdin lines",
+        description="Translate sentences: the arguments, the lines of --src FILE, or the lines "
+        "of stdin (typed at a terminal: each line as it is entered; from a pipe or a file: "
+        "batched by --batch-tokens). One output line per input line, in order; a sentence's "
+        "translation never depends on the others.",
     )
     model_args(t)
-    t.add_argument("--n-best", type=int, default=1, help="print K translations per input")
-    t.add_argument("--max-len", type=int, default=None, help="most tokens per translation")
+    t.add_argument(
+        "--n-best",
+        type=int,
+        default=1,
+        metavar="K",
+        help="print K lines per input: INDEX<TAB>SCORE<TAB>TRANSLATION, best first (a blank "
+        "line: the empty translation scored 0, then K-1 scored -inf)",
+    )
+    t.add_argument(
+        "--max-len",
+        type=int,
+        default=None,
+        help="most tokens per translation (default: 2 * the sentence's own length + 10)",
+    )
+    t.add_argument("--src", metavar="FILE", help="translate the lines of FILE (UTF-8)")
+    t.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the translations to FILE, replaced at once when all are done "
+        "(default: stdout); never the --src file",
+    )
+    t.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="source tokens per batch (times the beam), sentences sorted by length (default: 4096)",
+    )
     t.add_argument(
         "--attention",
         metavar="FILE",
         help="draw each sentence's attention to FILE (.png, .svg, .pdf or .html; "
-        "several inputs: FILE-1.png, FILE-2.png, ...)",
+        "several inputs or a terminal: FILE-1.png, FILE-2.png, ...); its folder must exist",
     )
-    t.add_argument("text", nargs="*", help="sentences (default: read lines from stdin)")
+    t.add_argument("--quiet", action="store_true", help="warnings only on stderr, no progress")
+    t.add_argument("text", nargs="*", help="sentences (default: --src, else stdin lines)")
     t.set_defaults(func=_cmd_translate)
 
     e = sub.add_parser(
@@ -435,6 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--limit", type=int, default=None, help="score only the first N pairs")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     e.add_argument(
         "--normalized-refs",
         action="store_true",
@@ -455,6 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--last", type=int, default=3, help="how many newest checkpoints (default 3)")
     av.add_argument("--out", required=True, help="the folder to write")
     av.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --model-dir)")
+    av.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     av.set_defaults(func=_cmd_average)
 
     demo = sub.add_parser("demo", help="run a demo (`qkv demo --list` shows them)")
@@ -462,13 +621,74 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="demo-out", help="folder for figures (default: demo-out)")
     demo.add_argument("--quick", action="store_true", help="a fast, smaller run (for tests)")
     demo.add_argument("--list", action="store_true", help="list the demos and exit")
+    demo.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     demo.set_defaults(func=_cmd_demo)
     return parser
 
 
+def _needs(args: argparse.Namespace) -> list[str]:
+    """The optional modules ``args.command`` will import whatever its data (``qkv train``:
+    what its flags name; the library checks the rest, e.g. sentencepiece for a new corpus)."""
+    if args.command == "train":
+        modules = ["safetensors", "sacrebleu"]
+        config = str(getattr(args, "config", None) or "").lower()
+        if config.endswith((".yaml", ".yml")):
+            modules.append("yaml")
+        elif config.endswith(".toml") and sys.version_info < (3, 11):
+            modules.append("tomli")
+        if getattr(args, "tensorboard", False):
+            modules.append("tensorboard")
+        return modules
+    if args.command == "translate":
+        figure = Path(args.attention or "").suffix.lower() in _FIGURES
+        return ["safetensors", *(["matplotlib"] if figure else [])]
+    if args.command == "evaluate":
+        return ["safetensors", "sacrebleu"]
+    if args.command == "average":
+        return ["safetensors"]
+    return []  # demo: each demo checks its own (qkv.demos.register)
+
+
+class _CliHandler(logging.StreamHandler):
+    """``qkv: message`` on the stderr of the moment (tests swap sys.stderr between calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("qkv: %(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:  # StreamHandler.__init__ sets it
+        pass
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(quiet: bool) -> Iterator[None]:
+    """While ``main`` runs: the library's messages (the ``qkv`` loggers) on stderr, INFO and up
+    (``--quiet``: WARNING); the logger is left as it was afterwards."""
+    top = logging.getLogger("qkv")
+    handler, level = _CliHandler(), top.level
+    top.addHandler(handler)
+    top.setLevel(logging.WARNING if quiet else logging.INFO)
+    try:
+        yield
+    finally:
+        top.removeHandler(handler)
+        top.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    with _logging_to_stderr(getattr(args, "quiet", False)):
+        try:
+            require(f"qkv {args.command}", _needs(args))
+            return int(args.func(args) or 0)
+        except MissingDependency as e:  # one line, before any work
+            print(e, file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

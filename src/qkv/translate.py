@@ -23,7 +23,7 @@ text or many, the run's decoding by default, attention pictures). ``generate_ids
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._deps import require
 from .data import Tokenizer
 from .inference import (
     Evaluation,
@@ -236,13 +237,16 @@ class Translator:
             beam_size: 1 for greedy search.
             n_best: translations per text (at most ``beam_size``).
             length_penalty: beam score ``sum(log p) / length ** length_penalty``.
-            max_len: the most tokens per translation (default ``2 * source length + 10``).
+            max_len: the most tokens per translation (default: each text's own
+                ``2 * source length + 10``, so a translation never depends on the texts
+                translated with it).
 
         Returns:
             For a string: its translation (``n_best=1``) or a list of ``(translation, score)``,
             best first. For a sequence: a list of those, in order. A text that normalises to
-            nothing (blank, whitespace) is not decoded: its translation is ``""`` (n-best:
-            ``[("", 0.0)]``).
+            nothing (blank, whitespace) is not decoded: its translation is ``""``; with n-best,
+            ``n_best`` pairs like any text's: ``("", 0.0)`` (nothing translates to nothing,
+            with certainty) then ``("", -inf)`` (no other translation).
         """
         single = isinstance(texts, str)
         items = [texts] if single else texts
@@ -272,12 +276,16 @@ class Translator:
         n_best: int = 1,
         length_penalty: float | None = None,
         max_len: int | None = None,
+        max_tokens: int = 4096,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Any]:
         """Target ids of :meth:`translate` (same arguments, a sequence of texts): per text its
         ids (``n_best=1``) or its ``[(ids, score), ...]``, without ``<bos>``/``<eos>``.
 
-        A text that normalises to nothing is not decoded: ``[]`` (n-best: ``[([], 0.0)]``);
-        the model would otherwise make a sentence up from ``<eos>`` alone.
+        The texts are decoded in batches of at most ``max_tokens`` source tokens (times the
+        beam), sorted by length; ``progress`` is called with the number of texts done after
+        each batch. A text that normalises to nothing is not decoded (the model would make a
+        sentence up from ``<eos>`` alone): ``[]``, with n-best ``[([], 0.0), ([], -inf), ...]``.
         """
         if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
             raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
@@ -296,6 +304,8 @@ class Translator:
             length_penalty=length_penalty,
             max_len=max_len,
             no_repeat_ngram=self.decoding["no_repeat_ngram"],
+            max_tokens=max_tokens,
+            progress=progress,
         )
 
     def attention(
@@ -311,10 +321,9 @@ class Translator:
 
         The translation is decoded first, exactly as ``translate(text, ...)`` with the same
         ``beam_size``, ``length_penalty`` and ``max_len`` decodes it, unless ``ids`` gives the
-        translation's target ids already (e.g. from :meth:`generate` over a batch of texts, whose
-        default ``max_len`` follows the batch's longest source). Then one teacher-forced pass
-        over ``<bos>`` + its tokens materialises the weights, which are exactly those of the
-        incremental decoding.
+        translation's target ids already (e.g. from :meth:`generate` over many texts). Then one
+        teacher-forced pass over ``<bos>`` + its tokens materialises the weights, which are
+        exactly those of the incremental decoding.
         """
         if ids is None:
             ids = self.translate_ids(
@@ -384,6 +393,7 @@ class Translator:
         """
         if not pairs:
             raise ValueError("pairs: expected at least one (source, reference) pair, got none")
+        require("Translator.evaluate", ["sacrebleu"])  # before translating, not after
         hyps = self.translate(
             [s for s, _ in pairs], beam_size=beam_size, length_penalty=length_penalty
         )
