@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -173,6 +174,30 @@ def test_demo_quick(tmp_path, capsys):
     assert summary["quick"] is True and summary["n"] > 0
     # the run folder is a usable model dir
     assert main(["translate", "--model-dir", str(tmp_path / "translator"), "go ."]) == 0
+    assert "\ndone in " in out  # it learned, and says so
+
+
+def test_a_demo_that_did_not_learn_says_why_and_fails(tmp_path, capsys, monkeypatch):
+    """The issue's run: stopped at update 13 under load with BLEU 0.0 (a fake result here)."""
+    stopped = SimpleNamespace(step=13, minutes=0.5, stopped="max_minutes", best_bleu=0.0)
+    monkeypatch.setattr("qkv.train.train", lambda *a, **k: stopped)
+    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "done" not in captured.out and "test BLEU" not in captured.out
+    assert (
+        "qkv demo translate: FAILED: the model did not learn: its best validation BLEU 0.0 is "
+        "below 5 (after 13 updates in 0.5 min, stopped: max_minutes)"
+    ) in captured.err
+
+
+def test_the_demo_floor():
+    from qkv.demos.translate import FULL_FLOOR, QUICK_FLOOR, did_not_learn
+
+    assert did_not_learn(None, QUICK_FLOOR) == "it stopped before its first validation"
+    assert "below 30" in did_not_learn(29.9, FULL_FLOOR)
+    assert did_not_learn(30.0, FULL_FLOOR) is None
+    assert did_not_learn(42.0, QUICK_FLOOR, ["va !", ""]) is None
+    assert "to nothing" in did_not_learn(42.0, QUICK_FLOOR, ["", " ", "", ""])
 
 
 def test_demo_default_is_translate():
@@ -189,7 +214,8 @@ def test_blank_inputs_translate_to_nothing(trained, capsys, monkeypatch):
     real = tr.model.encode
     monkeypatch.setattr(tr.model, "encode", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert tr.translate("") == "" and tr.translate(" \t ") == ""
-    assert tr.translate(["", "  "], beam_size=3, n_best=2) == [[("", 0.0)], [("", 0.0)]]
+    nothing = [("", 0.0), ("", float("-inf"))]  # n-best: the shape of any text's
+    assert tr.translate(["", "  "], beam_size=3, n_best=2) == [nothing, nothing]
     assert tr.translate_ids("   ") == []
     assert not calls  # nothing was decoded
     mixed = tr.translate(["go .", "   ", "i lost ."])
