@@ -153,7 +153,11 @@ def test_the_library_names_tensorboard_only_when_asked_for(monkeypatch, tmp_path
     "args, blocked, line",
     [
         (["translate", "go ."], "safetensors", "qkv translate needs safetensors"),
-        (["translate", "--attention", "a.png", "go ."], "matplotlib", "qkv translate needs matplotlib"),
+        (
+            ["translate", "--attention", "a.png", "go ."],
+            "matplotlib",
+            "qkv translate needs matplotlib",
+        ),
         (["evaluate"], "sacrebleu", "qkv evaluate needs sacrebleu"),
         (["average", "--out", "avg"], "safetensors", "qkv average needs safetensors"),
     ],
