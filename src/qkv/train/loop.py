@@ -52,11 +52,11 @@ from .checkpoint import (
     best_checkpoint,
     find_checkpoints,
     latest_checkpoint,
-    load_checkpoint,
     load_model_weights,
     prune_checkpoints,
     read_weights,
     remove_stale_temporaries,
+    resume_checkpoint,
     save_checkpoint,
     write_model_folder,
 )
@@ -689,6 +689,7 @@ def train(
     out: str | Path,
     *,
     resume: bool = False,
+    resume_from: int | str | Path | None = None,
     progress: bool = True,
     stream: Any = None,
 ) -> TrainResult:
@@ -697,8 +698,12 @@ def train(
     Args:
         config: the run's settings.
         out: the run folder (checkpoints go to ``out/checkpoints``).
-        resume: continue from the newest checkpoint in ``out`` (a fresh start when there is
-            none). The settings must match the checkpoint's except :data:`RESUMABLE_KEYS`.
+        resume: continue from the newest intact checkpoint in ``out`` (a fresh start when
+            there is none; a damaged newer one is skipped with a warning and set aside, see
+            :func:`~qkv.train.checkpoint.resume_checkpoint`). The settings must match the
+            checkpoint's except :data:`RESUMABLE_KEYS`.
+        resume_from: resume from this checkpoint instead (implies ``resume``): an update
+            number, or a checkpoint folder of ``out``; the newer ones are set aside.
         progress: show progress and messages on ``stream`` (stderr by default; rank 0 only).
         stream: where progress goes.
 
@@ -707,7 +712,8 @@ def train(
 
     Raises:
         ValueError: bad settings or data; ``out`` already holds a run and ``resume`` is False.
-        CheckpointError: the checkpoint to resume from is corrupt or foreign.
+        CheckpointError: the checkpoint to resume from is corrupt or foreign, or every one is;
+            ``resume_from`` names no checkpoint of ``out``.
         TrainingError: the loss became non-finite.
     """
     if not isinstance(config, TrainConfig):
@@ -715,9 +721,11 @@ def train(
     config.validate()
     out = Path(out)
     ckroot = out / "checkpoints"
+    # what to resume: nothing (False), the newest intact checkpoint (True), or the one named
+    which = bool(resume) if resume_from is None else resume_from
     info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
     try:
-        return _Run(config, out, ckroot, info, resume, progress, stream).run()
+        return _Run(config, out, ckroot, info, which, progress, stream).run()
     finally:
         D.cleanup()
 
@@ -807,7 +815,7 @@ class _Run:
         out: Path,
         ckroot: Path,
         info: D.DistInfo,
-        resume: bool,
+        resume: bool | int | str | Path,
         show: bool,
         stream: Any,
     ) -> None:
@@ -831,7 +839,7 @@ class _Run:
 
     # -- where we start -------------------------------------------------------------------------
     def _open(
-        self, config: TrainConfig, resume: bool
+        self, config: TrainConfig, resume: bool | int | str | Path
     ) -> tuple[TrainConfig, LoadedCheckpoint | None, TrainConfig | None]:
         """The settings, and the checkpoint to resume from (with its saved settings), if any."""
         if config.data is not None:
@@ -840,18 +848,22 @@ class _Run:
             remove_stale_temporaries(self.ckroot)
         D.barrier()
         latest = latest_checkpoint(self.ckroot)
-        if latest is not None and not resume:
+        if latest is not None and resume is False:
             raise ValueError(
                 f"out: {str(self.out)!r} already holds a run (checkpoint {latest.name}); pass "
                 "--resume to continue it, or choose another --out"
             )
-        if resume and latest is not None:
-            ckpt = load_checkpoint(latest)
+        # resume: True (the newest intact checkpoint), or the update/folder to resume from
+        ckpt = None
+        if resume is not False:
+            chosen = None if resume is True else resume
+            ckpt = resume_checkpoint(self.ckroot, chosen, act=self.info.is_main)
+        if ckpt is not None:
             try:
                 saved = TrainConfig.from_dict(ckpt.train_config)
             except (TypeError, ValueError) as e:
                 raise CheckpointError(
-                    f"checkpoint: train.json in {str(latest)!r} is invalid: {e}"
+                    f"checkpoint: train.json in {str(ckpt.path)!r} is invalid: {e}"
                 ) from None
             return _check_resume_config(saved, config), ckpt, saved
         if resume:
