@@ -241,13 +241,19 @@ class _Verified:
             return p
         if not p.is_file():
             raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
-        size = p.stat().st_size
+        try:  # a file can vanish or fail between the check above and its reading
+            size = p.stat().st_size
+            digest = sha256_file(p) if size == meta.get("bytes") else None
+        except OSError as e:
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is unreadable ({e.strerror})"
+            ) from None
         if size != meta.get("bytes"):
             raise CheckpointError(
                 f"checkpoint: {rel} in {str(d)!r} is corrupt: {size} bytes, the manifest says "
                 f"{meta.get('bytes')}"
             )
-        if sha256_file(p) != meta.get("sha256"):
+        if digest != meta.get("sha256"):
             raise CheckpointError(
                 f"checkpoint: {rel} in {str(d)!r} is corrupt: its SHA-256 differs from the "
                 "manifest's"

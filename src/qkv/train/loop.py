@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import random
 import sys
@@ -54,6 +53,7 @@ from .checkpoint import (
     latest_checkpoint,
     load_model_weights,
     prune_checkpoints,
+    read_json,
     read_weights,
     remove_stale_temporaries,
     resume_checkpoint,
@@ -1378,12 +1378,10 @@ class _Run:
         elif info.is_main and have_final:  # nothing trained: the final model stands
             final_model = out / "final"
             try:
-                meta = json.loads((final_model / "trainer.json").read_text(encoding="utf-8"))
+                meta = read_json(final_model, "trainer.json")  # verified, as every file read
                 self.final_bleu = meta.get("valid_bleu")
-                self.decoding = json.loads(
-                    (final_model / "decoding.json").read_text(encoding="utf-8")
-                )
-            except (OSError, ValueError):
+                self.decoding = read_json(final_model, "decoding.json")
+            except (OSError, ValueError, AttributeError):  # CheckpointError is a ValueError
                 pass
         D.barrier()
         return final_model
