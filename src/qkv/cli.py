@@ -121,17 +121,47 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     return TrainConfig().updated({**changes, **flags}), args.resume
 
 
+#: what the library calls the settings the CLI takes as flags, at the start of an error
+_LIBRARY_NAMES = {"out: ": "--out: ", "init_from: ": "--init-from: "}
+
+
+def _train_fail(err: BaseException) -> int:
+    """``_fail`` with the flag named as the user typed it (``--out``, not ``out``)."""
+    text = str(err)
+    for name, flag in _LIBRARY_NAMES.items():
+        if text.startswith(name):
+            text = flag + text[len(name) :]
+    print(f"qkv train: error: {text}", file=sys.stderr)
+    return 2 if isinstance(err, (ValueError, TypeError, FileNotFoundError)) else 1
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .train import CheckpointError, TrainingError, train
+    from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
+        if args.init_from is not None and args.resume:
+            raise ValueError(
+                "init_from: --resume continues the run's own checkpoint; starting from another "
+                "model's weights is a new run (drop --resume, or --init-from)"
+            )
         config, resume = _train_config(args)
-        result = train(config, args.out, resume=resume, progress=not args.quiet)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
-        return _fail("train", e)
+        result = train(
+            config, args.out, resume=resume, init_from=args.init_from, progress=not args.quiet
+        )
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        RunLockedError,
+    ) as e:
+        return _train_fail(e)
     except TrainingError as e:
         print(f"qkv train: stopped: {e}", file=sys.stderr)
         return 1
+    except TrainingInterrupted as e:  # its line (how to resume) was logged
+        return e.exit_status
     except KeyboardInterrupt:
         print("qkv train: interrupted; resume with --resume", file=sys.stderr)
         return 130
@@ -355,6 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", default="runs/qkv", help="run folder (default: runs/qkv)")
     tr.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    tr.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="start a new run (update 0) from the weights of a saved model: a run folder, its "
+        "final/, or a checkpoint folder; its architecture and tokenizers are kept (fine-tuning)",
     )
     for flag, (key, typ, text) in _TRAIN_FLAGS.items():
         kw: dict[str, Any] = {"type": typ, "default": S, "help": _train_help(key, text)}
