@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +167,69 @@ def test_sigterm_to_qkv_train_leaves_a_resumable_checkpoint(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed at update {step} from" in resumed.stderr
     assert latest_checkpoint(out / "checkpoints").name == f"step-{step + 2:08d}"
+
+
+def _worker_pid(out, rank: int) -> int | None:
+    """The pid of torchrun's worker ``rank`` training into ``out`` (Linux /proc)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(out).encode() in cmd and b"qkv.cli" in cmd and f"RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+@pytest.mark.slow  # two processes under torchrun
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds torchrun's workers in /proc")
+def test_sigterm_to_one_torchrun_worker_stops_every_rank_at_one_update(tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "qkv.cli", "train", "--out", str(out), "--max-steps", "3000", "--log-every", "1",
+        "--save-every", "1000", "--eval-every", "3000", "--max-tokens", "256", "--lr", "3e-3",
+        "--device", "cpu", "--preset", "none", "--set", "max_pairs=600", "--set", "valid=40",
+        "--set", "test=40", "--set", "eval_sentences=10", "--set", "model.num_hiddens=32",
+        "--set", "model.ffn_num_hiddens=64", "--set", "model.num_heads=2",
+        "--set", "model.num_enc_layers=1", "--set", "model.num_dec_layers=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stderr, q), daemon=True).start()
+    seen, deadline = [], time.monotonic() + 180
+    while not any("] 2/3000 loss" in line for line in seen):
+        line = q.get(timeout=max(deadline - time.monotonic(), 0.1))
+        assert line is not None, "".join(seen)
+        seen.append(line)
+    pid = _worker_pid(out, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)  # rank 1 only
+    assert proc.wait(timeout=180) != 0  # torchrun reports its workers' 143
+    while (line := q.get(timeout=30)) is not None:
+        seen.append(line)
+    err = "".join(seen)
+    stopped = [line for line in seen if "stopped by SIGTERM at update" in line]
+    assert len(stopped) == 1, err  # said once, by rank 0, which got no signal itself
+    step = int(stopped[0].split("at update ")[1].split(";")[0])
+    assert latest_checkpoint(out / "checkpoints").name == f"step-{step:08d}"
+    assert err.count("SIGTERM received") == 1  # rank 1's; rank 0 heard it from rank 1
+    assert "exitcode  : 143" in err  # (the traceback after it is torchrun's own)
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_ignored_signals_stay_ignored():
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell's background job
+    try:
+        with StopSignals(lambda s: None):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
