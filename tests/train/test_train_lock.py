@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -142,3 +143,30 @@ def test_out_that_cannot_be_created_or_written_is_refused(tmp_path, monkeypatch,
     assert main(["train", "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err == f"qkv train: error: --out: {str(tmp_path)!r} is not writable by this user\n"
+
+
+def test_without_flock_the_file_is_created_exclusively(tmp_path, monkeypatch, caplog):
+    import errno
+
+    import qkv.train.runlock as runlock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(runlock.fcntl, "flock", no_locks)
+    first = RunLock(tmp_path)
+    first.acquire()
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    with pytest.raises(
+        RunLockedError, match=rf"pid {os.getpid()} on .*delete {re.escape(str(tmp_path))}"
+    ):
+        RunLock(tmp_path).acquire()  # a live holder (this very process)
+    first.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = {"pid": dead.pid, "host": socket.gethostname(), "started": "then", "command": "x"}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(stale))
+    with caplog.at_level(logging.WARNING, logger="qkv"), RunLock(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert f"left by pid {dead.pid}" in caplog.text and "that process is gone" in caplog.text

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 #: the lock file inside a run folder
 LOCK_NAME = ".lock"
+#: what ``flock`` fails with where the file system has no locks (then: exclusive creation)
+_NO_LOCKS = frozenset(
+    getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS") if hasattr(errno, name)
+)
 
 
 class RunLockedError(RuntimeError):
@@ -170,9 +174,9 @@ class RunLock:
             return
         me = LockHolder.me()
         try:
-            previous = self._acquire_flock() if fcntl is not None else self._acquire_excl(me)
-        except PermissionError as e:
-            raise ValueError(f"out: cannot write {str(self.path)!r}: {e.strerror}") from None
+            previous = self._acquire_flock() if fcntl is not None else self._acquire_excl()
+        except OSError as e:
+            raise ValueError(f"out: cannot write {str(self.path)!r}: {e.strerror or e}") from None
         if previous is not None and previous.pid != me.pid:
             alive = previous.alive()
             why = {
@@ -195,6 +199,10 @@ class RunLock:
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise self._locked(LockHolder.parse(text)) from None
+                if e.errno in _NO_LOCKS:  # a file system without flock: create it exclusively
+                    if not text.strip():  # the empty file just created here
+                        self.path.unlink(missing_ok=True)
+                    return self._acquire_excl()
                 raise
             # the holder we waited for unlinks the file before it unlocks: lock the file that
             # is at the path now, not an orphan
@@ -208,9 +216,9 @@ class RunLock:
             os.close(fd)
         raise self._locked(None)  # pragma: no cover - another process keeps recreating it
 
-    def _acquire_excl(self, me: LockHolder) -> LockHolder | None:  # pragma: no cover - Windows
-        """Without ``flock``: create the file exclusively; a file naming a dead process on
-        this host is replaced."""
+    def _acquire_excl(self) -> LockHolder | None:
+        """Without ``flock`` (Windows, or a file system without locks): create the file
+        exclusively; a file naming a process of this host that is gone is replaced."""
         previous = None
         for _ in range(2):
             try:
@@ -251,7 +259,7 @@ class RunLock:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, data, 0)
             os.fsync(self._fd)
-        else:  # pragma: no cover - Windows
+        else:
             self.path.write_bytes(data)
 
     # -- giving it back ----------------------------------------------------------------------
@@ -266,7 +274,7 @@ class RunLock:
                         self.path.unlink()
                 except FileNotFoundError:
                     pass
-            else:  # pragma: no cover - Windows
+            else:
                 self.path.unlink(missing_ok=True)
         finally:
             if self._fd is not None:
