@@ -233,3 +233,17 @@ def test_ignored_signals_stay_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_handlers_are_installed_in_the_main_thread_only():
+    before = {s: signal.getsignal(s) for s in StopSignals.SIGNALS}
+    seen = {}
+
+    def elsewhere():
+        with StopSignals(lambda s: None):
+            seen.update({s: signal.getsignal(s) for s in StopSignals.SIGNALS})
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join()
+    assert seen == before
