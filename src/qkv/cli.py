@@ -146,29 +146,45 @@ def _as_flag(err: BaseException, args: argparse.Namespace) -> BaseException:
     gave it (``--data``, not ``data``), when the user gave it by that flag."""
     key, sep, rest = str(err).partition(": ")
     flags = {k: flag for flag, (k, _, _) in _TRAIN_FLAGS.items()}
-    flag = {**flags, "resume_from": "--resume-from"}.get(key)
+    more = {"resume_from": "--resume-from", "init_from": "--init-from", "out": "--out"}
+    flag = {**flags, **more}.get(key)
     if not sep or flag is None or getattr(args, flag[2:].replace("-", "_"), None) is None:
         return err
     return type(err)(f"{flag}: {rest}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .train import CheckpointError, TrainingError, train
+    from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
+        if args.init_from is not None and args.resume:
+            raise ValueError(
+                "init_from: --resume continues the run's own checkpoint; starting from another "
+                "model's weights is a new run (drop --resume, or --init-from)"
+            )
         config, resume = _train_config(args)
         result = train(
             config,
             args.out,
             resume=resume,
             resume_from=_resume_from(args.resume_from),
+            init_from=args.init_from,
             progress=not args.quiet,
         )
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        RunLockedError,
+    ) as e:
         return _fail("train", _as_flag(e, args))
     except TrainingError as e:
         print(f"qkv train: stopped: {e}", file=sys.stderr)
         return 1
+    except TrainingInterrupted as e:  # its line (how to resume) was logged
+        return e.exit_status
     except KeyboardInterrupt:
         print("qkv train: interrupted; resume with --resume", file=sys.stderr)
         return 130
@@ -400,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH|STEP",
         help="continue the run in --out from this checkpoint (a folder of OUT/checkpoints, or "
         "its update number); implies --resume",
+    )
+    tr.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="start a new run (update 0) from the weights of a saved model: a run folder, its "
+        "final/, or a checkpoint folder; its architecture and tokenizers are kept (fine-tuning)",
     )
     for flag, (key, typ, text) in _TRAIN_FLAGS.items():
         kw: dict[str, Any] = {"type": typ, "default": S, "help": _train_help(key, text)}
