@@ -30,8 +30,8 @@ from torch import Tensor
 
 from .chunked import run_chunked
 from .masks import MaskSpec, check_masks
-from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, score_kind
-from .softmax import apply_masks, safe_softmax
+from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, nonfinite_rows, score_kind
+from .softmax import apply_masks, softmax_and_dead
 
 __all__ = [
     "BACKENDS",
@@ -317,7 +317,9 @@ def _choose(
 
 
 # ---------------------------------------------------------------------------- backends
-def _fused(q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float) -> Tensor:
+def _fused(
+    q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float, poison: Tensor | None
+) -> Tensor:
     q, k = kind.prepare(q, k)
     mask, causal = spec.sdpa_mask(q.dtype)
     dead = None
@@ -343,23 +345,34 @@ def _fused(q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: flo
         scale=float(mult),
         enable_gqa=q.shape[1] != k.shape[1],
     )
+    if poison is not None:  # NaN rows stay NaN whatever the kernel makes of them (it may give 0)
+        out = out + poison
     if dead is not None:
         out = out.masked_fill(dead, 0.0)
     return out
 
 
 def _reference(
-    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float
+    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float, poison: Tensor | None
 ) -> tuple[Tensor, Tensor]:
+    if poison is not None:
+        # a NaN row of scores is never taken for a row with no key (as -inf scores from an
+        # infinite input would be), and its weights come out NaN
+        q = q + poison
     q, k = kind.prepare(q, k)
     blocked = spec.blocked() if kind.row_scale is not None else None
     scores = kind.scores(q, k, mult, arg, blocked)
     # in place on our own temporary, unless the kind's backward may need its output
     scores = apply_masks(scores, spec, inplace=kind.in_place)
-    weights = safe_softmax(scores)  # finds rows left with no key from the masked scores
+    weights, dead = softmax_and_dead(scores)  # rows left with no key, from the masked scores
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
-    return grouped_wv(weights, v), weights
+    out = grouped_wv(weights, v)
+    if poison is not None:  # (dropout or a score_mod may have dropped the NaN)
+        out = out + poison
+    if dead is not None:  # zero weights times a NaN value is NaN: a row with no key stays 0
+        out = out.masked_fill(dead, 0.0)
+    return out, weights
 
 
 # ---------------------------------------------------------------------------- the planner
@@ -370,6 +383,7 @@ class _Plan(NamedTuple):
     query: Tensor
     key: Tensor
     value: Tensor
+    inputs: tuple[Tensor, Tensor]  # key and value before trimming: checked for NaN and inf
     spec: MaskSpec
     kind: ScoreKind
     arg: Any  # the kind's argument: a score_mod callable, additive attention's w_v, or None
@@ -391,13 +405,14 @@ def _plan_kind(
     mult = kind.multiplier(scale, query.shape[-1], key.shape[-2])
     if isinstance(mult, Tensor):
         mult = mult.to(query.dtype).reshape(())
+    inputs = (key, value)
     if not need_weights:
         end = spec.key_extent()
         if 0 < end < spec.Lk:
             spec = spec.trim_keys(end)
             key, value = key[..., :end, :], value[..., :end, :]
     choice = _choose(query, key, value, spec, kind, arg, scale, need_weights, p, backend, budget)
-    return _Plan(query, key, value, spec, kind, arg, mult, p, need_weights, choice)
+    return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
 
 
 def _plan(
@@ -428,17 +443,19 @@ def _plan(
 
 
 def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
-    query, key, value, spec, kind, arg, mult, p, need_weights, choice = plan
+    query, key, value, (key_in, value_in), spec, kind, arg, mult, p, need_weights, choice = plan
     squeeze = query.dim() == 3
     if squeeze:  # (B, L, d) -> (B, 1, L, d)
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        key_in, value_in = key_in.unsqueeze(1), value_in.unsqueeze(1)
+    poison = nonfinite_rows(query, key_in, value_in)
     weights = None
     if choice.backend == "fused":
-        out = _fused(query, key, value, spec, kind, mult, p)
+        out = _fused(query, key, value, spec, kind, mult, p, poison)
     elif choice.backend == "chunked":
-        out = run_chunked(query, key, value, spec, kind, arg, mult)
+        out = run_chunked(query, key, value, spec, kind, arg, mult, poison=poison)
     else:
-        out, weights = _reference(query, key, value, spec, kind, arg, mult, p)
+        out, weights = _reference(query, key, value, spec, kind, arg, mult, p, poison)
     if squeeze:
         out = out.squeeze(1)
         weights = weights.squeeze(1) if weights is not None else None
