@@ -532,9 +532,16 @@ def attention(
         AttentionMemoryError: ``need_weights=True`` (or dropout) on a problem whose weights
             exceed the budget, with the memory it would need.
 
+    NaN and infinities, the same on every backend: a row whose own query holds a NaN or an
+    infinity, or whose sequence's keys or values do (batch element ``b``, key/value head
+    ``h // (H // Hkv)``, masked positions included), comes out NaN, its weights too; the other
+    rows are what they are with finite inputs.  Never a zero for such a row, and no error (a
+    NaN reaches the loss, where ``GradScaler`` or a NaN check sees it).
+
     Returns:
         ``(output, weights or None)``; output ``(B, H, Lq, dv)`` or ``(B, Lq, dv)``.  A query that
-        may attend to nothing gets zero weights and a zero output, with finite gradients.
+        may attend to nothing gets zero weights and a zero output, with finite gradients, whatever
+        its inputs hold.
     """
     # positional, in this signature's order (checked by the tests): the cheapest call
     return _run(

@@ -118,9 +118,11 @@ def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     a masked value by a zero weight, which is NaN, and a float mask's ``-inf`` added to a NaN
     score is NaN).  Shapes: q ``(B, H, Lq, d)``, k ``(B, Hkv, Lk, d)``, v ``(B, Hkv, Lk, dv)``.
 
-    Found by sums (one per query row and per sequence), with no device sync: a sum is finite
-    exactly when its terms are, unless finite terms overflow it (values above about 1e30 in
-    float32 or bfloat16), which then count as infinite too.
+    Found by sums: on the CPU one per tensor, read back (a few microseconds), then one per
+    query row and per sequence only when some input is not finite; elsewhere the per-row sums
+    alone, never read back (no device sync).  A sum is finite exactly when its terms are,
+    unless finite terms overflow it (values above about 1e30 in float32 or bfloat16), which
+    then count as infinite too.
     """
     B, H, Lq, _ = q.shape
     Hkv = k.shape[1]
