@@ -60,8 +60,10 @@ class AttentionMemoryError(MemoryError):
 def set_memory_budget(nbytes: int) -> int:
     """Set the global memory budget (bytes) for materialised attention weights; returns the old.
 
-    Calls whose weights would exceed it run on the chunked backend, or, when the weights are
-    asked for (``need_weights=True``), raise :class:`AttentionMemoryError`.
+    Calls whose weights would exceed it run on the chunked backend; when the weights are asked
+    for (``need_weights=True``) they are materialised if the device has the memory, else
+    :class:`AttentionMemoryError` is raised; a forced ``backend="reference"`` (or ``"fused"``
+    with a mask to build) over it raises :class:`AttentionMemoryError` before allocating.
     """
     global _MEMORY_BUDGET
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -275,6 +277,19 @@ def _choose(
         blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
         if blockers:
             raise ValueError(f"backend: {backend!r} cannot run this call: {'; '.join(blockers)}")
+        # a forced backend keeps the budget: refused before anything is allocated
+        held = {
+            "reference": (reference_bytes, f"the {B}x{H}x{Lq}x{Lk} scores and weights"),
+            "fused": (spec.built_mask_elements() * (1 + elem), "the mask it needs built"),
+        }.get(backend)
+        if held is not None and held[0] > budget:
+            raise AttentionMemoryError(
+                f"backend: {backend!r} would materialise {held[1]}, about {_fmt_bytes(held[0])}, "
+                f"over the memory budget of {_fmt_bytes(budget)}; raise the budget "
+                "(memory_budget= bytes, or qkv.functional.set_memory_budget()) or pass "
+                "backend='auto'"
+                + ("" if need_weights else " (the chunked backend runs in O(L) memory)")
+            )
         return BackendChoice(backend, ("requested by the caller",))
 
     if need_weights:
@@ -526,11 +541,14 @@ def attention(
         backend: ``"auto"`` (see :func:`explain`), ``"fused"``, ``"reference"`` or
             ``"chunked"``.
         memory_budget: bytes the materialised weights may take before ``"auto"`` turns to the
-            chunked backend (default: :func:`get_memory_budget`, 1 GiB).
+            chunked backend (default: :func:`get_memory_budget`, 1 GiB).  A forced backend
+            stays within it: ``"reference"`` (its scores and weights) or ``"fused"`` (a mask it
+            would build) over the budget raises instead of allocating.
 
     Raises:
         AttentionMemoryError: ``need_weights=True`` (or dropout) on a problem whose weights
-            exceed the budget, with the memory it would need.
+            exceed the memory available, or a forced backend over the budget, with the memory
+            it would need.
 
     NaN and infinities, the same on every backend: a row whose own query holds a NaN or an
     infinity, or whose sequence's keys or values do (batch element ``b``, key/value head
