@@ -378,7 +378,7 @@ def _reference(
     blocked = spec.blocked() if kind.row_scale is not None else None
     scores = kind.scores(q, k, mult, arg, blocked)
     # in place on our own temporary, unless the kind's backward may need its output
-    scores = apply_masks(scores, spec, inplace=kind.in_place)
+    scores = apply_masks(scores, spec, inplace=kind.in_place, strict=poison is not None)
     weights, dead = softmax_and_dead(scores)  # rows left with no key, from the masked scores
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)

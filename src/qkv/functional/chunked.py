@@ -184,11 +184,13 @@ class _FlashChunked(torch.autograd.Function):
 BlockScore = Callable[..., Tensor]  # (q_blk, k_blk, q0, k0, *params) -> (B, H, lq, lk)
 
 
-def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params):
+def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, strict):
     s = score_fn(qb, kb, q0, seg.k0, *params)
     bias = spec.bias(s.dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
-    # -inf forbids whatever the score (NaN + -inf would be NaN), as the reference backend does
-    return s if bias is None else (s + bias).masked_fill_(torch.isneginf(bias), _NEG_INF)
+    if bias is None:
+        return s
+    # strict (some input not finite): -inf forbids whatever the score (NaN + -inf is NaN)
+    return (s + bias).masked_fill_(torch.isneginf(bias), _NEG_INF) if strict else s + bias
 
 
 def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
@@ -202,7 +204,8 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
         den = torch.zeros_like(m)
         acc = torch.zeros(B, H, q1 - q0, v.shape[-1], dtype=dt, device=q.device)
         for seg in segs:
-            s = _masked_block(score_fn, spec, qb, k[:, :, seg.k0 : seg.k1], q0, q1, seg, params)
+            kb = k[:, :, seg.k0 : seg.k1]
+            s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, poison is not None)
             s = s.to(dt)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
@@ -227,7 +230,7 @@ class _GenericChunked(torch.autograd.Function):
     def forward(ctx, score_fn, spec, plan, poison, q, k, v, *params):
         out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison)
         ctx.save_for_backward(q, k, v, out, lse, *params)
-        ctx.score_fn, ctx.spec, ctx.plan = score_fn, spec, plan
+        ctx.score_fn, ctx.spec, ctx.plan, ctx.strict = score_fn, spec, plan, poison is not None
         return out
 
     @staticmethod
@@ -250,7 +253,7 @@ class _GenericChunked(torch.autograd.Function):
                     qb = q[:, :, q0:q1].detach().requires_grad_()
                     kb = k[:, :, seg.k0 : seg.k1].detach().requires_grad_()
                     ps = [p.detach().requires_grad_() for p in params]
-                    s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, ps)
+                    s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, ps, ctx.strict)
                 p = torch.exp(s.detach().to(acc) - lb)  # (B, H, lq, lk)
                 G = H // v.shape[1]
                 vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc), G)

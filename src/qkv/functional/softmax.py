@@ -14,17 +14,21 @@ __all__ = ["apply_masks", "masked_softmax", "safe_softmax", "softmax_and_dead"]
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def apply_masks(scores: Tensor, spec: MaskSpec, *, inplace: bool = False) -> Tensor:
+def apply_masks(
+    scores: Tensor, spec: MaskSpec, *, inplace: bool = False, strict: bool = False
+) -> Tensor:
     """Add the float masks to ``scores`` ``(B, H, Lq, Lk)`` and set forbidden positions to -inf.
 
-    A float mask's ``-inf`` forbids its position whatever the score there (a NaN score plus
-    ``-inf`` is ``-inf`` here, not NaN), as a bool mask does.  With ``inplace=True`` the
-    caller's own temporary is modified (never a user's tensor).
+    With ``inplace=True`` the caller's own temporary is modified (never a user's tensor).  With
+    ``strict=True`` a float mask's ``-inf`` forbids its position whatever the score there (a
+    NaN score plus ``-inf`` is ``-inf``, not NaN), as a bool mask does: only scores that are
+    not all finite need it.
     """
     add = spec.additive(scores.dtype)
     if add is not None:
         scores = scores.add_(add) if inplace else scores + add
-        scores.masked_fill_(torch.isneginf(add), float("-inf"))
+        if strict:
+            scores.masked_fill_(torch.isneginf(add), float("-inf"))
         inplace = True
     blocked = spec.blocked()
     if blocked is not None:
