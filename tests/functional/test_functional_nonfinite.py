@@ -201,3 +201,14 @@ def test_without_a_cheap_sync_finite_inputs_give_the_same_output(backend, monkey
     assert scores.nonfinite_rows(q, k, v) is not None
     unsynced, _ = qf.attention(q, k, v, backend=backend, **masks)
     assert torch.equal(unsynced, synced)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_keys_every_query_masks_count_too(need_weights):
+    """Trailing keys masked in the whole batch are dropped before a backend runs (without
+    weights): a NaN there still makes the rows NaN, as with the weights asked for."""
+    q, k, v = make(False, torch.float32)
+    v[0, 1, 6] = NAN  # key 6 is padding for every sentence
+    out, _ = qf.attention(q, k, v, valid_lens=torch.tensor([5, 6]), need_weights=need_weights)
+    assert torch.isnan(out[0, 2:]).all()  # query heads 2 and 3 read key/value head 1
+    assert torch.isfinite(out[0, :2]).all() and torch.isfinite(out[1]).all()
