@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -537,6 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # OpenMP threads that spin slow loops of small ops down several-fold when another process
+    # holds a core; libgomp reads the policy when torch loads (nothing above imports it), and
+    # the user's own OMP_WAIT_POLICY wins
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 
