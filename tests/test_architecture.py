@@ -18,6 +18,7 @@ import ``functional``, which it re-exports).
     4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
     5      qkv.demos                     ``qkv demo``                                floors 0-4
     6      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-5
+    7      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-6
 
 ``data`` imports no other part of qkv, so it sits on the ground floor beside ``functional``:
 everything above may use it. ``viz`` imports no other part of qkv either, but sits beside
@@ -49,6 +50,7 @@ FLOORS: dict[str, int] = {
     "translate": 4,
     "demos": 5,
     "cli": 6,
+    "__main__": 7,
 }
 #: imports between two parts of one floor that are allowed: (importer, imported)
 SAME_FLOOR: set[tuple[str, str]] = {("", "functional")}

@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--data": ("data", str, "parallel text in any qkv.data format"),
     "--format": ("data_format", str, "the data file's format"),
+    "--max-skipped": (
+        "max_skipped",
+        float,
+        "refuse a data file whose unreadable lines (blank ones aside) exceed this fraction",
+    ),
     "--model": ("model", str, "transformer or bahdanau"),
     "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
     "--max-steps": ("max_steps", int, "the most optimizer updates"),
@@ -101,9 +106,16 @@ def _fail(command: str, err: BaseException) -> int:
 _MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
 
 
+def _resume_from(text: str | None) -> int | str | None:
+    """``--resume-from``: an update number (digits) or a checkpoint folder."""
+    if text is None:
+        return None
+    return int(text) if text.strip().isdigit() else text
+
+
 def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     from .train import TrainConfig, load_config_file, parse_assignment
-    from .train.checkpoint import latest_checkpoint, load_checkpoint
+    from .train.checkpoint import resumed_settings
 
     changes: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -116,30 +128,71 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     for name in ("bf16", "tensorboard"):
         if getattr(args, name, False):
             flags[name] = True
+    if args.strict:
+        if hasattr(args, "max_skipped"):
+            raise ValueError(
+                f"--strict: refuses any unreadable line, which --max-skipped "
+                f"{args.max_skipped:g} contradicts; give one of them"
+            )
+        flags["max_skipped"] = 0.0
     for text in getattr(args, "set", None) or []:
         key, value = parse_assignment(text)
         flags[key] = value
     out = Path(args.out)
-    if args.resume:
-        latest = latest_checkpoint(out / "checkpoints")
-        if latest is not None:
-            saved = load_checkpoint(latest, with_tensors=False).train_config
+    resume_from = _resume_from(args.resume_from)
+    resume = args.resume or resume_from is not None
+    if resume:
+        saved = resumed_settings(out / "checkpoints", resume_from)
+        if saved is not None:
             base = TrainConfig.from_dict(saved)
             return base.updated({**changes, **flags}), True
-    return TrainConfig().updated({**changes, **flags}), args.resume
+    return TrainConfig().updated({**changes, **flags}), resume
+
+
+def _as_flag(err: BaseException, args: argparse.Namespace) -> BaseException:
+    """``err`` with a leading ``key:`` of the library named as the ``qkv train`` flag that
+    gave it (``--data``, not ``data``), when the user gave it by that flag."""
+    key, sep, rest = str(err).partition(": ")
+    flags = {k: flag for flag, (k, _, _) in _TRAIN_FLAGS.items()}
+    more = {"resume_from": "--resume-from", "init_from": "--init-from", "out": "--out"}
+    flag = {**flags, **more}.get(key)
+    if not sep or flag is None or getattr(args, flag[2:].replace("-", "_"), None) is None:
+        return err
+    return type(err)(f"{flag}: {rest}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .train import CheckpointError, TrainingError, train
+    from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
+        if args.init_from is not None and args.resume:
+            raise ValueError(
+                "init_from: --resume continues the run's own checkpoint; starting from another "
+                "model's weights is a new run (drop --resume, or --init-from)"
+            )
         config, resume = _train_config(args)
-        result = train(config, args.out, resume=resume, progress=not args.quiet)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
-        return _fail("train", e)
+        result = train(
+            config,
+            args.out,
+            resume=resume,
+            resume_from=_resume_from(args.resume_from),
+            init_from=args.init_from,
+            progress=not args.quiet,
+        )
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        RunLockedError,
+    ) as e:
+        return _fail("train", _as_flag(e, args))
     except TrainingError as e:
         print(f"qkv train: stopped: {e}", file=sys.stderr)
         return 1
+    except TrainingInterrupted as e:  # its line (how to resume) was logged
+        return e.exit_status
     except KeyboardInterrupt:
         print("qkv train: interrupted; resume with --resume", file=sys.stderr)
         return 130
@@ -479,13 +532,30 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
     tr.add_argument("--out", default="runs/qkv", help="run folder (default: runs/qkv)")
     tr.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest intact checkpoint",
+    )
+    tr.add_argument(
+        "--resume-from",
+        metavar="PATH|STEP",
+        help="continue the run in --out from this checkpoint (a folder of OUT/checkpoints, or "
+        "its update number); implies --resume",
+    )
+    tr.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="start a new run (update 0) from the weights of a saved model: a run folder, its "
+        "final/, or a checkpoint folder; its architecture and tokenizers are kept (fine-tuning)",
     )
     for flag, (key, typ, text) in _TRAIN_FLAGS.items():
         kw: dict[str, Any] = {"type": typ, "default": S, "help": _train_help(key, text)}
         if flag == "--model":  # qkv.nn.seq2seq.MODEL_KINDS, without importing torch for --help
             kw["choices"] = _MODEL_KINDS
         tr.add_argument(flag, **kw)
+    tr.add_argument(
+        "--strict", action="store_true", help="refuse a data file with any unreadable line"
+    )
     tr.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     tr.add_argument(
         "--tensorboard", action="store_true", help="TensorBoard logs in OUT/tensorboard"
@@ -681,6 +751,11 @@ def _logging_to_stderr(quiet: bool) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # OpenMP threads that spin slow loops of small ops down several-fold when another process
+    # holds a core; libgomp reads the policy when torch loads (nothing above imports it), and
+    # the user's own OMP_WAIT_POLICY wins
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     with _logging_to_stderr(getattr(args, "quiet", False)):
         try:

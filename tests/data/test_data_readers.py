@@ -203,7 +203,7 @@ def test_guess_format(tmp_path):
 def test_bad_arguments(tmp_path):
     p = tmp_path / "fra.txt"
     p.write_text("a\tb\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="format must be one of"):
+    with pytest.raises(ValueError, match="format: expected one of"):
         read_pairs(p, format="xml")
     with pytest.raises(TypeError, match="tuple"):
         read_pairs(p, format="aligned")

@@ -47,7 +47,7 @@ def test_folder_holds_everything(trained):
     assert set(loaded.tensors) == {"optimizer", "schedule", "rng"}
     assert loaded.trainer_state["data"]["epoch"] >= 0
     assert loaded.trainer_state["step"] == 30
-    assert json.loads((root / "latest.json").read_text())["path"] == ckpt.name
+    assert not (root / "latest.json").exists()  # the listing is the truth; no pointer to trust
     best = json.loads((root / "best.json").read_text())
     assert (root / best["path"]).is_dir()
     # a run folder resolves to its final model; without one, to its best checkpoint
@@ -77,13 +77,37 @@ def test_unfinished_folders_are_not_checkpoints(tmp_path, trained):
     root = tmp_path / "checkpoints"
     root.mkdir()
     good = latest_checkpoint(trained["transformer"] / "checkpoints")
-    shutil.copytree(good, root / ".tmp-step-00000040-123")  # a writer killed before the rename
+    shutil.copytree(good, root / ".qkv-tmp-step-00000040-123")  # a writer killed before the rename
+    shutil.copytree(good, root / ".qkv-old-step-00000020-123")  # ... before removing the old one
+    (root / ".best.json.qkv-tmp-123").write_text("{")  # ... inside atomic_write_json
     shutil.copytree(good, root / "step-00000050")
     (root / "step-00000050" / "manifest.json").unlink()  # never finalised
     shutil.copytree(good, root / "step-00000030")
     assert latest_checkpoint(root).name == "step-00000030"
-    remove_stale_temporaries(root)
-    assert not (root / ".tmp-step-00000040-123").exists()
+    assert len(remove_stale_temporaries(root)) == 3
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000030", "step-00000050"]
+
+
+def test_clean_up_touches_only_what_qkv_wrote(tmp_path, corpus_file):
+    # a folder of the user's, with names like the temporaries qkv used to clean up by prefix
+    out = tmp_path / "mine"
+    root = out / "checkpoints"
+    (root / ".old-draft").mkdir(parents=True)
+    (root / ".old-draft" / "thesis.tex").write_text("years of work")
+    (root / ".tmp-notes").write_text("notes")
+    (root / "notes.tmp-1").write_text("notes")
+    (root / ".tmp-step-00000001-5").write_text("mine")
+    (root / ".old-model").mkdir()  # a backup of the user's, in files qkv also writes
+    (root / ".old-model" / "model.safetensors").write_bytes(b"their weights")
+    # even qkv's own temporary name is left alone when it holds something qkv never writes
+    (root / ".qkv-tmp-step-00000001-7").mkdir()
+    (root / ".qkv-tmp-step-00000001-7" / "thesis.tex").write_text("more work")
+    user = {p.relative_to(out) for p in out.rglob("*")}
+    train(tiny_config(data=str(corpus_file), max_steps=2, eval_every=2, save_every=2,
+                      tune_decoding=False), out, progress=False)  # fmt: skip
+    assert user <= {p.relative_to(out) for p in out.rglob("*")}
+    assert (root / ".old-draft" / "thesis.tex").read_text() == "years of work"
+    assert (root / "step-00000002" / "manifest.json").is_file()
 
 
 @pytest.fixture
@@ -119,11 +143,11 @@ def test_a_manifest_with_a_bad_file_list_is_a_clear_error(ckpt_copy, files):
     "damage, match",
     [
         (lambda d: _corrupt_byte(d / "model.safetensors"), "model.safetensors .* is corrupt"),
+        (lambda d: _corrupt_byte(d / "model.json", 5), "model.json .* is corrupt"),
         (
-            lambda d: (d / "trainer.pt").write_bytes((d / "trainer.pt").read_bytes()[:100]),
-            "trainer.pt .* is corrupt",
+            lambda d: (d / "tokenizers/src/tokenizer.json").unlink(),
+            "incomplete: tokenizers/src/tokenizer.json is missing",
         ),
-        (lambda d: (d / "split.json").unlink(), "incomplete: split.json is missing"),
         (lambda d: (d / "manifest.json").write_text("{not json"), "corrupt"),
         (lambda d: (d / "manifest.json").unlink(), "not a qkv checkpoint"),
         (
@@ -161,13 +185,103 @@ def test_a_plain_torch_file_is_not_a_model_dir(tmp_path, capsys):
     assert "holds no qkv checkpoint" in capsys.readouterr().err
 
 
-def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, capsys):
+def test_translation_reads_and_verifies_only_what_it_needs(ckpt_copy, capsys):
+    # translating never reads the training state: a damaged trainer.pt or split.json of a
+    # checkpoint does not stop its weights from translating
+    (ckpt_copy / "trainer.pt").write_bytes((ckpt_copy / "trainer.pt").read_bytes()[:100])
+    _corrupt_byte(ckpt_copy / "split.json", 3)
+    assert Translator.load(ckpt_copy).translate("go .")
+    assert main(["translate", "--model-dir", str(ckpt_copy), "go ."]) == 0
+    assert capsys.readouterr().out.strip()
+    # reading the run's state reads them, and says which is damaged
+    with pytest.raises(CheckpointError, match=r"split\.json .* is corrupt"):
+        load_checkpoint(ckpt_copy, with_tensors=False)
+    _corrupt_byte(ckpt_copy / "split.json", 3)  # restored
+    assert load_checkpoint(ckpt_copy, with_tensors=False).split
+    with pytest.raises(CheckpointError, match=r"trainer\.pt .* is corrupt"):
+        load_checkpoint(ckpt_copy)
+
+
+def _unlist(d, name):
+    m = json.loads((d / "manifest.json").read_text())
+    del m["files"][name]
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    "name, read",
+    [
+        ("trainer.pt", lambda d: load_checkpoint(d)),
+        ("trainer.json", lambda d: load_checkpoint(d, with_tensors=False)),
+        ("model.safetensors", lambda d: Translator.load(d)),
+        ("tokenizers/src/tokenizer.json", lambda d: Translator.load(d)),
+    ],
+)
+def test_a_file_the_manifest_does_not_list_is_never_read(ckpt_copy, name, read):
+    _unlist(ckpt_copy, name)  # then it could be anything: it is refused, not read unchecked
+    with pytest.raises(CheckpointError, match=rf"{name} in .* is not listed in its manifest"):
+        read(ckpt_copy)
+
+
+def test_unlisted_files_a_reader_would_pick_up_are_refused(ckpt_copy):
+    (ckpt_copy / "decoding.json").write_text('{"beam_size": 4}')  # read when present
+    with pytest.raises(CheckpointError, match=r"decoding\.json in .* is not listed"):
+        Translator.load(ckpt_copy)
+    (ckpt_copy / "decoding.json").unlink()
+    (ckpt_copy / "tokenizers" / "src" / "extra.model").write_bytes(b"x")  # in a folder read
+    with pytest.raises(CheckpointError, match=r"tokenizers/src/extra\.model in .* is not listed"):
+        Translator.load(ckpt_copy)
+    (ckpt_copy / "tokenizers" / "src" / "extra.model").unlink()
+    (ckpt_copy / "NOTES.txt").write_text("a user's note")  # never read: no harm
+    assert Translator.load(ckpt_copy).translate("go .")
+
+
+class _Payload:  # what a hostile trainer.pt holds instead of tensors
+    pass
+
+
+def test_a_tampered_trainer_pt_is_refused_without_torchs_advice(ckpt_copy, tmp_path, capsys):
+    from qkv.inference.saved import sha256_file
+
+    pt = ckpt_copy / "trainer.pt"
+    torch.save({"optimizer": _Payload()}, pt)
+    m = json.loads((ckpt_copy / "manifest.json").read_text())  # the manifest rewritten to match
+    m["files"]["trainer.pt"] = {"bytes": pt.stat().st_size, "sha256": sha256_file(pt)}
+    (ckpt_copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CheckpointError, match=r"trainer\.pt in .* is not training state") as e:
+        load_checkpoint(ckpt_copy)
+    assert "weights_only" not in str(e.value) and "trust" not in str(e.value)
+    out = tmp_path / "run"  # the same through `qkv train --resume`
+    shutil.copytree(ckpt_copy, out / "checkpoints" / "step-00000030")
+    assert main(["train", "--out", str(out), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv train: error: ") and err.count("\n") == 1
+    assert "trainer.pt" in err and "weights_only" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("pointer", ["/etc", "../../elsewhere/step-00000001", "final", 7])
+def test_a_pointer_out_of_the_run_folder_is_refused(tmp_path, trained, pointer, capsys):
     out = tmp_path / "run"
     shutil.copytree(trained["transformer"], out)
-    _corrupt_byte(latest_checkpoint(out / "checkpoints") / "trainer.pt", 200)
-    assert main(["train", "--out", str(out), "--resume", "--max-steps", "40"]) == 2
+    shutil.rmtree(out / "final")  # the run folder resolves through best.json
+    (out / "checkpoints" / "best.json").write_text(json.dumps({"path": pointer}))
+    with pytest.raises(CheckpointError, match="follows no pointer out of a run folder"):
+        resolve_model_dir(out)
+    assert main(["translate", "--model-dir", str(out), "go ."]) == 2
     err = capsys.readouterr().err
-    assert "trainer.pt" in err and "corrupt" in err and "Traceback" not in err
+    assert "best.json" in err and "Traceback" not in err
+
+
+def test_a_checkpoint_linked_from_outside_is_not_followed(tmp_path, trained):
+    out = tmp_path / "run"
+    shutil.copytree(trained["transformer"], out)
+    shutil.rmtree(out / "final")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(latest_checkpoint(out / "checkpoints"), elsewhere)
+    (out / "checkpoints" / "step-00000099").symlink_to(elsewhere)
+    (out / "checkpoints" / "best.json").write_text(json.dumps({"path": "step-00000099"}))
+    with pytest.raises(CheckpointError, match="follows no pointer"):
+        resolve_model_dir(out)
 
 
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path, trained, capsys):

@@ -31,7 +31,7 @@ def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 processes (gloo)" in res.stderr
     # rank 0 alone reports: one start line, not two
-    assert res.stderr.count("qkv train: new run") == 1
+    assert res.stderr.count("qkv: new run") == 1
 
     ckpts = find_checkpoints(out / "checkpoints")
     assert [c.name for c in ckpts][-1] == "step-00000040"

@@ -211,7 +211,7 @@ def test_progress_lines(tmp_path, corpus_file):
     train(tiny_config(data=str(corpus_file), max_steps=10, eval_every=10), tmp_path,
           stream=buf)  # fmt: skip
     text = buf.getvalue()
-    assert "qkv train: new run; transformer model" in text
+    assert "qkv: new run; transformer model" in text
     assert "] 5/10 loss " in text and "tok/s" in text and " lr " in text
     assert "valid @ 10: loss" in text and "BLEU" in text
 

@@ -105,6 +105,33 @@ class ReadReport:
         """Total number of lines (CSV: records) skipped, all reasons together."""
         return sum(self.skipped.values())
 
+    @property
+    def n_unreadable(self) -> int:
+        """Lines (CSV: records) skipped for a reason other than being blank: data lost."""
+        return self.n_skipped - self.skipped.get("blank_line", 0)
+
+    @property
+    def unreadable_fraction(self) -> float:
+        """:attr:`n_unreadable` over the non-blank lines (pairs read plus unreadable)."""
+        total = self.pairs + self.n_unreadable
+        return self.n_unreadable / total if total else 0.0
+
+    def summary(self, *, blank: bool = True) -> str:
+        """One line: each reason with its count and its first line numbers, e.g. ``wrong number
+        of columns: 70 (lines 2, 3, 5, 7, 9, ...)``; ``blank=False`` leaves blank lines out."""
+        parts = []
+        for reason in REASONS:
+            count = self.skipped.get(reason, 0)
+            if not count or (reason == "blank_line" and not blank):
+                continue
+            numbers = [str(n) for n, _ in self.examples.get(reason, [])]
+            more = ", ..." if count > len(numbers) else ""
+            where = (
+                f" (line{'s' if count > 1 else ''} {', '.join(numbers)}{more})" if numbers else ""
+            )
+            parts.append(f"{REASONS[reason]}: {count}{where}")
+        return "; ".join(parts)
+
     def skip(self, reason: str, line_number: int, text: str) -> None:
         """Record that line ``line_number`` (1-based) was skipped for ``reason``."""
         if reason not in REASONS:
@@ -147,7 +174,7 @@ def _open_bytes(path: Path) -> bytes:
     if not path.exists():
         raise FileNotFoundError(f"path: no such file {str(path)!r}")
     if path.is_dir():
-        raise ValueError(f"path must be a file, got the directory {str(path)!r}")
+        raise ValueError(f"path: expected a file, got the directory {str(path)!r}")
     data = path.read_bytes()
     if path.name.endswith(".gz"):
         data = gzip.decompress(data)
@@ -242,13 +269,15 @@ def _read_fra(data: bytes, report: ReadReport) -> list[tuple[str, str]]:
 
 
 def _header(
-    raw: list[bytes], delimiter: str, src_column: str | None, tgt_column: str | None
+    raw: list[bytes], delimiter: str, src_column: str | None, tgt_column: str | None, path: str
 ) -> tuple[int, int, int]:
     """``(source index, target index, number of columns)`` from the header row ``raw[0]``."""
     try:
         header_text = raw[0].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"path: the header row is not valid UTF-8 ({e.reason})") from None
+        raise ValueError(
+            f"path: the header row of {path!r} is not valid UTF-8 ({e.reason})"
+        ) from None
     if delimiter == "\t":
         header = header_text.split("\t")
     else:
@@ -286,7 +315,7 @@ def _read_tsv(
     raw = _lines(data)
     if not raw:
         return []
-    s, t, width = _header(raw, "\t", src_column, tgt_column)
+    s, t, width = _header(raw, "\t", src_column, tgt_column, report.path)
     pairs: list[tuple[str, str]] = []
     for n, line in _decoded(raw[1:], report, first_line=2):
         report.lines += 1
@@ -301,7 +330,7 @@ def _read_csv(
     raw = _lines(data)
     if not raw:
         return []
-    s, t, width = _header(raw, ",", src_column, tgt_column)
+    s, t, width = _header(raw, ",", src_column, tgt_column, report.path)
     pairs: list[tuple[str, str]] = []
     decoded = list(_decoded(raw[1:], report, first_line=2))
     numbers = [n for n, _ in decoded]
@@ -466,7 +495,7 @@ def read_pairs(
     if format is None:
         format = guess_format(path)
     if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS} or None, got {format!r}")
+        raise ValueError(f"format: expected one of {FORMATS} or None, got {format!r}")
     if not isinstance(max_examples, int) or max_examples < 0:
         raise ValueError(f"max_examples must be an int >= 0, got {max_examples!r}")
     if format == "aligned":

@@ -30,8 +30,8 @@ from torch import Tensor
 
 from .chunked import run_chunked
 from .masks import MaskSpec, check_masks
-from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, score_kind
-from .softmax import apply_masks, safe_softmax
+from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, nonfinite_rows, score_kind
+from .softmax import apply_masks, softmax_and_dead
 
 __all__ = [
     "BACKENDS",
@@ -60,8 +60,10 @@ class AttentionMemoryError(MemoryError):
 def set_memory_budget(nbytes: int) -> int:
     """Set the global memory budget (bytes) for materialised attention weights; returns the old.
 
-    Calls whose weights would exceed it run on the chunked backend, or, when the weights are
-    asked for (``need_weights=True``), raise :class:`AttentionMemoryError`.
+    Calls whose weights would exceed it run on the chunked backend; when the weights are asked
+    for (``need_weights=True``) they are materialised if the device has the memory, else
+    :class:`AttentionMemoryError` is raised; a forced ``backend="reference"`` (or ``"fused"``
+    with a mask to build) over it raises :class:`AttentionMemoryError` before allocating.
     """
     global _MEMORY_BUDGET
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -275,6 +277,19 @@ def _choose(
         blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
         if blockers:
             raise ValueError(f"backend: {backend!r} cannot run this call: {'; '.join(blockers)}")
+        # a forced backend keeps the budget: refused before anything is allocated
+        held = {
+            "reference": (reference_bytes, f"the {B}x{H}x{Lq}x{Lk} scores and weights"),
+            "fused": (spec.built_mask_elements() * (1 + elem), "the mask it needs built"),
+        }.get(backend)
+        if held is not None and held[0] > budget:
+            raise AttentionMemoryError(
+                f"backend: {backend!r} would materialise {held[1]}, about {_fmt_bytes(held[0])}, "
+                f"over the memory budget of {_fmt_bytes(budget)}; raise the budget "
+                "(memory_budget= bytes, or qkv.functional.set_memory_budget()) or pass "
+                "backend='auto'"
+                + ("" if need_weights else " (the chunked backend runs in O(L) memory)")
+            )
         return BackendChoice(backend, ("requested by the caller",))
 
     if need_weights:
@@ -317,7 +332,9 @@ def _choose(
 
 
 # ---------------------------------------------------------------------------- backends
-def _fused(q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float) -> Tensor:
+def _fused(
+    q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float, poison: Tensor | None
+) -> Tensor:
     q, k = kind.prepare(q, k)
     mask, causal = spec.sdpa_mask(q.dtype)
     dead = None
@@ -343,23 +360,34 @@ def _fused(q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: flo
         scale=float(mult),
         enable_gqa=q.shape[1] != k.shape[1],
     )
+    if poison is not None:  # NaN rows stay NaN whatever the kernel makes of them (it may give 0)
+        out = out + poison
     if dead is not None:
         out = out.masked_fill(dead, 0.0)
     return out
 
 
 def _reference(
-    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float
+    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float, poison: Tensor | None
 ) -> tuple[Tensor, Tensor]:
+    if poison is not None:
+        # a NaN row of scores is never taken for a row with no key (as -inf scores from an
+        # infinite input would be), and its weights come out NaN
+        q = q + poison
     q, k = kind.prepare(q, k)
     blocked = spec.blocked() if kind.row_scale is not None else None
     scores = kind.scores(q, k, mult, arg, blocked)
     # in place on our own temporary, unless the kind's backward may need its output
-    scores = apply_masks(scores, spec, inplace=kind.in_place)
-    weights = safe_softmax(scores)  # finds rows left with no key from the masked scores
+    scores = apply_masks(scores, spec, inplace=kind.in_place, strict=poison is not None)
+    weights, dead = softmax_and_dead(scores)  # rows left with no key, from the masked scores
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
-    return grouped_wv(weights, v), weights
+    out = grouped_wv(weights, v)
+    if poison is not None:  # (dropout or a score_mod may have dropped the NaN)
+        out = out + poison
+    if dead is not None:  # zero weights times a NaN value is NaN: a row with no key stays 0
+        out = out.masked_fill(dead, 0.0)
+    return out, weights
 
 
 # ---------------------------------------------------------------------------- the planner
@@ -370,6 +398,7 @@ class _Plan(NamedTuple):
     query: Tensor
     key: Tensor
     value: Tensor
+    inputs: tuple[Tensor, Tensor]  # key and value before trimming: checked for NaN and inf
     spec: MaskSpec
     kind: ScoreKind
     arg: Any  # the kind's argument: a score_mod callable, additive attention's w_v, or None
@@ -391,13 +420,14 @@ def _plan_kind(
     mult = kind.multiplier(scale, query.shape[-1], key.shape[-2])
     if isinstance(mult, Tensor):
         mult = mult.to(query.dtype).reshape(())
+    inputs = (key, value)
     if not need_weights:
         end = spec.key_extent()
         if 0 < end < spec.Lk:
             spec = spec.trim_keys(end)
             key, value = key[..., :end, :], value[..., :end, :]
     choice = _choose(query, key, value, spec, kind, arg, scale, need_weights, p, backend, budget)
-    return _Plan(query, key, value, spec, kind, arg, mult, p, need_weights, choice)
+    return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
 
 
 def _plan(
@@ -428,17 +458,19 @@ def _plan(
 
 
 def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
-    query, key, value, spec, kind, arg, mult, p, need_weights, choice = plan
+    query, key, value, (key_in, value_in), spec, kind, arg, mult, p, need_weights, choice = plan
     squeeze = query.dim() == 3
     if squeeze:  # (B, L, d) -> (B, 1, L, d)
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        key_in, value_in = key_in.unsqueeze(1), value_in.unsqueeze(1)
+    poison = nonfinite_rows(query, key_in, value_in)
     weights = None
     if choice.backend == "fused":
-        out = _fused(query, key, value, spec, kind, mult, p)
+        out = _fused(query, key, value, spec, kind, mult, p, poison)
     elif choice.backend == "chunked":
-        out = run_chunked(query, key, value, spec, kind, arg, mult)
+        out = run_chunked(query, key, value, spec, kind, arg, mult, poison=poison)
     else:
-        out, weights = _reference(query, key, value, spec, kind, arg, mult, p)
+        out, weights = _reference(query, key, value, spec, kind, arg, mult, p, poison)
     if squeeze:
         out = out.squeeze(1)
         weights = weights.squeeze(1) if weights is not None else None
@@ -509,15 +541,25 @@ def attention(
         backend: ``"auto"`` (see :func:`explain`), ``"fused"``, ``"reference"`` or
             ``"chunked"``.
         memory_budget: bytes the materialised weights may take before ``"auto"`` turns to the
-            chunked backend (default: :func:`get_memory_budget`, 1 GiB).
+            chunked backend (default: :func:`get_memory_budget`, 1 GiB).  A forced backend
+            stays within it: ``"reference"`` (its scores and weights) or ``"fused"`` (a mask it
+            would build) over the budget raises instead of allocating.
 
     Raises:
         AttentionMemoryError: ``need_weights=True`` (or dropout) on a problem whose weights
-            exceed the budget, with the memory it would need.
+            exceed the memory available, or a forced backend over the budget, with the memory
+            it would need.
+
+    NaN and infinities, the same on every backend: a row whose own query holds a NaN or an
+    infinity, or whose sequence's keys or values do (batch element ``b``, key/value head
+    ``h // (H // Hkv)``, masked positions included), comes out NaN, its weights too; the other
+    rows are what they are with finite inputs.  Never a zero for such a row, and no error (a
+    NaN reaches the loss, where ``GradScaler`` or a NaN check sees it).
 
     Returns:
         ``(output, weights or None)``; output ``(B, H, Lq, dv)`` or ``(B, Lq, dv)``.  A query that
-        may attend to nothing gets zero weights and a zero output, with finite gradients.
+        may attend to nothing gets zero weights and a zero output, with finite gradients, whatever
+        its inputs hold.
     """
     # positional, in this signature's order (checked by the tests): the cheapest call
     return _run(

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import MaskSpec
-from .scores import ADDITIVE, Score, ScoreKind, acc_dtype, score_kind
+from .scores import ADDITIVE, Score, ScoreKind, acc_dtype, nonfinite_rows, score_kind
 
 __all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks", "run_chunked"]
 
@@ -138,10 +139,13 @@ def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan):
 
 class _FlashChunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec, scale, plan, G):
+    def forward(ctx, q, k, v, spec, scale, plan, G, poison):
         # grouped-query heads: expanded once per call, not once per block
         ke, ve = _expand_heads(k, G), _expand_heads(v, G)
         out, lse = _flash_forward(q, ke, ve, spec, scale, plan)
+        # rows with NaN or inf inputs NaN (the kernel gives 0 for some), rows with no key 0
+        if poison is not None:
+            out = (out + poison).masked_fill_(torch.isneginf(lse).unsqueeze(-1), 0.0)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.spec, ctx.scale, ctx.plan, ctx.G = spec, scale, plan, G
         return out
@@ -173,20 +177,23 @@ class _FlashChunked(torch.autograd.Function):
                 dk[:, :, seg.k0 : seg.k1] += gk
                 dv[:, :, seg.k0 : seg.k1] += gv
         dk, dv = _reduce_heads(dk, G), _reduce_heads(dv, G)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------- generic engine
 BlockScore = Callable[..., Tensor]  # (q_blk, k_blk, q0, k0, *params) -> (B, H, lq, lk)
 
 
-def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params):
+def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, strict):
     s = score_fn(qb, kb, q0, seg.k0, *params)
     bias = spec.bias(s.dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
-    return s if bias is None else s + bias
+    if bias is None:
+        return s
+    # strict (some input not finite): -inf forbids whatever the score (NaN + -inf is NaN)
+    return (s + bias).masked_fill_(torch.isneginf(bias), _NEG_INF) if strict else s + bias
 
 
-def _generic_forward(score_fn, spec, plan, q, k, v, params):
+def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
     B, H, Lq = q.shape[0], q.shape[1], q.shape[2]
     dt = acc_dtype(q.dtype)  # accumulated in float32 at least
     out = torch.zeros(B, H, Lq, v.shape[-1], dtype=dt, device=q.device)
@@ -197,7 +204,8 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params):
         den = torch.zeros_like(m)
         acc = torch.zeros(B, H, q1 - q0, v.shape[-1], dtype=dt, device=q.device)
         for seg in segs:
-            s = _masked_block(score_fn, spec, qb, k[:, :, seg.k0 : seg.k1], q0, q1, seg, params)
+            kb = k[:, :, seg.k0 : seg.k1]
+            s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, poison is not None)
             s = s.to(dt)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
@@ -207,8 +215,11 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params):
             vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(dt), H // v.shape[1])
             acc = acc * alpha + p @ vb
             m = m_new
-        live = den > 0
-        out[:, :, q0:q1] = acc / torch.where(live, den, torch.ones_like(den))
+        live = den != 0  # a row with NaN scores has a NaN sum: not a row with no key
+        o = acc / torch.where(live, den, torch.ones_like(den))
+        if poison is not None:
+            o = (o + poison[:, :, q0:q1]).masked_fill_(~live, 0.0)  # 0 weights * NaN value: 0
+        out[:, :, q0:q1] = o
         m_safe = m.masked_fill(torch.isneginf(m), 0.0)
         lse[:, :, q0:q1] = torch.where(live, m_safe + torch.log(den), _NEG_INF).squeeze(-1)
     return out.to(q.dtype), lse
@@ -216,10 +227,10 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params):
 
 class _GenericChunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, score_fn, spec, plan, q, k, v, *params):
-        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params)
+    def forward(ctx, score_fn, spec, plan, poison, q, k, v, *params):
+        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison)
         ctx.save_for_backward(q, k, v, out, lse, *params)
-        ctx.score_fn, ctx.spec, ctx.plan = score_fn, spec, plan
+        ctx.score_fn, ctx.spec, ctx.plan, ctx.strict = score_fn, spec, plan, poison is not None
         return out
 
     @staticmethod
@@ -242,7 +253,7 @@ class _GenericChunked(torch.autograd.Function):
                     qb = q[:, :, q0:q1].detach().requires_grad_()
                     kb = k[:, :, seg.k0 : seg.k1].detach().requires_grad_()
                     ps = [p.detach().requires_grad_() for p in params]
-                    s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, ps)
+                    s = _masked_block(score_fn, spec, qb, kb, q0, q1, seg, ps, ctx.strict)
                 p = torch.exp(s.detach().to(acc) - lb)  # (B, H, lq, lk)
                 G = H // v.shape[1]
                 vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc), G)
@@ -257,7 +268,7 @@ class _GenericChunked(torch.autograd.Function):
                     if g is not None:
                         acc_p += g
         cast = [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
-        return (None, None, None, *cast, *(g.to(p.dtype) for g, p in zip(dparams, params)))
+        return (None, None, None, None, *cast, *(g.to(p.dtype) for g, p in zip(dparams, params)))
 
 
 # ---------------------------------------------------------------------------- entry points
@@ -323,22 +334,32 @@ def run_chunked(
     mult: float | Tensor,
     block_q: int | None = None,
     block_k: int | None = None,
+    *,
+    poison: Tensor | Literal["check"] | None = "check",
 ) -> Tensor:
     """Exact attention with scores of ``kind`` in O(L) memory (what the backend runs).
 
     Shapes: q ``(B, H, Lq, d)``, k ``(B, Hkv, Lk, d)``, v ``(B, Hkv, Lk, dv)``; ``mult`` is the
     kind's resolved multiplier (:meth:`ScoreKind.multiplier`), ``arg`` its argument (a
-    ``score_mod`` callable, additive attention's ``w_v``, or None).  Returns the output
-    ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
+    ``score_mod`` callable, additive attention's ``w_v``, or None); ``poison`` is
+    :func:`~qkv.functional.scores.nonfinite_rows` of the call's inputs (``"check"``: computed
+    here).  Returns the output ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
     """
     B, H, Lq, d = q.shape
     Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    if isinstance(poison, str):
+        poison = nonfinite_rows(q, k, v)
     if kind.row_scale is not None and acc_dtype(q.dtype) != q.dtype:
         # the row factor is folded into q, which can overflow half precision: run in float32
-        out = run_chunked(q.float(), k.float(), v.float(), spec, kind, arg, mult, block_q, block_k)
+        q32, k32, v32 = q.float(), k.float(), v.float()
+        p32 = None if poison is None else poison.float()
+        out = run_chunked(q32, k32, v32, spec, kind, arg, mult, block_q, block_k, poison=p32)
         return out.to(q.dtype)
+    flash = kind.block is None and not isinstance(mult, Tensor) and _flash_usable(q)
+    if not flash and poison is not None:  # NaN rows of scores are never taken for rows with no key
+        q = q + poison
     q, k = kind.prepare(q, k)
-    if kind.block is None and not isinstance(mult, Tensor) and _flash_usable(q):
+    if flash:
         # large query blocks: fewer kernel calls (the diagonal band wastes ~block/L of the work)
         bq = block_q or 1024
         bk = block_k or 1024
@@ -350,7 +371,7 @@ def run_chunked(
             q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
         vp = F.pad(v, (0, width - dv)) if dv < width else v
         plan = plan_blocks(spec, bq, bk)
-        out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, H // Hk)
+        out = _FlashChunked.apply(q, k, vp, spec, float(mult), plan, H // Hk, poison)
         return out[..., :dv] if dv < width else out
 
     bq, bk = _block_sizes(Lq, Lk, B * H * kind.pair_values(d))
@@ -368,7 +389,7 @@ def run_chunked(
         return kind.block_scores(qb, kb, q0, k0, m, a)
 
     plan = plan_blocks(spec, bq, bk, bk)
-    return _GenericChunked.apply(score_fn, spec, plan, q, k, v, *params)
+    return _GenericChunked.apply(score_fn, spec, plan, poison, q, k, v, *params)
 
 
 def chunked_attention(

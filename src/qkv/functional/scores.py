@@ -103,6 +103,47 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _HALF else dtype
 
 
+#: devices where reading a value back costs no sync: nonfinite_rows answers None there
+_SYNC_FREE = frozenset({"cpu"})
+
+
+def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
+    """``(B, H, Lq, 1)`` in ``q``'s dtype: NaN for the rows whose inputs hold a NaN or an
+    infinity, 0 for the others; or None when no input holds one (answered only on the CPU,
+    where it costs no device sync).  Every backend adds it to its output (the reference and
+    generic chunked engines to the query first), then zeroes the rows that see no key.
+
+    A row's inputs are its own query ``q[b, h, i]`` and all the keys and values of its sequence
+    ``k[b, h // (H // Hkv)]``, ``v[...]`` (masked positions included: torch's math multiplies
+    a masked value by a zero weight, which is NaN, and a float mask's ``-inf`` added to a NaN
+    score is NaN).  Shapes: q ``(B, H, Lq, d)``, k ``(B, Hkv, Lk, d)``, v ``(B, Hkv, Lk, dv)``.
+
+    Found by sums: on the CPU one per tensor, read back (a few microseconds), then one per
+    query row and per sequence only when some input is not finite; elsewhere the per-row sums
+    alone, never read back (no device sync).  A sum is finite exactly when its terms are,
+    unless finite terms overflow it (values above about 1e30 in float32 or bfloat16), which
+    then count as infinite too.
+    """
+    B, H, Lq, _ = q.shape
+    Hkv = k.shape[1]
+    acc = acc_dtype(q.dtype)
+    kw = {} if acc == q.dtype else {"dtype": acc}
+    # where a sync costs nothing, one sum per tensor first: finite is the usual answer
+    if q.device.type in _SYNC_FREE and math.isfinite(
+        q.sum(**kw).item() + k.sum(**kw).item() + v.sum(**kw).item()
+    ):
+        return None
+    with torch.no_grad():
+        rows = q.sum(-1, keepdim=True, **kw)  # (B, H, Lq, 1)
+        seq = k.sum((-2, -1), keepdim=True, **kw).add_(v.sum((-2, -1), keepdim=True, **kw))
+        if Hkv == H:
+            rows += seq  # (B, H, 1, 1)
+        else:  # query heads h * G .. h * G + G - 1 read key/value head h
+            rows.view(B, Hkv, (H // Hkv) * Lq, 1).add_(seq)
+        rows.mul_(0.0)  # finite * 0 = 0, inf * 0 = NaN * 0 = NaN
+    return rows if acc == q.dtype else rows.to(q.dtype)
+
+
 def run_score_mod(fn: ScoreMod, scores: Tensor, q0: int = 0, k0: int = 0) -> Tensor:
     """Apply a user ``score_mod`` to a block ``(B, H, lq, lk)`` starting at query q0, key k0."""
     B, H, lq, lk = scores.shape

@@ -9,19 +9,26 @@ from torch import Tensor
 
 from .masks import MaskSpec, check_masks
 
-__all__ = ["apply_masks", "masked_softmax", "safe_softmax"]
+__all__ = ["apply_masks", "masked_softmax", "safe_softmax", "softmax_and_dead"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def apply_masks(scores: Tensor, spec: MaskSpec, *, inplace: bool = False) -> Tensor:
+def apply_masks(
+    scores: Tensor, spec: MaskSpec, *, inplace: bool = False, strict: bool = False
+) -> Tensor:
     """Add the float masks to ``scores`` ``(B, H, Lq, Lk)`` and set forbidden positions to -inf.
 
-    With ``inplace=True`` the caller's own temporary is modified (never a user's tensor).
+    With ``inplace=True`` the caller's own temporary is modified (never a user's tensor).  With
+    ``strict=True`` a float mask's ``-inf`` forbids its position whatever the score there (a
+    NaN score plus ``-inf`` is ``-inf``, not NaN), as a bool mask does: only scores that are
+    not all finite need it.
     """
     add = spec.additive(scores.dtype)
     if add is not None:
         scores = scores.add_(add) if inplace else scores + add
+        if strict:
+            scores.masked_fill_(torch.isneginf(add), float("-inf"))
         inplace = True
     blocked = spec.blocked()
     if blocked is not None:
@@ -44,8 +51,14 @@ def safe_softmax(scores: Tensor, dead: Tensor | None = None) -> Tensor:
 
     Returns:
         Weights of the shape and dtype of ``scores``; half-precision inputs are normalised in
-        float32.  Gradients are finite everywhere, zero through dead rows.
+        float32.  Gradients are finite everywhere, zero through dead rows.  A row holding a NaN
+        (or ``+inf``) score comes out NaN, as in ``torch.softmax``.
     """
+    return softmax_and_dead(scores, dead)[0]
+
+
+def softmax_and_dead(scores: Tensor, dead: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """:func:`safe_softmax`, and the dead rows it found: bool ``(..., Lq, 1)`` or None (none)."""
     if scores.shape[-1]:
         found = torch.isneginf(scores.amax(dim=-1, keepdim=True))
         dead = found if dead is None else (dead | found)
@@ -59,7 +72,7 @@ def safe_softmax(scores: Tensor, dead: Tensor | None = None) -> Tensor:
         weights = torch.softmax(scores, dim=-1)
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
-    return weights
+    return weights, dead
 
 
 def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[int] | None = None) -> Tensor:

@@ -17,6 +17,12 @@ This module reads that format (``qkv.train.checkpoint`` writes it): verifying th
 finding the folder to use in a run folder, loading the weights, and :func:`load_model`, which
 returns a :class:`SavedModel` (model, tokenizers, decoding) ready to decode. Anything wrong with
 a folder is a :class:`CheckpointError` that says what, never a traceback from deep inside torch.
+
+Every file read is verified first, and only what is read: it must be listed in the manifest
+(a file the manifest leaves out is refused, never read unchecked) and have the listed size and
+SHA-256. Translating reads the model, its tokenizers and ``decoding.json``, so a damaged
+``trainer.pt`` stops a resume but not a translation. ``best.json`` is followed only to a
+``step-*`` folder beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,14 +86,15 @@ def sha256_file(path: Path) -> str:
 
 # ---------------------------------------------------------------------------- finding
 def find_checkpoints(root: str | Path) -> list[Path]:
-    """Complete checkpoint folders under ``root`` (``OUT/checkpoints``), oldest step first."""
+    """Complete checkpoint folders under ``root`` (``OUT/checkpoints``), oldest step first (a
+    link is not one: a run's checkpoints are its own folders)."""
     root = Path(root)
     if not root.is_dir():
         return []
     found = []
     for p in root.iterdir():
         m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / MANIFEST).is_file():
+        if m and p.is_dir() and not p.is_symlink() and (p / MANIFEST).is_file():
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
 
@@ -98,15 +106,28 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 
 
 def best_checkpoint(root: str | Path) -> Path | None:
-    """The checkpoint ``best.json`` names (best validation BLEU), if it still exists."""
-    pointer = Path(root) / "best.json"
+    """The checkpoint ``best.json`` names (best validation BLEU), if it still exists.
+
+    Raises:
+        CheckpointError: ``best.json`` names something else than a checkpoint folder of
+            ``root`` (an absolute path, ``..``, a link leading out): it is not followed.
+    """
+    root = Path(root)
+    pointer = root / "best.json"
     if not pointer.is_file():
         return None
     try:
         name = json.loads(pointer.read_text(encoding="utf-8"))["path"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OSError):
         return None
-    p = Path(root) / str(name)
+    p = root / str(name)
+    inside = isinstance(name, str) and _STEP_DIR.match(name) is not None
+    if not inside or not p.resolve().is_relative_to(root.resolve()):
+        raise CheckpointError(
+            f"checkpoint: {pointer} names {name!r}, which is not a checkpoint folder of "
+            f"{str(root)!r} (step-NNNNNNNN beside it); qkv follows no pointer out of a run "
+            "folder: delete or fix best.json"
+        )
     return p if (p / MANIFEST).is_file() else None
 
 
@@ -163,72 +184,156 @@ def _is_current(final: Path, ckroot: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------- reading
-def verify_checkpoint(folder: str | Path) -> dict:
-    """Check a checkpoint folder against its manifest; return the manifest.
+class _Verified:
+    """One folder's manifest, checked, and the files of it verified so far (each hashed once).
 
-    Raises:
-        CheckpointError: no manifest, a foreign format or version, a missing file, or a file
-            whose size or SHA-256 differs from the manifest (corruption, truncation).
+    A file is read only after :meth:`file` (or :meth:`tree`) verified it: listed in the
+    manifest, of the listed size and SHA-256. A file that is not listed is refused, never read
+    unchecked; so is a listed file that is missing.
     """
-    d = Path(folder)
-    mpath = d / MANIFEST
-    if not d.is_dir():
-        raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
-    if not mpath.is_file():
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} is not a qkv checkpoint (no {MANIFEST}); qkv writes "
-            "checkpoints with qkv train"
-        )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
-            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
-            f"{CHECKPOINT_FORMAT!r})"
-        )
-    if manifest.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"checkpoint: {str(d)!r} has format version {manifest.get('version')!r}; this qkv "
-            f"reads version {CHECKPOINT_VERSION}"
-        )
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
-    for rel, meta in files.items():
-        if (
-            not isinstance(meta, dict)
-            or not rel
-            or Path(rel).is_absolute()
-            or ".." in Path(rel).parts
-        ):
-            raise CheckpointError(f"checkpoint: {mpath} is corrupt (bad file entry {rel!r})")
+
+    def __init__(self, folder: str | Path) -> None:
+        self.dir = d = Path(folder)
+        mpath = d / MANIFEST
+        if not d.is_dir():
+            raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
+        if not mpath.is_file():
+            raise CheckpointError(
+                f"checkpoint: {str(d)!r} is not a qkv checkpoint (no {MANIFEST}); qkv writes "
+                "checkpoints with qkv train"
+            )
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
+        except OSError as e:
+            raise CheckpointError(f"checkpoint: {mpath} is unreadable ({e.strerror})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(
+                f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
+                f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
+                f"{CHECKPOINT_FORMAT!r})"
+            )
+        if manifest.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(
+                f"checkpoint: {str(d)!r} has format version {manifest.get('version')!r}; this "
+                f"qkv reads version {CHECKPOINT_VERSION}"
+            )
+        files = manifest.get("files")
+        if not isinstance(files, dict):
+            raise CheckpointError(f"checkpoint: {mpath} is corrupt (no file list)")
+        for rel, meta in files.items():
+            if (
+                not isinstance(meta, dict)
+                or not rel
+                or Path(rel).is_absolute()
+                or ".." in Path(rel).parts
+                or rel == MANIFEST
+            ):
+                raise CheckpointError(f"checkpoint: {mpath} is corrupt (bad file entry {rel!r})")
+        self.manifest: dict = manifest
+        self.files: dict[str, dict] = files
+        self._checked: set[str] = set()
+
+    def _check(self, rel: str) -> Path:
+        d, meta = self.dir, self.files[rel]
         p = d / rel
+        if rel in self._checked:
+            return p
         if not p.is_file():
             raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
-        size = p.stat().st_size
+        try:  # a file can vanish or fail between the check above and its reading
+            size = p.stat().st_size
+            digest = sha256_file(p) if size == meta.get("bytes") else None
+        except OSError as e:
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is unreadable ({e.strerror})"
+            ) from None
         if size != meta.get("bytes"):
             raise CheckpointError(
                 f"checkpoint: {rel} in {str(d)!r} is corrupt: {size} bytes, the manifest says "
                 f"{meta.get('bytes')}"
             )
-        if sha256_file(p) != meta.get("sha256"):
+        if digest != meta.get("sha256"):
             raise CheckpointError(
                 f"checkpoint: {rel} in {str(d)!r} is corrupt: its SHA-256 differs from the "
                 "manifest's"
             )
-    return manifest
+        self._checked.add(rel)
+        return p
+
+    def _unlisted(self, rel: str) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint: {rel} in {str(self.dir)!r} is not listed in its {MANIFEST}, so it "
+            "cannot be verified; qkv reads no file unchecked (a damaged or altered checkpoint)"
+        )
+
+    def file(self, rel: str) -> Path:
+        """The path of file ``rel``, verified (CheckpointError when unlisted or damaged)."""
+        if rel not in self.files:
+            raise self._unlisted(rel)
+        return self._check(rel)
+
+    def tree(self, rel: str) -> Path:
+        """The path of folder ``rel``, every file under it listed and verified."""
+        base = self.dir / rel
+        if base.is_dir():
+            for p in sorted(base.rglob("*")):
+                name = p.relative_to(self.dir).as_posix()
+                if not p.is_dir() and name not in self.files:
+                    raise self._unlisted(name)
+        for name in self.files:
+            if name.startswith(rel.rstrip("/") + "/"):
+                self._check(name)
+        return base
+
+    def all(self) -> None:
+        """Verify every listed file."""
+        for rel in self.files:
+            self._check(rel)
+
+    def json(self, rel: str) -> Any:
+        """File ``rel``, verified, read as JSON."""
+        p = self.file(rel)
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(self.dir)!r} is corrupt: {e}"
+            ) from None
+
+
+def verify_checkpoint(folder: str | Path, files: Sequence[str] | None = None) -> dict:
+    """Check a checkpoint folder against its manifest; return the manifest.
+
+    Args:
+        folder: a checkpoint or model folder.
+        files: the files (or folders, like ``"tokenizers"``) to verify, each of which must be
+            listed (every file under a folder); None: every file the manifest lists.
+
+    Raises:
+        CheckpointError: no manifest, a foreign format or version, a missing file, a file to
+            verify that the manifest does not list, or a file whose size or SHA-256 differs
+            from the manifest (corruption, truncation).
+    """
+    v = _Verified(folder)
+    if files is None:
+        v.all()
+    for rel in files or ():
+        if (v.dir / rel).is_dir():
+            v.tree(rel)
+        else:
+            v.file(rel)
+    return v.manifest
 
 
 def read_json(d: Path, name: str) -> Any:
-    try:
-        return json.loads((d / name).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint: {str(d)!r} has no {name}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint: {name} in {str(d)!r} is corrupt: {e}") from None
+    """File ``name`` of checkpoint folder ``d`` as JSON, verified against the manifest first.
+
+    Raises:
+        CheckpointError: see :func:`verify_checkpoint`; also a file that is not JSON.
+    """
+    return _Verified(d).json(name)
 
 
 def load_model_weights(folder: str | Path, model: nn.Module) -> None:
@@ -239,7 +344,10 @@ def load_model_weights(folder: str | Path, model: nn.Module) -> None:
             unexpected names, other shapes), listed in the message.
     """
     d = Path(folder)
-    tensors = read_weights(d)
+    _fit_weights(d, read_weights(d), model)
+
+
+def _fit_weights(d: Path, tensors: dict[str, torch.Tensor], model: nn.Module) -> None:
     own = model.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
@@ -279,63 +387,95 @@ class LoadedCheckpoint:
     tensors: dict | None
 
 
+#: what resuming a run reads of a checkpoint (each must be listed in the manifest)
+RESUME_FILES = (
+    "model.json",
+    "model.safetensors",
+    "train.json",
+    "split.json",
+    "trainer.json",
+    "trainer.pt",
+    "tokenizers",
+)
+
+
 def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedCheckpoint:
     """Verify and read a checkpoint folder (see the module docstring for its files).
 
     Args:
         folder: a checkpoint folder (``OUT/checkpoints/step-...``).
-        with_tensors: also read ``trainer.pt`` (optimizer, schedule and RNG state; only
-            resuming needs it).
+        with_tensors: also read ``trainer.pt`` (optimizer, schedule and RNG state): to resume
+            the run, for which the whole folder is verified (every file listed, and each file
+            resuming reads, :data:`RESUME_FILES`, listed); without it, only the JSON files
+            read here are verified.
 
     Raises:
         CheckpointError: see :func:`verify_checkpoint`; also unreadable JSON or state.
     """
-    d = Path(folder)
-    manifest = verify_checkpoint(d)
-    model_meta = read_json(d, "model.json")
+    v = _Verified(folder)
+    d = v.dir
+    if with_tensors:
+        v.all()
+        for rel in RESUME_FILES:
+            v.tree(rel) if rel == "tokenizers" else v.file(rel)
+    model_meta = v.json("model.json")
     if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
-    tensors = None
-    if with_tensors:
-        try:
-            tensors = torch.load(d / "trainer.pt", map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint: {str(d)!r} has no trainer.pt") from None
-        except Exception as e:  # torch raises several kinds on a bad file
-            raise CheckpointError(
-                f"checkpoint: trainer.pt in {str(d)!r} is unreadable ({type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''})"
-            ) from None
+    tensors = _read_state(v) if with_tensors else None
     return LoadedCheckpoint(
         path=d,
-        manifest=manifest,
+        manifest=v.manifest,
         model_config=model_meta["config"],
-        train_config=read_json(d, "train.json"),
-        split=read_json(d, "split.json"),
-        trainer_state=read_json(d, "trainer.json"),
+        train_config=v.json("train.json"),
+        split=v.json("split.json"),
+        trainer_state=v.json("trainer.json"),
         tensors=tensors,
     )
 
 
+def _read_state(v: _Verified) -> dict:
+    """``trainer.pt``, verified, read with ``torch.load(weights_only=True)``; never otherwise."""
+    path = v.file("trainer.pt")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several kinds on a bad file
+        # torch's message may advise loading with weights_only=False, which runs any code a
+        # pickle holds: never repeat it. What the file holds is named, not how to unpickle it.
+        first = str(e).splitlines()[0] if str(e) else ""
+        detail = "" if "weights_only" in str(e) or "trust" in first else f": {first}"
+        raise CheckpointError(
+            f"checkpoint: trainer.pt in {str(v.dir)!r} is not training state qkv can read "
+            f"(it holds something besides tensors, numbers and containers, or is damaged; "
+            f"{type(e).__name__}{detail}); qkv reads it only as plain tensors: resume from "
+            "another checkpoint"
+        ) from None
+
+
 def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of ``folder/model.safetensors`` by state-dict name (shared ones under every
-    name they have).
+    name they have), ``model.safetensors`` and ``model.json`` verified against the manifest.
 
     Raises:
-        CheckpointError: an unreadable file.
+        CheckpointError: an unlisted, damaged or unreadable file.
     """
+    return _read_weights(_Verified(folder))
+
+
+def _read_weights(v: _Verified) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    d = Path(folder)
+    d = v.dir
+    path = v.file("model.safetensors")
+    meta = v.json("model.json")
     try:
-        tensors = load_file(str(d / "model.safetensors"))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(
             f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
         ) from None
-    meta = read_json(d, "model.json")
-    for alias, target in (meta.get("aliases") or {}).items():
+    aliases = meta.get("aliases") if isinstance(meta, dict) else None
+    for alias, target in (aliases or {}).items():
         if target in tensors:
             tensors[alias] = tensors[target]
     return tensors
@@ -401,16 +541,21 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     require("loading a model", ["safetensors"])
     device = pick_device(device)
     folder = resolve_model_dir(model_dir)
-    ckpt = load_checkpoint(folder, with_tensors=False)
+    # only what translating reads is verified: a damaged trainer.pt or split.json of a
+    # checkpoint does not stop its weights from translating
+    v = _Verified(folder)
+    meta = v.json("model.json")
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")
     try:
-        model = build_model(ckpt.model_config)
+        model = build_model(meta["config"])
     except (TypeError, ValueError) as e:
         raise CheckpointError(
             f"checkpoint: model.json in {str(folder)!r} is invalid: {e}"
         ) from None
-    load_model_weights(folder, model)
+    _fit_weights(folder, _read_weights(v), model)
     try:
-        src, tgt = load_tokenizers(folder / "tokenizers")
+        src, tgt = load_tokenizers(v.tree("tokenizers"))
     except (OSError, ValueError, KeyError) as e:
         raise CheckpointError(
             f"checkpoint: the tokenizers in {str(folder)!r} cannot be loaded: {e}"
@@ -423,9 +568,9 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
             f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
         )
     decoding = None
-    if (folder / "decoding.json").is_file():
+    if "decoding.json" in v.files or (folder / "decoding.json").exists():
+        decoding = v.json("decoding.json")
         try:
-            decoding = json.loads((folder / "decoding.json").read_text(encoding="utf-8"))
             check_decoding(decoding)
         except (ValueError, TypeError) as e:
             raise CheckpointError(

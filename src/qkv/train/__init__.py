@@ -11,6 +11,7 @@ from .checkpoint import (
     verify_checkpoint,
 )
 from .config import RESUMABLE_KEYS, TrainConfig, load_config_file, parse_assignment
+from .interrupt import TrainingInterrupted
 from .loop import (
     RunData,
     StepStats,
@@ -23,6 +24,7 @@ from .loop import (
     train_update,
 )
 from .losses import sequence_loss
+from .runlock import RunLockedError
 from .schedules import InverseSqrtSchedule, inverse_sqrt_lr
 
 __all__ = [
@@ -30,10 +32,12 @@ __all__ = [
     "CheckpointError",
     "InverseSqrtSchedule",
     "RunData",
+    "RunLockedError",
     "StepStats",
     "TrainConfig",
     "TrainResult",
     "TrainingError",
+    "TrainingInterrupted",
     "inverse_sqrt_lr",
     "load_checkpoint",
     "load_config_file",

@@ -4,7 +4,6 @@ A run's folder ``OUT`` holds::
 
     OUT/checkpoints/step-00001200/   one complete checkpoint (see below)
     OUT/checkpoints/best.json        which checkpoint has the best validation BLEU
-    OUT/checkpoints/latest.json      the newest checkpoint
 
 and one checkpoint folder holds::
 
@@ -18,19 +17,25 @@ and one checkpoint folder holds::
     trainer.pt          optimizer and schedule state, every rank's RNG states (tensors only;
                         read back with torch.load(weights_only=True))
 
-Writing is atomic: everything goes into ``.tmp-step-...`` beside the final folder, every file is
-flushed and fsynced, then the folder is renamed into place (``os.replace``), and the pointer files
-are replaced the same way (temporary file in the same folder, fsync, ``os.replace``). A folder
-without its ``manifest.json`` is never a checkpoint, and temporary folders left by a killed run
-are removed on the next start. Reading a folder back (checking the manifest, the sizes and the
-checksums; :class:`CheckpointError` with what is wrong) is :mod:`qkv.inference.saved`, which
-translating and evaluating use too; its names are importable from here as well.
+Writing is atomic: everything goes into ``.qkv-tmp-step-...-PID`` beside the final folder, every
+file is flushed and fsynced, then the folder is renamed into place (``os.replace``), and
+``best.json`` is replaced the same way (temporary file in the same folder, fsync,
+``os.replace``). A folder without its ``manifest.json`` is never a checkpoint. The next start
+removes what a killed writer left, and only that: qkv's own temporary names, holding only what
+qkv writes (:func:`remove_stale_temporaries`). There is no ``latest.json``: the newest
+checkpoint is the ``step-*`` folder with the highest number, and :func:`resume_checkpoint` picks
+the newest intact one (or the one asked for). Reading a folder back (checking the manifest,
+then the size and checksum of each file read, refusing one it does not list;
+:class:`CheckpointError` with what is wrong) is :mod:`qkv.inference.saved`, which translating
+and evaluating use too; its names are importable from here as well.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -42,6 +47,7 @@ from torch import nn
 
 from .. import __version__
 from ..inference.saved import (
+    _STEP_DIR,
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     MANIFEST,
@@ -75,10 +81,34 @@ __all__ = [
     "prune_checkpoints",
     "read_weights",
     "resolve_model_dir",
+    "resume_checkpoint",
+    "resumed_settings",
     "save_checkpoint",
     "verify_checkpoint",
     "write_model_folder",
 ]
+
+log = logging.getLogger(__name__)
+
+#: the prefixes of qkv's temporary names (a folder being written, a folder being replaced):
+#: recognisable, so that clean-up never takes a user's ``.tmp-*`` file for one
+_TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
+_STALE_DIR = re.compile(r"^\.qkv-(?:tmp|old)-(?:step-\d{8,}|final)-\d+$")
+_STALE_FILE = re.compile(r"^\.(?:best|latest)\.json\.qkv-tmp-\d+$")
+#: what a model folder qkv writes holds (a temporary one is removed only when it holds no more)
+_FOLDER_NAMES = frozenset(
+    {
+        MANIFEST,
+        "model.safetensors",
+        "model.json",
+        "train.json",
+        "split.json",
+        "trainer.json",
+        "trainer.pt",
+        "decoding.json",
+        "tokenizers",
+    }
+)
 
 
 # ---------------------------------------------------------------------------- atomic files
@@ -100,7 +130,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync,
     ``os.replace``. Readers see the old content or the new one, never a part."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    tmp = p.with_name(f".{p.name}{_TMP}{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -163,7 +193,6 @@ def save_checkpoint(
         documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
         tensors=tensors,
     )
-    atomic_write_json(root / "latest.json", {"step": step, "path": name})
     return final
 
 
@@ -189,7 +218,7 @@ def write_model_folder(
     final = Path(final)
     root, name = final.parent, final.name
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{name}-{os.getpid()}"
+    tmp = root / f"{_TMP}{name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -243,7 +272,7 @@ def write_model_folder(
     for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
         _fsync_dir(d)
     if final.exists():  # the same step written again (a resumed run that stopped right here)
-        old = root / f".old-{name}-{os.getpid()}"
+        old = root / f"{_OLD}{name}-{os.getpid()}"
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
@@ -268,8 +297,7 @@ def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     first_config = None
     acc: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
-    for p in paths:
-        verify_checkpoint(p)
+    for p in paths:  # what is read is verified (model.json, model.safetensors)
         config = read_json(p, "model.json").get("config")
         if first_config is None:
             first_config = config
@@ -308,7 +336,10 @@ def prune_checkpoints(
     root = Path(root)
     found = find_checkpoints(root)
     keep = set(found[-keep_last:])
-    best = best_checkpoint(root)
+    try:
+        best = best_checkpoint(root)
+    except CheckpointError:  # a pointer out of the folder: followed nowhere, kept nothing
+        best = None
     if best is not None:
         keep.add(best)
     if best_step is not None:
@@ -321,17 +352,190 @@ def prune_checkpoints(
     return removed
 
 
-def remove_stale_temporaries(root: str | Path) -> None:
-    """Remove ``.tmp-*``/``.old-*`` folders and files a killed writer left in ``root``."""
+def remove_stale_temporaries(root: str | Path) -> list[Path]:
+    """Remove what a killed writer left in ``root`` (``OUT/checkpoints``), and only that:
+    a ``.qkv-tmp-*``/``.qkv-old-*`` folder holding nothing but the files of a model folder, a
+    ``.best.json.qkv-tmp-PID`` file. A user's file is never touched, whatever its name (a
+    ``.tmp-*`` of theirs included). Returns what was removed."""
     root = Path(root)
     if not root.is_dir():
-        return
+        return []
+    removed = []
     for p in root.iterdir():
-        if p.name.startswith((".tmp-", ".old-")) or ".tmp-" in p.name:
-            if p.is_dir():
+        if p.is_symlink():
+            continue
+        if _STALE_DIR.match(p.name) and p.is_dir():
+            if {c.name for c in p.iterdir()} <= _FOLDER_NAMES:
                 shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+                removed.append(p)
+        elif _STALE_FILE.match(p.name) and p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+# ---------------------------------------------------------------------------- resuming
+def _step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _resume_target(root: Path, resume_from: int | str | Path) -> Path:
+    """The checkpoint folder ``resume_from`` names (an update number, or a checkpoint folder of
+    ``root``); CheckpointError listing the checkpoints there when there is none such."""
+    found = find_checkpoints(root)
+    there = (
+        f"the checkpoints in {str(root)!r} are: {', '.join(p.name for p in found)}"
+        if found
+        else f"{str(root)!r} holds no checkpoint"
+    )
+    if isinstance(resume_from, bool) or not isinstance(resume_from, (int, str, os.PathLike)):
+        raise TypeError(
+            "resume_from: expected an update number or a checkpoint folder, got "
+            f"{type(resume_from).__name__}"
+        )
+    if isinstance(resume_from, int):
+        if resume_from < 0:
+            raise CheckpointError(f"resume_from: expected an update number >= 0, got {resume_from}")
+        target = root / _step_name(resume_from)
+        if target not in found:
+            raise CheckpointError(
+                f"resume_from: no checkpoint of update {resume_from} in {str(root)!r}; {there}"
+            )
+        return target
+    target = Path(resume_from)
+    if not (target / MANIFEST).is_file():
+        raise CheckpointError(
+            f"resume_from: {str(target)!r} is not a checkpoint folder "
+            f"({'no ' + MANIFEST + ' in it' if target.is_dir() else 'no such folder'}); {there}"
+        )
+    if target.resolve() not in {p.resolve() for p in found}:
+        raise CheckpointError(
+            f"resume_from: {str(target)!r} is not a checkpoint of the run being resumed (one of "
+            f"{str(root)!r}); {there}"
+        )
+    return root / target.resolve().name
+
+
+def _set_aside(folder: Path, why: str) -> Path:
+    """Rename ``folder`` to ``folder.WHY`` (``.WHY-2``, ... when taken): out of the run's way,
+    nothing deleted."""
+    dest, n = folder.with_name(f"{folder.name}.{why}"), 1
+    while dest.exists():
+        n += 1
+        dest = folder.with_name(f"{folder.name}.{why}-{n}")
+    os.replace(folder, dest)
+    return dest
+
+
+def resume_checkpoint(
+    root: str | Path, resume_from: int | str | Path | None = None, *, act: bool = True
+) -> LoadedCheckpoint | None:
+    """The checkpoint a resumed run continues from, verified and read (with its training
+    state), or None when ``root`` (``OUT/checkpoints``) holds none.
+
+    Without ``resume_from``, the newest intact checkpoint: a newer one that fails verification
+    (a truncated or altered file, an unreadable manifest) is skipped with a warning naming it
+    and why. With ``resume_from`` (an update number, or a checkpoint folder of ``root``), that
+    one, and an error if it is damaged. The folder listing is the truth (``latest.json``,
+    which earlier qkv versions wrote, is not read).
+
+    With ``act`` (the one process that writes), the run's later history is set aside, renamed,
+    never deleted: the checkpoints newer than the chosen one (``step-N.corrupt`` for damaged
+    ones, ``step-N.superseded`` for intact ones) and a ``final`` model of a later update
+    (``final.superseded``), so that the resumed run's pruning, averaging and final model see
+    only its own checkpoints; and a stale ``latest.json`` is removed.
+
+    Raises:
+        CheckpointError: ``resume_from`` names no checkpoint of ``root`` (the message lists
+            them) or a damaged one; every checkpoint is damaged (each named, with why).
+    """
+    root = Path(root)
+    found = find_checkpoints(root)
+    if resume_from is not None:
+        target = _resume_target(root, resume_from)
+        ckpt = load_checkpoint(target)
+        skipped: list[tuple[Path, str]] = []
+    else:
+        if not found:
+            return None
+        ckpt, skipped = None, []
+        for p in reversed(found):
+            try:
+                ckpt = load_checkpoint(p)
+                break
+            except CheckpointError as e:
+                skipped.append((p, str(e)))
+        if ckpt is None:
+            raise CheckpointError(
+                f"resume: no intact checkpoint in {str(root)!r}: "
+                + "; ".join(f"{p.name}: {why}" for p, why in skipped)
+            )
+    if act:
+        for p, why in skipped:
+            log.warning(
+                "checkpoint %s cannot be resumed from (%s); resuming from %s, the newest intact "
+                "one; the damaged one is kept as %s",
+                p.name,
+                why,
+                ckpt.path.name,
+                _set_aside(p, "corrupt").name,
+            )
+        _set_aside_later(root, ckpt.path)
+    return ckpt
+
+
+def _set_aside_later(root: Path, chosen: Path) -> None:
+    """Set aside what of the run is newer than ``chosen`` (see :func:`resume_checkpoint`)."""
+    step = int(_STEP_DIR.match(chosen.name).group(1))  # type: ignore[union-attr]
+    for p in find_checkpoints(root):
+        if int(_STEP_DIR.match(p.name).group(1)) > step:  # type: ignore[union-attr]
+            dest = _set_aside(p, "superseded")
+            log.warning(
+                "resuming from %s: the newer checkpoint %s is kept as %s (delete it when you no "
+                "longer need it)",
+                chosen.name,
+                p.name,
+                dest.name,
+            )
+    final = root.parent / "final"
+    try:
+        final_step = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        final_step = None
+    if isinstance(final_step, int) and final_step > step:
+        dest = _set_aside(final, "superseded")
+        log.warning(
+            "resuming from %s: the final model of update %d is kept as %s; the resumed run "
+            "writes a new one",
+            chosen.name,
+            final_step,
+            dest,
+        )
+    stale = root / "latest.json"
+    if stale.is_file():  # written by earlier qkv versions, never read
+        stale.unlink()
+
+
+def resumed_settings(
+    root: str | Path, resume_from: int | str | Path | None = None
+) -> dict[str, Any] | None:
+    """The ``train.json`` settings of the run in ``root`` (``OUT/checkpoints``) that
+    :func:`resume_checkpoint` would resume, read cheaply (only ``train.json`` verified): of
+    ``resume_from``, else of the newest checkpoint whose ``train.json`` is intact (one run's
+    checkpoints share their settings). None when there is none.
+
+    Raises:
+        CheckpointError: ``resume_from`` names no checkpoint of ``root``, or a damaged one.
+    """
+    root = Path(root)
+    if resume_from is not None:
+        return read_json(_resume_target(root, resume_from), "train.json")
+    for p in reversed(find_checkpoints(root)):
+        try:
+            return read_json(p, "train.json")
+        except CheckpointError:
+            continue
+    return None
 
 
 def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Path:
@@ -365,6 +569,8 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
     meta = read_json(newest, "model.json")
     steps = [_step_of(p) for p in paths]
 
+    verify_checkpoint(newest, ["tokenizers"])  # copied into a folder whose manifest vouches
+
     def copy_tokenizers(dest: Path) -> None:
         shutil.copytree(newest / "tokenizers", dest)
 
@@ -387,7 +593,7 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
 
 def _step_of(folder: Path) -> int:
     """The update a checkpoint folder holds (from its manifest)."""
-    manifest = verify_checkpoint(folder)
+    manifest = verify_checkpoint(folder, files=[])
     step = manifest.get("step")
     if isinstance(step, bool) or not isinstance(step, int):
         raise CheckpointError(f"checkpoint: {str(folder)!r} has no step in its manifest")

@@ -60,6 +60,7 @@ RESUMABLE_KEYS: frozenset[str] = frozenset(
         "dist_timeout_minutes",
         "average_last",
         "tune_decoding",
+        "max_skipped",
     }
 )
 
@@ -87,6 +88,9 @@ class TrainConfig:
             ``csv`` ``jsonl``, optionally ``.gz``); None for the bundled English-French corpus.
         data_format: the file's format, or None to guess.
         max_pairs: use only the first N pairs of the file (quick experiments), or None.
+        max_skipped: the largest fraction of the file's lines (blank lines aside) that may be
+            unreadable (wrong columns, an empty side, bad UTF-8, ...); a file with more is
+            refused, with the counts. 0: any unreadable line is an error (``--strict``).
         valid, test: held-out parts, a fraction (float) or a count (int); see
             :func:`qkv.data.split_pairs`.
         split_seed: the split's seed.
@@ -162,6 +166,7 @@ class TrainConfig:
     data: str | None = None
     data_format: str | None = None
     max_pairs: int | None = None
+    max_skipped: float = 0.1
     valid: float | int = 0.05
     test: float | int = 0.05
     split_seed: int = 0
@@ -228,6 +233,11 @@ class TrainConfig:
             self.max_pairs is None or (_is_int(self.max_pairs) and self.max_pairs >= 10),
             "max_pairs",
             "an int >= 10 or None",
+        )
+        need(
+            _is_num(self.max_skipped) and 0 <= self.max_skipped <= 1,
+            "max_skipped",
+            "a fraction of the lines in [0, 1]",
         )
         for name in ("valid", "test"):
             v = getattr(self, name)
@@ -406,6 +416,7 @@ class TrainConfig:
         d["model_options"] = options
         for name in (
             "lr",
+            "max_skipped",
             "min_lr_ratio",
             "weight_decay",
             "adam_eps",

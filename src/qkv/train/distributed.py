@@ -28,6 +28,7 @@ __all__ = [
     "cleanup",
     "param_checksum",
     "pick_device",
+    "raise_main_error",
     "setup",
     "unwrap",
 ]
@@ -129,6 +130,15 @@ def all_gather_objects(obj: Any) -> list[Any]:
 def barrier() -> None:
     if _active():
         dist.barrier()
+
+
+def raise_main_error(err: BaseException | None) -> None:
+    """Raise, on every rank, the error rank 0 met before the run (``err`` there; the others
+    pass None), so that no rank goes on alone and waits for the others at a collective. A
+    no-op when rank 0 met none; in a single process, ``raise err`` when there is one."""
+    first = all_gather_objects(err)[0]
+    if first is not None:
+        raise err if err is not None else first
 
 
 def param_checksum(model: nn.Module) -> str:

@@ -11,6 +11,11 @@ Resuming is exact: a checkpoint holds the weights, the optimizer's moments, the 
 every rank's RNG states (dropout), and the data position, so a run killed and resumed ends with
 bitwise the same weights as an uninterrupted one (on the CPU with the same thread count; on GPUs
 as far as the kernels are deterministic).
+
+Around the loop: one trainer per run folder (:mod:`qkv.train.runlock`, taken before any data is
+read), SIGINT/SIGTERM finish the update and save before stopping (:mod:`qkv.train.interrupt`),
+and every message goes through :mod:`logging` (logger ``qkv.train.loop``); the progress line
+is the only thing written to the stream directly.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import random
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -34,6 +41,7 @@ from torch import nn
 from .._deps import require
 from ..data import (
     Batch,
+    Normalizer,
     Split,
     TokenBatcher,
     Tokenizer,
@@ -42,7 +50,7 @@ from ..data import (
     save_tokenizers,
     split_pairs,
 )
-from ..inference import Evaluation, corpus_scores, decode_texts
+from ..inference import Evaluation, corpus_scores, decode_texts, load_model
 from ..nn.seq2seq import EncoderDecoder, build_model
 from . import distributed as D
 from .checkpoint import (
@@ -53,15 +61,17 @@ from .checkpoint import (
     best_checkpoint,
     find_checkpoints,
     latest_checkpoint,
-    load_checkpoint,
     load_model_weights,
     prune_checkpoints,
+    read_json,
     read_weights,
     remove_stale_temporaries,
+    resume_checkpoint,
     save_checkpoint,
     write_model_folder,
 )
 from .config import RESUMABLE_KEYS, TrainConfig
+from .interrupt import StopSignals, TrainingInterrupted, resume_command
 from .losses import sequence_loss
 from .presets import resolve_config
 from .run_data import (
@@ -71,6 +81,7 @@ from .run_data import (
     read_run_pairs,
     saved_run_pairs,
 )
+from .runlock import RunLock, RunLockedError, check_out
 from .schedules import Schedule
 
 __all__ = [
@@ -78,6 +89,7 @@ __all__ = [
     "StepStats",
     "TrainResult",
     "TrainingError",
+    "TrainingInterrupted",
     "load_run_data",
     "make_optimizer",
     "raw_run_pairs",
@@ -85,6 +97,8 @@ __all__ = [
     "train",
     "train_update",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class TrainingError(RuntimeError):
@@ -302,7 +316,9 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 # ---------------------------------------------------------------------------- progress
 class Progress:
     """The progress display: a line rewritten in place on a terminal, else a line every
-    ``log_every`` updates; everything on stderr (rank 0 only)."""
+    ``log_every`` updates; on stderr (rank 0 only). Messages are not its business: they go
+    through :mod:`logging`, and :meth:`clear` wipes the line on a terminal first so that a
+    message never lands in the middle of it."""
 
     def __init__(self, total: int, enabled: bool, stream: Any = None) -> None:
         self.total, self.enabled = total, enabled
@@ -334,16 +350,50 @@ class Progress:
                 self._last_draw, self._open = now, True
             return
         if log:
-            self.message(line)
+            self.clear()
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
-    def message(self, text: str) -> None:
-        if not self.enabled:
-            return
+    def clear(self) -> None:
+        """Wipe the line drawn in place (a terminal), so that what comes next starts clean."""
         if self._open:
             self.stream.write("\r\x1b[K")
+            self.stream.flush()
             self._open = False
-        self.stream.write(text + "\n")
-        self.stream.flush()
+
+
+class _MessageHandler(logging.StreamHandler):
+    """Shows qkv's log records on the progress stream, the progress line wiped first."""
+
+    def __init__(self, bar: Progress) -> None:
+        super().__init__(bar.stream)
+        self.bar = bar
+        self.setFormatter(logging.Formatter("qkv: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bar.clear()
+        super().emit(record)
+
+
+@contextlib.contextmanager
+def _messages_on(bar: Progress, *, stream_given: bool) -> Iterator[None]:
+    """While a run shows progress, show its messages (INFO and up) on the progress stream too:
+    when a ``stream`` was given, or when logging is not configured at all (no handler on the
+    ``qkv`` logger or above it). A configured application gets them through its own handlers;
+    a ``qkv`` logger set to a level is obeyed."""
+    top = logging.getLogger("qkv")
+    if not bar.enabled or (not stream_given and top.hasHandlers()):
+        yield
+        return
+    handler, level = _MessageHandler(bar), top.level
+    top.addHandler(handler)
+    if level == logging.NOTSET:
+        top.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        top.removeHandler(handler)
+        top.setLevel(level)
 
 
 def _clock(seconds: float) -> str:
@@ -618,7 +668,7 @@ def _finish(
     # a timed run does only what its budget has room for (beam search costs ~2 validations)
     deadline = time.monotonic() + time_left
     if len(last) >= 2 and deadline - time.monotonic() < eval_cost:
-        say("  no time left to validate an average of the last checkpoints; skipped")
+        say("no time left to validate an average of the last checkpoints; skipped")
         last = []
     if len(last) >= 2:
         avg = average_weights(last)
@@ -627,7 +677,7 @@ def _finish(
         steps = [int(p.name.split("-")[1]) for p in last]
         better = sc.bleu > bleu
         say(
-            f"  average of the checkpoints of updates {steps}: valid BLEU {sc.bleu:.2f} "
+            f"average of the checkpoints of updates {steps}: valid BLEU {sc.bleu:.2f} "
             f"({'better than' if better else 'not better than'} the best checkpoint's {bleu:.2f})"
         )
         if better:
@@ -640,7 +690,7 @@ def _finish(
     decoding: dict[str, Any] = {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
     tune = run_cfg.tune_decoding
     if tune and deadline - time.monotonic() < 5 * eval_cost:
-        say("  no time left to choose a beam on the validation split; greedy decoding kept")
+        say("no time left to choose a beam on the validation split; greedy decoding kept")
         tune = False
     if tune:
         tried = []
@@ -653,7 +703,7 @@ def _finish(
                 decoding = {"beam_size": beam, "length_penalty": lp, "no_repeat_ngram": nr}
         bleu = best_bleu
         say(
-            f"  decoding chosen on validation (no {nr}-gram repeated): {decoding} "
+            f"decoding chosen on validation (no {nr}-gram repeated): {decoding} "
             f"(tried: {', '.join(tried)})"
         )
     decoding["chosen_on"] = f"{len(pairs)} validation sentences, BLEU {bleu:.2f}"
@@ -678,7 +728,7 @@ def _finish(
         },
     )
     say(
-        f"qkv train: final model ({source['kind']} of updates {source['steps']}, "
+        f"final model ({source['kind']} of updates {source['steps']}, "
         f"{'greedy' if decoding['beam_size'] == 1 else 'beam 4'}) valid BLEU {bleu:.2f} in "
         f"{folder} ({time.monotonic() - t0:.1f} s)"
     )
@@ -704,38 +754,95 @@ def train(
     out: str | Path,
     *,
     resume: bool = False,
+    resume_from: int | str | Path | None = None,
+    init_from: str | Path | None = None,
     progress: bool = True,
     stream: Any = None,
 ) -> TrainResult:
     """Train a translation model as ``config`` says, writing into ``out``.
 
+    Before anything is read, ``out`` is checked (a folder this process can write) and locked
+    (``out/.lock``: one trainer per run folder). SIGINT and SIGTERM (in the main thread) finish
+    the current update, write a checkpoint and raise :class:`TrainingInterrupted`; a second
+    one stops at once. Messages go through :mod:`logging` (logger ``qkv.train.loop``, INFO;
+    WARNING for what a user must see).
+
     Args:
         config: the run's settings.
         out: the run folder (checkpoints go to ``out/checkpoints``).
-        resume: continue from the newest checkpoint in ``out`` (a fresh start when there is
-            none). The settings must match the checkpoint's except :data:`RESUMABLE_KEYS`.
-        progress: show progress and messages on ``stream`` (stderr by default; rank 0 only).
-        stream: where progress goes.
+        resume: continue from the newest intact checkpoint in ``out`` (a fresh start when
+            there is none; a damaged newer one is skipped with a warning and set aside, see
+            :func:`~qkv.train.checkpoint.resume_checkpoint`). The settings must match the
+            checkpoint's except :data:`RESUMABLE_KEYS`.
+        resume_from: resume from this checkpoint instead (implies ``resume``): an update
+            number, or a checkpoint folder of ``out``; the newer ones are set aside.
+        init_from: start a new run (update 0, a fresh optimizer and schedule) from the weights
+            of a saved model: a run folder, its ``final/``, or a checkpoint folder (see
+            :func:`qkv.inference.resolve_model_dir`). Its architecture and tokenizers are kept
+            (fine-tuning keeps the vocabulary): ``config`` may not set other model options
+            than ``dropout``, nor another vocabulary. Not with ``resume``.
+        progress: show the progress line on ``stream`` (rank 0 only), and the messages as well
+            when a ``stream`` is given or logging is not configured; False shows nothing but
+            what logging shows (warnings, when it is not configured).
+        stream: where progress goes (stderr by default).
 
     Returns:
         A :class:`TrainResult`.
 
     Raises:
-        ValueError: bad settings or data; ``out`` already holds a run and ``resume`` is False.
-        CheckpointError: the checkpoint to resume from is corrupt or foreign.
+        ValueError: bad settings or data; ``out`` is not a writable folder, or already holds a
+            run and ``resume`` is False; ``init_from`` with ``resume``, or settings that
+            contradict the ``init_from`` model.
+        RunLockedError: another process trains into ``out``.
+        CheckpointError: the checkpoint to resume from (or the ``init_from`` model) is corrupt
+            or foreign, or every checkpoint is; ``resume_from`` names no checkpoint of ``out``.
         TrainingError: the loss became non-finite.
+        TrainingInterrupted: SIGINT or SIGTERM stopped the run (a checkpoint was written).
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
     require("training", _needs(config))  # before anything is read or written
     config.validate()
+    if init_from is not None and (resume or resume_from is not None):
+        raise ValueError(
+            "init_from: a resumed run continues its own checkpoint; starting from another "
+            "model's weights is a new run (drop resume, or init_from)"
+        )
     out = Path(out)
     ckroot = out / "checkpoints"
+    # what to resume: nothing (False), the newest intact checkpoint (True), or the one named
+    which = bool(resume) if resume_from is None else resume_from
     info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
+    bar = Progress(config.step_limit, progress and info.is_main, stream)
+    run = None
     try:
-        return _Run(config, out, ckroot, info, resume, progress, stream).run()
+        with _messages_on(bar, stream_given=stream is not None), _lock_run(out, info):
+            run = _Run(config, out, ckroot, info, which, bar, init_from)
+            with StopSignals(run.stop_now) as signals:
+                run.signals = signals
+                run.prepare()
+                return run.run()
     finally:
+        if run is not None:
+            run.close()
         D.cleanup()
+
+
+def _lock_run(out: Path, info: D.DistInfo) -> contextlib.AbstractContextManager:
+    """Check ``out`` and take its lock (rank 0; the other ranks raise rank 0's error too)."""
+    lock, err = None, None
+    if info.is_main:
+        try:
+            lock = RunLock(out, created_out=check_out(out))
+            lock.acquire()
+        except (ValueError, RunLockedError) as e:
+            err = e
+            if lock is not None and lock.created_out:
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            lock = None
+    D.raise_main_error(err)
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 @dataclass
@@ -760,6 +867,7 @@ class RunState:
         preset: what the preset chose and why.
         train_seconds: seconds of the run's earlier invocations (``max_minutes`` is the whole
             run's budget).
+        init_from: the model a fine-tuning run started from (``path`` and ``step``), or None.
     """
 
     step: int = 0
@@ -776,6 +884,7 @@ class RunState:
     resolved_config: dict = field(default_factory=dict)
     preset: dict | None = None
     train_seconds: float = 0.0
+    init_from: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready fields (what ``trainer.json`` holds besides the data position)."""
@@ -805,6 +914,107 @@ class _Model:
     schedule: Schedule
 
 
+#: the model options a run started from another model's weights may change
+_INIT_MAY_CHANGE = frozenset({"dropout"})
+
+
+@dataclass
+class _Init:
+    """The saved model a new run starts from (``init_from``): its weights, architecture and
+    tokenizers."""
+
+    folder: Path
+    step: int | None
+    model_config: dict[str, Any]
+    weights: dict[str, torch.Tensor]
+    tokenizers: tuple[Tokenizer, Tokenizer]
+
+    def describe(self) -> str:
+        return str(self.folder) + (f" (update {self.step})" if self.step is not None else "")
+
+    def record(self) -> dict[str, Any]:
+        return {"path": str(self.folder), "step": self.step}
+
+    def settings(self, config: TrainConfig) -> TrainConfig:
+        """``config`` with this model's architecture and vocabulary.
+
+        Raises:
+            ValueError: ``config`` asks for another architecture or vocabulary (every
+                difference listed), before any data is read.
+        """
+        mc, (src, tgt) = self.model_config, self.tokenizers
+        own = {k: v for k, v in mc.items() if k not in ("src_vocab_size", "tgt_vocab_size", "kind")}
+        joint = src is tgt
+        norm = {Normalizer.book(): "book", Normalizer(): "plain"}.get(src.normalizer)
+        conflicts = []
+        # TrainConfig's default kind cannot be told from a choice: only another kind conflicts
+        default_kind = TrainConfig.__dataclass_fields__["model"].default
+        if config.model not in (mc["kind"], default_kind):
+            conflicts.append(f"model: the model's {mc['kind']!r}, given {config.model!r}")
+        conflicts += [
+            f"model.{k}: the model's {own.get(k)!r}, given {v!r}"
+            for k, v in sorted(config.model_options.items())
+            if k not in _INIT_MAY_CHANGE and own.get(k) != v
+        ]
+        for key, given, theirs, unset in (
+            ("tokenizer", config.tokenizer, src.kind, "auto"),
+            ("normalizer", config.normalizer, norm, "auto"),
+            ("joint_vocab", config.joint_vocab, joint, None),
+            ("vocab_size", config.vocab_size, tgt.vocab_size, None),
+        ):
+            if given != unset and theirs is not None and given != theirs:
+                conflicts.append(f"{key}: the model's {theirs!r}, given {given!r}")
+        if conflicts:
+            raise ValueError(
+                f"init_from: the model in {str(self.folder)!r} fixes the architecture and the "
+                f"vocabulary, and these settings differ: {'; '.join(conflicts)} (leave them "
+                f"out; of the model options only {', '.join(sorted(_INIT_MAY_CHANGE))} may change)"
+            )
+        options = {**own, **{k: v for k, v in config.model_options.items() if k in own}}
+        changes: dict[str, Any] = {
+            "model": mc["kind"],
+            "model_options": options,
+            "tokenizer": src.kind,
+            "joint_vocab": joint,
+        }
+        if norm is not None:
+            changes["normalizer"] = norm
+        return config.updated(changes)
+
+    def load_into(self, model: nn.Module) -> None:
+        """Copy the weights into ``model`` (built from :meth:`settings`' configuration)."""
+        try:
+            model.load_state_dict(self.weights)
+        except RuntimeError as e:  # pragma: no cover - settings() keeps the shapes equal
+            raise CheckpointError(
+                f"init_from: the weights in {str(self.folder)!r} do not fit the model: {e}"
+            ) from None
+
+
+def _load_init(path: str | Path) -> _Init:
+    """Read the model a run starts from (:func:`qkv.inference.load_model`, verified).
+
+    Raises:
+        CheckpointError: nothing usable there (the message names ``init_from``).
+    """
+    try:
+        saved = load_model(path, device="cpu")
+        manifest = json.loads((saved.path / "manifest.json").read_text(encoding="utf-8"))
+    except (CheckpointError, OSError, ValueError) as e:
+        text = str(e)
+        for label in ("model dir: ", "checkpoint: "):  # init_from names it
+            text = text.removeprefix(label)
+        raise CheckpointError(f"init_from: {text}") from None
+    step = manifest.get("step") if isinstance(manifest, dict) else None
+    return _Init(
+        folder=saved.path,
+        step=step if isinstance(step, int) else None,
+        model_config=saved.model.config.to_dict(),
+        weights=saved.model.state_dict(),
+        tokenizers=(saved.src_tokenizer, saved.tgt_tokenizer),
+    )
+
+
 class _Run:
     """One invocation of ``qkv train``, in phases a reader can find:
 
@@ -815,6 +1025,9 @@ class _Run:
       :meth:`_out_of_time` (the stop decision all ranks agree on), :meth:`_evaluate_if_due`
       (validation and early stopping) and :meth:`_checkpoint_if_due`;
     * and at the end :meth:`_final_model` (averaging, decoding chosen) and the result.
+
+    A signal (:class:`StopSignals`) stops it between updates (:meth:`_stop_for_signal`) or at
+    once (:meth:`stop_now`).
     """
 
     def __init__(
@@ -823,23 +1036,47 @@ class _Run:
         out: Path,
         ckroot: Path,
         info: D.DistInfo,
-        resume: bool,
-        show: bool,
-        stream: Any,
+        resume: bool | int | str | Path,
+        bar: Progress,
+        init_from: str | Path | None = None,
     ) -> None:
         self.t_start = time.monotonic()
         self.out, self.ckroot, self.info, self.device = out, ckroot, info, info.device
+        self.user_config, self.resume, self.init_from = config, resume, init_from
+        self.bar = bar
+        self.signals: StopSignals | None = None
+        self.stop_signal: int | None = None  # a signal all ranks agreed to stop for
+        self.writer: Any = None
+        self.state: RunState | None = None
+        self.ckpt: LoadedCheckpoint | None = None
+        self.last_ckpt: Path | None = None
+        self.saved_step: int | None = None
+        self.start_step: int | None = None  # set once the run is ready (_restore)
+
+    def say(self, text: str, level: int = logging.INFO) -> None:
+        """Log a message of the run (rank 0 only), the progress line wiped first."""
+        if self.info.is_main:
+            self.bar.clear()
+            log.log(level, text)
+
+    def prepare(self) -> None:
+        """Everything before the first update: the checkpoint or model to start from, the
+        data, the model, the optimizer and their restored state."""
+        config = self.user_config
         if config.threads:
             torch.set_num_threads(config.threads)
-        self.bar = Progress(config.step_limit, show and info.is_main, stream)
-        self.say = self.bar.message
-        self.config, self.ckpt, self.saved = self._open(config, resume)
+        self.config, self.ckpt, self.saved = self._open(config, self.resume)
+        self.init = _load_init(self.init_from) if self.init_from is not None else None
         self.run_cfg, self.preset_info, data = self._settings_and_data()
         self.timed = self.run_cfg.max_minutes is not None
         self.limit = self.run_cfg.step_limit
         self.plan = _Plan(self.run_cfg, self.timed)
         self.m = self._build(data)
-        self.state = RunState(resolved_config=self.run_cfg.to_dict(), preset=self.preset_info)
+        self.state = RunState(
+            resolved_config=self.run_cfg.to_dict(),
+            preset=self.preset_info,
+            init_from=self.init.record() if self.init is not None else None,
+        )
         # the loop's own state (not saved): set by _restore
         self.final_bleu: float | None = None
         self.decoding: dict | None = None
@@ -847,7 +1084,7 @@ class _Run:
 
     # -- where we start -------------------------------------------------------------------------
     def _open(
-        self, config: TrainConfig, resume: bool
+        self, config: TrainConfig, resume: bool | int | str | Path
     ) -> tuple[TrainConfig, LoadedCheckpoint | None, TrainConfig | None]:
         """The settings, and the checkpoint to resume from (with its saved settings), if any."""
         if config.data is not None:
@@ -856,22 +1093,26 @@ class _Run:
             remove_stale_temporaries(self.ckroot)
         D.barrier()
         latest = latest_checkpoint(self.ckroot)
-        if latest is not None and not resume:
+        if latest is not None and resume is False:
             raise ValueError(
                 f"out: {str(self.out)!r} already holds a run (checkpoint {latest.name}); pass "
                 "--resume to continue it, or choose another --out"
             )
-        if resume and latest is not None:
-            ckpt = load_checkpoint(latest)
+        # resume: True (the newest intact checkpoint), or the update/folder to resume from
+        ckpt = None
+        if resume is not False:
+            chosen = None if resume is True else resume
+            ckpt = resume_checkpoint(self.ckroot, chosen, act=self.info.is_main)
+        if ckpt is not None:
             try:
                 saved = TrainConfig.from_dict(ckpt.train_config)
             except (TypeError, ValueError) as e:
                 raise CheckpointError(
-                    f"checkpoint: train.json in {str(latest)!r} is invalid: {e}"
+                    f"checkpoint: train.json in {str(ckpt.path)!r} is invalid: {e}"
                 ) from None
             return _check_resume_config(saved, config), ckpt, saved
         if resume:
-            self.say(f"qkv train: nothing to resume in {self.out}; starting a new run")
+            self.say(f"nothing to resume in {self.out}; starting a new run")
         return config, None, None
 
     # -- data, the run's plan, the model ----------------------------------------------------------
@@ -881,6 +1122,8 @@ class _Run:
         config, ckpt, info = self.config, self.ckpt, self.info
         if ckpt is not None:
             return self._resumed_data(ckpt)
+        if self.init is not None:  # checked before the data is read
+            config = self.init.settings(config)
         pairs, source = read_run_pairs(config)
         split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
         n_train = len(split.train)
@@ -893,7 +1136,15 @@ class _Run:
             config, n_train, device=self.device.type, world_size=info.world_size
         )
         preset_info = preset.to_dict() if preset is not None else None
-        return run_cfg, preset_info, load_run_data(run_cfg, split=split, pairs=(pairs, source))
+        if self.init is not None and preset_info is not None:  # the model is not the preset's
+            preset_info["reason"] = (
+                f"preset {preset.name} for the batches and the learning rate: "
+                f"{run_cfg.max_tokens} tokens per batch, peak lr {run_cfg.lr:g}"
+            )
+            preset_info["notes"] = []
+        toks = self.init.tokenizers if self.init is not None else None
+        data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks)
+        return run_cfg, preset_info, data
 
     def _build(self, data: RunData) -> _Model:
         """The model (the checkpoint's weights when resuming), the batches, the optimizer and
@@ -909,6 +1160,8 @@ class _Run:
         model = build_model(model_config)
         if ckpt is not None:
             load_model_weights(ckpt.path, model)
+        elif self.init is not None:
+            self.init.load_into(model)
         model.to(self.device)
         src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
         if run_cfg.max_tokens is None:  # pragma: no cover - resolve_config always sets it
@@ -1039,7 +1292,6 @@ class _Run:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 m.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        self.writer = None
         if self.run_cfg.tensorboard and info.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -1047,7 +1299,9 @@ class _Run:
                 raise ImportError(
                     "tensorboard=true needs the tensorboard package: pip install tensorboard"
                 ) from None
-            self.writer = SummaryWriter(str(self.out / "tensorboard"))
+            # events a killed or stopped invocation logged after this checkpoint are purged
+            purge = self.start_step + 1 if ckpt is not None else None
+            self.writer = SummaryWriter(str(self.out / "tensorboard"), purge_step=purge)
         if info.is_main:
             self._greet()
 
@@ -1064,14 +1318,14 @@ class _Run:
             self.already_stopped, self.stopped = True, "max_minutes"
         if self.already_stopped and self.stopped == "max_minutes" and info.is_main:
             self.say(
-                f"qkv train: the run has used its {self.run_cfg.max_minutes:g}-minute budget "
+                f"the run has used its {self.run_cfg.max_minutes:g}-minute budget "
                 f"({self.seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
             )
         self.clock = _Clock(self.t_start)
         m.model.train()
         if self.already_stopped and self.stopped == "early_stopping" and info.is_main:
             self.say(
-                f"qkv train: the run already stopped early at update {state.step} (patience "
+                f"the run already stopped early at update {state.step} (patience "
                 f"{self.run_cfg.patience}); nothing to do (a larger --patience or --max-steps "
                 "goes on)"
             )
@@ -1095,8 +1349,10 @@ class _Run:
         n_params = sum(p.numel() for p in self.m.model.parameters())
         self.out.mkdir(parents=True, exist_ok=True)
         what = f"resumed at update {self.start_step} from {ckpt.path}" if ckpt else "new run"
+        if self.init is not None:
+            what += f" from the weights of {self.init.describe()}"
         self.say(
-            f"qkv train: {what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
+            f"{what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
             f"{len(data.train)} training pairs ({self.m.batcher.n_dropped} longer than "
             f"{run_cfg.max_len} dropped), {len(data.valid)} valid, {len(data.test)} test, "
             f"{run_cfg.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
@@ -1106,14 +1362,19 @@ class _Run:
             + f", {torch.get_num_threads()} threads"
         )
         if self.preset_info is not None and ckpt is None:
-            self.say(f"qkv train: {self.preset_info['reason']}")
+            self.say(self.preset_info["reason"])
             for note in self.preset_info.get("notes", []):
-                self.say(f"qkv train: note: {note}")
-        self.say("qkv train: " + self.plan.describe(self.m.schedule))
+                self.say(f"note: {note}")
+        self.say(self.plan.describe(self.m.schedule))
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        """Update until the plan, the clock or patience says stop; then the final model."""
+        """Update until the plan, the clock or patience says stop; then the final model.
+
+        A first SIGINT/SIGTERM lets the current update finish (with its scheduled evaluation
+        and checkpoint), then a checkpoint is written and :class:`TrainingInterrupted` raised."""
+        if self.signals is not None:
+            self.signals.graceful = True
         while self.state.step < self.limit and not self.already_stopped:
             stats = self._step()
             elapsed = time.monotonic() - self.t_start
@@ -1122,13 +1383,16 @@ class _Run:
             final = self._out_of_time(elapsed)
             evaluated, final = self._evaluate_if_due(final)
             self._checkpoint_if_due(evaluated, final)
+            if self.stop_signal is not None:
+                self._stop_for_signal()
             if final:
                 break
+        if self.signals is not None:
+            self.signals.graceful = False  # from here on a signal stops at once
+            if self.signals.received is not None:  # it came after the last update's check
+                self.stop_now(self.signals.received)
         if self.state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
-            self.say(
-                f"qkv train: the run is already at update {self.state.step} (max_steps "
-                f"{self.limit})"
-            )
+            self.say(f"the run is already at update {self.state.step} (max_steps {self.limit})")
         final_model = self._final_model()
         return self._result(final_model)
 
@@ -1216,8 +1480,15 @@ class _Run:
             (step >= self._planned and elapsed >= 0.8 * budget_s)
             or elapsed >= budget_s - self.plan.final_reserve(self.clock, budget_s)
         )
-        flag = D.all_reduce_sum(torch.tensor([1.0 if over_time else 0.0], device=self.device))
-        if float(flag) > 0 and step < self.limit:
+        got = self.signals.received if self.signals is not None else None
+        flags = torch.tensor(
+            [float(over_time), float(got == signal.SIGINT), float(got == signal.SIGTERM)],
+            device=self.device,
+        )
+        over, sigint, sigterm = D.all_reduce_sum(flags).tolist()  # a signal to one rank stops all
+        if sigint > 0 or sigterm > 0:
+            self.stop_signal = signal.SIGTERM if sigterm > 0 else signal.SIGINT
+        if over > 0 and step < self.limit:
             self.stopped = self.state.stopped = "max_minutes"
         return step >= self.limit or self.stopped != "max_steps"
 
@@ -1290,7 +1561,7 @@ class _Run:
         took = time.monotonic() - t0
         self.clock.evals.append(took)
         self.say(
-            f"  valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
+            f"valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
             f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
             f"({took:.1f} s)" + ("  *best*" if better else "")
         )
@@ -1353,6 +1624,46 @@ class _Run:
         self.clock.saving += time.monotonic() - t0
         return path
 
+    # -- stopped by a signal -------------------------------------------------------------------
+    def _stop_for_signal(self) -> None:
+        """After the update a signal interrupted: its checkpoint (unless just written), the
+        line that says how to resume, and :class:`TrainingInterrupted` (every rank)."""
+        step = self.state.step
+        if self.saved_step != step:
+            # not a scheduled checkpoint: the cadence (last_save) stays the uninterrupted run's
+            self.last_ckpt = self._checkpoint(step) or self.last_ckpt
+            self.saved_step = step
+        name = signal.Signals(self.stop_signal).name
+        text = f"stopped by {name} at update {step}; resume with: {resume_command(self.out)}"
+        self.say(text, logging.WARNING)
+        raise TrainingInterrupted(
+            text, signum=int(self.stop_signal), step=step, checkpoint=self.last_ckpt
+        )
+
+    def stop_now(self, signum: int) -> None:
+        """Stop at once (a second signal, or one outside the loop): raise
+        :class:`TrainingInterrupted` naming the newest checkpoint, which ``--resume`` takes."""
+        name = signal.Signals(signum).name
+        if self.start_step is None:  # still preparing: nothing new to lose
+            step, ckpt = 0, self.ckpt.path if self.ckpt is not None else None
+            where, since = "before the first update", ""
+        else:
+            step, ckpt = self.state.step, self.last_ckpt
+            where = f"at update {step}"
+            since = f" (from update {self.saved_step})" if self.saved_step != step else ""
+        if ckpt is not None or (self.saved_step is not None and not self.info.is_main):
+            text = f"stopped by {name} {where}; resume with: {resume_command(self.out)}{since}"
+        else:
+            text = f"stopped by {name} {where}; nothing was saved"
+        self.say(text, logging.WARNING)
+        raise TrainingInterrupted(text, signum=signum, step=step, checkpoint=ckpt)
+
+    def close(self) -> None:
+        """Close what the run opened (TensorBoard), however it ended."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
     # -- the end ----------------------------------------------------------------------------------
     def _final_model(self) -> Path | None:
         """``OUT/final``: averaged when that validates better, decoding chosen on validation;
@@ -1382,12 +1693,10 @@ class _Run:
         elif info.is_main and have_final:  # nothing trained: the final model stands
             final_model = out / "final"
             try:
-                meta = json.loads((final_model / "trainer.json").read_text(encoding="utf-8"))
+                meta = read_json(final_model, "trainer.json")  # verified, as every file read
                 self.final_bleu = meta.get("valid_bleu")
-                self.decoding = json.loads(
-                    (final_model / "decoding.json").read_text(encoding="utf-8")
-                )
-            except (OSError, ValueError):
+                self.decoding = read_json(final_model, "decoding.json")
+            except (OSError, ValueError, AttributeError):  # CheckpointError is a ValueError
                 pass
         D.barrier()
         return final_model
@@ -1395,13 +1704,12 @@ class _Run:
     def _result(self, final_model: Path | None) -> TrainResult:
         state, info = self.state, self.info
         minutes = (time.monotonic() - self.t_start) / 60
-        if self.writer is not None:
-            self.writer.close()
+        self.close()
         best = best_checkpoint(self.ckroot) if info.is_main else None
         if info.is_main:
             bleu = state.best_bleu if state.best_bleu is None else round(state.best_bleu, 2)
             self.say(
-                f"qkv train: stopped ({self.stopped}) at update {state.step} after {minutes:.1f} "
+                f"stopped ({self.stopped}) at update {state.step} after {minutes:.1f} "
                 f"min; best valid BLEU {bleu} at update {state.best_step}; checkpoints in "
                 f"{self.ckroot}"
                 + (f"; the model to use: {final_model}" if final_model is not None else "")

@@ -6,14 +6,15 @@ what ``qkv evaluate`` scores a saved model on by default (the run's own test spl
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..data import (
     Normalizer,
+    ReadReport,
     Split,
     Tokenizer,
     build_tokenizers,
@@ -32,6 +33,8 @@ __all__ = [
     "read_run_pairs",
     "saved_run_pairs",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,17 +57,62 @@ def _normalizer(name: str) -> Normalizer:
 
 
 def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
-    """The raw pairs of ``config.data`` (the bundled corpus when None), cut to ``max_pairs``."""
+    """The raw pairs of ``config.data`` (the bundled corpus when None), cut to ``max_pairs``.
+
+    Skipped lines are reported through :mod:`logging` (a WARNING with the counts by reason and
+    the first line numbers); a file whose unreadable lines (blank ones aside) are more than
+    ``config.max_skipped`` of its lines is refused.
+
+    Raises:
+        ValueError, FileNotFoundError: the file cannot be read, or is mostly unreadable; the
+            message starts with ``data:`` (``data_format:`` for an unknown format).
+    """
     if config.data is None:
         pairs, source = bundled_pairs(), "the bundled English-French corpus"
     else:
-        pairs, report = read_pairs(config.data, config.data_format)
         source = config.data
-        if report.n_skipped and os.environ.get("RANK", "0") == "0":  # said once under torchrun
-            print(f"qkv: {report}", file=sys.stderr)
+        try:
+            pairs, report = read_pairs(config.data, config.data_format)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            raise type(e)(_as_data_error(str(e), source)) from None
+        _check_skipped(report, config.max_skipped)
     if config.max_pairs is not None:
         pairs = pairs[: config.max_pairs]
     return pairs, source
+
+
+def _as_data_error(text: str, source: str) -> str:
+    """A reader's error as the run's setting names it: ``data:`` (the file), not ``path:``."""
+    if text.startswith("path: "):
+        return "data: " + text[len("path: ") :]
+    if text.startswith("format: "):
+        return "data_format: " + text[len("format: ") :]
+    return f"data: {source!r}: {text}"
+
+
+def _check_skipped(report: ReadReport, max_skipped: float) -> None:
+    """Refuse a mostly unreadable file; report the skipped lines of an accepted one."""
+    bad, frac = report.n_unreadable, report.unreadable_fraction
+    if bad and frac > max_skipped:
+        allowed = (
+            "none may be (max_skipped=0, --strict)"
+            if max_skipped == 0
+            else f"at most {max_skipped:.1%} may be (max_skipped={max_skipped:g}, --max-skipped)"
+        )
+        raise ValueError(
+            f"data: {bad} of the {report.pairs + bad} lines of {report.path} ({frac:.1%}) "
+            f"cannot be read, {allowed}; blank lines are not counted: "
+            f"{report.summary(blank=False)}"
+        )
+    if report.n_skipped and os.environ.get("RANK", "0") == "0":  # said once under torchrun
+        log.warning(
+            "%s (%s): %d of %d lines skipped: %s",
+            report.path,
+            report.format,
+            report.n_skipped,
+            report.lines,
+            report.summary(),
+        )
 
 
 def raw_run_pairs(
