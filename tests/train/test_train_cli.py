@@ -300,3 +300,30 @@ def test_saved_run_pairs_are_the_runs_own_split(trained, corpus_file):
     assert not set(valid) & set(pairs)  # the parts do not overlap
     with pytest.raises(ValueError, match="part: expected one of"):
         saved_run_pairs(trained["transformer"], "dev")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_train_messages_never_land_on_the_progress_line(tmp_path, corpus_file, monkeypatch):
+    """Under the qkv command (its stderr handler installed) a run on a terminal still wipes its
+    progress line before each message: every ``qkv: ...`` starts on a clean line."""
+    import yaml
+    from _train_helpers import tiny_config
+
+    # a validation at update 2 of 4: a message while the line of update 1 or 2 is drawn
+    config = tiny_config(data=str(corpus_file), max_steps=4, eval_every=2, save_every=2)
+    config = config.updated({"tune_decoding": False, "average_last": 0, "log_every": 100})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config.to_dict()))
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    args = ["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    text = term.getvalue()
+    assert "\r[#" in text and text.count("qkv: ") >= 3  # drawn in place; messages
+    starts = [i for i in range(len(text)) if text.startswith("qkv: ", i)]
+    for i in starts:
+        line = text[:i].rsplit("\n", 1)[-1].rsplit("\r", 1)[-1]
+        assert line.replace("\x1b[K", "") == "", repr(text[max(0, i - 80) : i + 20])
