@@ -3,7 +3,6 @@ limit, a non-finite loss."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from types import SimpleNamespace
@@ -216,12 +215,13 @@ def test_progress_lines(tmp_path, corpus_file):
     assert "valid @ 10: loss" in text and "BLEU" in text
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("tensorboard") is not None, reason="tensorboard is installed"
-)
-def test_tensorboard_missing_is_a_clear_error(tmp_path, corpus_file):
-    with pytest.raises(ImportError, match="pip install"):
+def test_tensorboard_missing_is_a_clear_error_before_any_work(tmp_path, corpus_file, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # find_spec: not installed
+    with pytest.raises(ImportError, match=r"needs tensorboard: pip install 'qkv\[tensorboard\]'"):
         train(tiny_config(data=str(corpus_file), tensorboard=True), tmp_path, progress=False)
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_bad_arguments():
