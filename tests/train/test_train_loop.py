@@ -224,6 +224,15 @@ def test_tensorboard_missing_is_a_clear_error_before_any_work(tmp_path, corpus_f
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_threads_are_the_runs_own(tmp_path, corpus_file):
+    before = torch.get_num_threads()
+    threads = 1 if before > 1 else 2
+    train(
+        tiny_config(data=str(corpus_file), max_steps=2, threads=threads), tmp_path, progress=False
+    )
+    assert torch.get_num_threads() == before  # the caller's setting comes back
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError, match="config"):
         train({"max_steps": 3}, "x")

@@ -815,6 +815,7 @@ def train(
     info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
     bar = Progress(config.step_limit, progress and info.is_main, stream)
     run = None
+    threads = torch.get_num_threads()  # config.threads is the run's, not the process's
     try:
         with _messages_on(bar, stream_given=stream is not None), _lock_run(out, info):
             run = _Run(config, out, ckroot, info, which, bar, init_from)
@@ -826,6 +827,7 @@ def train(
         if run is not None:
             run.close()
         D.cleanup()
+        torch.set_num_threads(threads)
 
 
 def _lock_run(out: Path, info: D.DistInfo) -> contextlib.AbstractContextManager:
