@@ -1,8 +1,9 @@
 """OpenMP's wait policy on the CPU: small-model loops with and without a competing process.
 
 Two OpenMP threads that spin while they wait (libgomp's default) fight any other busy process
-for the cores, and loops of small torch ops slow down several-fold; the ``qkv`` command sets
-``OMP_WAIT_POLICY=PASSIVE`` before torch loads (docs/train.md).  This benchmark measures it:
+for the cores, and loops of small torch ops slow down several-fold; ``OMP_WAIT_POLICY=PASSIVE``
+avoids that but makes the threads wake for every parallel operation.  qkv sets neither
+(docs/train.md); this benchmark measures both:
 
 * **decoding**: greedy decoding of ``--steps`` tokens with the KV cache, batch 8, a 2+2-layer
   Transformer 128 wide, 4 heads (``benchmarks.seq2seq``'s decoding case at that size);

@@ -1,5 +1,6 @@
-"""The ``qkv`` command sets OpenMP's passive wait policy before torch loads; a user's value wins;
-``import qkv`` alone changes nothing and loads no torch until ``qkv.functional`` is used."""
+"""The ``qkv`` command leaves OpenMP's wait policy to the user: a value in its environment reaches
+torch as it is, none is set for them (PASSIVE slows decoding on a machine that is not busy:
+benchmarks/threads.py); ``import qkv`` loads no torch until ``qkv.functional`` is used."""
 
 from __future__ import annotations
 
@@ -46,14 +47,15 @@ def run(tmp_path: Path, args: list[str], policy: str | None) -> subprocess.Compl
 
 
 @pytest.mark.parametrize(
-    "entry, policy", [(e, None) for e in ENTRY_POINTS] + [("python -m qkv", "ACTIVE")]
+    "entry, policy",
+    [(e, None) for e in ENTRY_POINTS] + [(e, "PASSIVE") for e in ENTRY_POINTS],
 )
-def test_the_command_sets_a_passive_policy_before_torch_loads(tmp_path, entry, policy):
+def test_the_users_wait_policy_reaches_torch_and_none_is_imposed(tmp_path, entry, policy):
     # `train --help` loads torch (the defaults it shows come from the library)
     res = run(tmp_path, [*ENTRY_POINTS[entry], "train", "--help"], policy)
     assert res.returncode == 0, res.stderr
     assert "usage:" in res.stdout
-    expected = "PASSIVE" if policy is None else policy
+    expected = "<unset>" if policy is None else policy
     assert f"OMP_WAIT_POLICY when torch loads: {expected}" in res.stderr, res.stderr
 
 

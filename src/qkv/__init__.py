@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     """``qkv.functional`` (and torch with it) loads on first use: ``qkv --help`` starts without
-    torch, and the ``qkv`` command sets OpenMP's wait policy before torch loads."""
+    torch, and an ``OMP_WAIT_POLICY`` set before the first use still applies."""
     if name == "functional":
         return importlib.import_module(f"{__name__}.functional")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -751,11 +751,10 @@ def _logging_to_stderr(quiet: bool) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # OpenMP threads that spin slow loops of small ops down several-fold when another process
-    # holds a core; libgomp reads the policy when torch loads (nothing above imports it), and
-    # the user's own OMP_WAIT_POLICY wins
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP's wait policy stays libgomp's (threads spin a while, then sleep): PASSIVE sped
+    # small-model loops up beside a busy process but slowed decoding down as much when the
+    # machine was not that busy (benchmarks/threads.py, docs/train.md); a user's
+    # OMP_WAIT_POLICY applies because nothing imported before this point loads torch
     args = build_parser().parse_args(argv)
     with _logging_to_stderr(getattr(args, "quiet", False)):
         try:
