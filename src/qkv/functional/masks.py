@@ -201,7 +201,10 @@ class MaskSpec:
     @property
     def empty(self) -> bool:
         """True when nothing is masked at all."""
-        return not self.index_masks and self.key_padding_mask is None and self.attn_mask is None
+        # len(): torch.compile traces no `not` of a tuple
+        return (
+            len(self.index_masks) == 0 and self.key_padding_mask is None and self.attn_mask is None
+        )
 
     @property
     def has_float(self) -> bool:
