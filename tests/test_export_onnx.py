@@ -20,9 +20,10 @@ import pytest
 import torch
 from torch.export import Dim
 
+import qkv.export.onnx as onnx_export
 from qkv.data import WordTokenizer
 from qkv.export.onnx import ONNX_FILES, OnnxTranslator, export_onnx
-from qkv.inference import SavedModel, decode_texts, generate_ids
+from qkv.inference import CheckpointError, SavedModel, decode_texts, generate_ids
 from qkv.nn import MultiheadAttention, MultiHeadSelfAttention, Seq2SeqConfig, build_model
 from qkv.nn.kv_cache import TensorKVCache
 from qkv.nn.position import PositionalEncoding, _offset
@@ -297,6 +298,20 @@ def test_export_onnx_refuses_a_folder_with_files_and_keeps_them(exported, tmp_pa
         export_onnx(_saved(model), tmp_path)
     assert (tmp_path / "mine.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_export_onnx_reads_a_model_folder_with_load_model(monkeypatch, tmp_path):
+    seen = []
+
+    def load_model(path):
+        seen.append(path)
+        raise CheckpointError("checkpoint: stop here")
+
+    monkeypatch.setattr(onnx_export, "load_model", load_model)
+    with pytest.raises(CheckpointError, match="stop here"):
+        onnx_export.export_onnx(tmp_path / "run", tmp_path / "out")
+    assert seen == [tmp_path / "run"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_export_onnx_and_the_runner_name_bad_arguments(tmp_path):
