@@ -94,6 +94,29 @@ def test_torch_export_of_multihead_attention_equals_eager():
     torch.testing.assert_close(w, want_w)
 
 
+@pytest.mark.slow
+def test_onnx_export_of_multihead_attention_runs_in_onnxruntime(tmp_path):
+    torch.manual_seed(5)
+    mod = _MHA().eval()
+    x, kpm = torch.randn(3, 7, 16), torch.zeros(3, 7, dtype=torch.bool)
+    kpm[1, 4:] = True
+    b, n = Dim("b", min=1, max=64), Dim("n", min=2, max=256)
+    with onnx_export._quiet_exporter():
+        program = torch.onnx.export(
+            mod,
+            (x, kpm),
+            dynamo=True,
+            input_names=["x", "kpm"],
+            dynamic_shapes={"x": {0: b, 1: n}, "kpm": {0: b, 1: n}},
+            verbose=False,
+        )
+    program.save(str(tmp_path / "mha.onnx"))
+    x2, kpm2 = torch.randn(5, 11, 16), torch.rand(5, 11) < 0.3
+    kpm2[0] = True
+    (got,) = _session(tmp_path / "mha.onnx").run(None, {"x": x2.numpy(), "kpm": kpm2.numpy()})
+    np.testing.assert_allclose(got, mod(x2, kpm2).detach().numpy(), atol=1e-5, rtol=0)
+
+
 def test_torch_export_of_vit_attention_equals_eager():
     torch.manual_seed(2)
     m = MultiHeadSelfAttention(24, num_heads=3, qkv_bias=True, qk_norm=True).eval()
