@@ -226,6 +226,8 @@ def test_explain_reports_the_export_backend_and_what_it_runs(monkeypatch):
     auto = qf.explain(q, k, v, valid_lens=lens)
     assert auto.backend == "export"
     assert any("is_compiling" in r for r in auto.reasons)
+    forced = qf.explain(q, k, v, valid_lens=lens, backend="chunked")
+    assert forced.backend == "export" and "backend='chunked'" in str(forced)
 
 
 def test_a_bad_backend_is_still_refused_by_name():

@@ -11,7 +11,7 @@ Backends:
 * ``"export"``: tensor operations only, for graphs (``torch.export``, the ONNX exporter,
   ``torch.compile``): no value is read back to the host (no ``.item()``, ``bool()``,
   ``.tolist()``, ``nonzero``), so no Python branch depends on data.  Taken whenever
-  :func:`torch.compiler.is_compiling` is true, and on request.  The masks are built with tensor
+  :func:`torch.compiler.is_compiling` is true (whatever ``backend=`` asks), and on request.  The masks are built with tensor
   ops, rows with no key zeroed and NaN rows poisoned by tensor ops; the fused kernel runs what
   it can (no weights, a dot-product kind, a float scale), the materialised scores the rest.
   Nothing is trimmed and no memory budget applies.
@@ -216,15 +216,16 @@ def _why_not_fused(
 
 
 def _export_choice(
-    query: Tensor, key: Tensor, kind: ScoreKind, scale, need_weights: bool, compiling: bool
+    query: Tensor, key: Tensor, kind: ScoreKind, scale, need_weights: bool, backend: str
 ) -> BackendChoice:
     """The export backend's plan: the fused kernel where it can run the call (decided from the
-    arguments and shapes alone), else the materialised scores."""
-    why = (
-        "torch.compiler.is_compiling(): tensor operations only, no host sync"
-        if compiling
-        else "requested by the caller"
-    )
+    arguments and shapes alone), else the materialised scores.  ``backend`` is the one asked."""
+    if backend == "export":
+        why = "requested by the caller"
+    else:  # under torch.compile / torch.export, whatever was asked
+        why = "torch.compiler.is_compiling(): tensor operations only, no host sync"
+        if backend != "auto":
+            why += f" (backend={backend!r} would read values back to the host)"
     not_fused = _why_not_fused(query, key, kind, scale, need_weights)
     if not not_fused:
         return BackendChoice("export", (why, "runs scaled_dot_product_attention"))
@@ -456,17 +457,14 @@ def _plan_kind(
     _check_budget(budget)
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
-    compiling = torch.compiler.is_compiling()
-    sync_free = compiling or backend == "export"
+    sync_free = backend == "export" or torch.compiler.is_compiling()
     spec = _spec(query, key, *masks, sync_free=sync_free)
     mult = kind.multiplier(scale, query.shape[-1], key.shape[-2])
     if isinstance(mult, Tensor):
         mult = mult.to(query.dtype).reshape(())
     inputs = (key, value)
     if sync_free:
-        choice = _export_choice(
-            query, key, kind, scale, need_weights, compiling and backend != "export"
-        )
+        choice = _export_choice(query, key, kind, scale, need_weights, backend)
         return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
     if not need_weights:
         end = spec.key_extent()
