@@ -344,7 +344,8 @@ class OnnxTranslator:
         return out
 
     def _greedy(self, src: Any, src_len: Any, limits: Any) -> list[list[int]]:
-        """qkv's greedy search (:func:`qkv.decoding.greedy_search`) on one padded batch."""
+        """qkv's greedy search (:func:`qkv.decoding.greedy_search`) on one padded batch; a
+        sentence leaves the batch when it ends (its EOS or its limit)."""
         import numpy as np
 
         m = self.meta
@@ -354,10 +355,10 @@ class OnnxTranslator:
         past_k = np.zeros((m["layers"], B, m["heads"], 0, m["head_dim"]), dtype=np.float32)
         past_v = past_k.copy()
         tok = np.full((B, 1), m["bos_id"], dtype=np.int64)
-        steps = int(limits.max())
-        tokens = np.full((B, steps), eos, dtype=np.int64)
-        finished = np.zeros(B, dtype=bool)
-        for t in range(steps):
+        out: list[list[int]] = [[] for _ in range(B)]
+        rows = np.arange(B)  # the batch's rows still decoding
+        t = 0
+        while rows.size:
             logits, past_k, past_v = self._step.run(
                 None,
                 {
@@ -371,13 +372,16 @@ class OnnxTranslator:
             )
             if self._banned:
                 logits[:, self._banned] = -np.inf
-            nxt = np.where(finished, eos, logits.argmax(-1))
-            tokens[:, t] = nxt
-            finished |= (nxt == eos) | (limits <= t + 1)
-            if finished.all():
-                break
+            nxt = logits.argmax(-1)
+            t += 1
+            ended = nxt == eos
+            for r, i in zip(rows[~ended].tolist(), nxt[~ended].tolist()):
+                out[r].append(i)
+            ended |= limits[rows] <= t
+            if ended.any():
+                keep = ~ended
+                rows, nxt, src_len = rows[keep], nxt[keep], src_len[keep]
+                past_k, past_v = past_k[:, keep], past_v[:, keep]
+                cross_k, cross_v = cross_k[:, keep], cross_v[:, keep]
             tok = nxt[:, None].astype(np.int64)
-        res = []
-        for row in tokens.tolist():
-            res.append(row[: row.index(eos)] if eos in row else row)
-        return res
+        return out
