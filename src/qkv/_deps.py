@@ -28,6 +28,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tomli": ("tomli", "train"),
     "matplotlib": ("matplotlib", "viz"),
     "tensorboard": ("tensorboard", "tensorboard"),
+    "onnx": ("onnx", "onnx"),
+    "onnxscript": ("onnxscript", "onnx"),
+    "onnxruntime": ("onnxruntime", "onnx"),
 }
 
 

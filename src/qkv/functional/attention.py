@@ -7,7 +7,14 @@ Backends:
 * ``"reference"``: materialises the ``(B, H, Lq, Lk)`` scores and weights; every score and mask;
 * ``"chunked"``: exact attention in O(L) memory, forward and backward (:mod:`.chunked`), taken
   when the materialised weights would exceed the memory budget or when the fused kernel would
-  need a large materialised mask.
+  need a large materialised mask;
+* ``"export"``: tensor operations only, for graphs (``torch.export``, the ONNX exporter,
+  ``torch.compile``): no value is read back to the host (no ``.item()``, ``bool()``,
+  ``.tolist()``, ``nonzero``), so no Python branch depends on data.  Taken whenever
+  :func:`torch.compiler.is_compiling` is true (whatever ``backend=`` asks), and on request.  The masks are built with tensor
+  ops, rows with no key zeroed and NaN rows poisoned by tensor ops; the fused kernel runs what
+  it can (no weights, a dot-product kind, a float scale), the materialised scores the rest.
+  Nothing is trimmed and no memory budget applies.
 
 :func:`explain` says which backend a call takes and why the others were passed over: it runs
 the planner :func:`attention` runs (validation, masks, scale, backend), then stops.  The memory
@@ -44,13 +51,15 @@ __all__ = [
     "set_memory_budget",
 ]
 
-Backend = Literal["auto", "fused", "reference", "chunked"]
-BACKENDS: tuple[str, ...] = ("fused", "reference", "chunked")
+Backend = Literal["auto", "fused", "reference", "chunked", "export"]
+BACKENDS: tuple[str, ...] = ("fused", "reference", "chunked", "export")
 
 _MEMORY_BUDGET = 1 << 30  # bytes the reference path may spend on materialised scores/weights
 # a mask the fused kernel would need built, above this many (B*Lq*Lk) elements, sends the call to
 # the chunked backend, which computes such masks from indices block by block
 _MASK_ELEMENTS_LIMIT = 1 << 22
+# the export backend's reason for running the reference computation instead of the fused kernel
+_MATERIALISES = "materialises the scores"
 
 
 class AttentionMemoryError(MemoryError):
@@ -166,7 +175,7 @@ def _check_budget(budget: object) -> None:
         raise ValueError(f"memory_budget: expected a positive int (bytes) or None, got {budget!r}")
 
 
-def _check_scale(scale: object) -> None:
+def _check_scale(scale: object, sync_free: bool = False) -> None:
     if scale is None:
         return
     if isinstance(scale, Tensor):
@@ -174,6 +183,8 @@ def _check_scale(scale: object) -> None:
             raise ValueError(
                 f"scale: expected a float or a one-element float tensor, got {_describe(scale)}"
             )
+        if sync_free:  # its value is not read back: graphs take it as it is
+            return
         value = float(scale.detach())
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"scale: expected a positive finite value, got {value}")
@@ -202,6 +213,23 @@ def _why_not_fused(
     if key.shape[-2] == 0 or query.shape[-2] == 0:
         reasons.append("empty query or key sequence")
     return reasons
+
+
+def _export_choice(
+    query: Tensor, key: Tensor, kind: ScoreKind, scale, need_weights: bool, backend: str
+) -> BackendChoice:
+    """The export backend's plan: the fused kernel where it can run the call (decided from the
+    arguments and shapes alone), else the materialised scores.  ``backend`` is the one asked."""
+    if backend == "export":
+        why = "requested by the caller"
+    else:  # under torch.compile / torch.export, whatever was asked
+        why = "torch.compiler.is_compiling(): tensor operations only, no host sync"
+        if backend != "auto":
+            why += f" (backend={backend!r} would read values back to the host)"
+    not_fused = _why_not_fused(query, key, kind, scale, need_weights)
+    if not not_fused:
+        return BackendChoice("export", (why, "runs scaled_dot_product_attention"))
+    return BackendChoice("export", (why, _MATERIALISES, *not_fused))
 
 
 def _available_memory(device: torch.device) -> int | None:
@@ -238,8 +266,6 @@ def _choose(
     backend,
     budget,
 ) -> BackendChoice:
-    if backend not in ("auto", *BACKENDS):
-        raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
     budget = _MEMORY_BUDGET if budget is None else budget
     B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
     params = [t for t in (scale, arg) if isinstance(t, Tensor)]
@@ -333,7 +359,15 @@ def _choose(
 
 # ---------------------------------------------------------------------------- backends
 def _fused(
-    q, k, v, spec: MaskSpec, kind: ScoreKind, mult: float, dropout_p: float, poison: Tensor | None
+    q,
+    k,
+    v,
+    spec: MaskSpec,
+    kind: ScoreKind,
+    mult: float,
+    dropout_p: float,
+    poison: Tensor | None,
+    sync_free: bool = False,
 ) -> Tensor:
     q, k = kind.prepare(q, k)
     mask, causal = spec.sdpa_mask(q.dtype)
@@ -345,20 +379,15 @@ def _fused(
             if mask.dtype == torch.bool
             else (torch.isneginf(mask).all(dim=-1, keepdim=True))
         )
-        if bool(no_key.any()):
+        if sync_free or bool(no_key.any()):
             # Give dead rows something to attend to, then zero them: finite values and
             # gradients whatever the kernel does with an all-masked row.
             dead = no_key
             mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
+    # enable_gqa only when needed: the ONNX exporter's SDPA takes no such argument
+    gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
     out = F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=mask,
-        dropout_p=dropout_p,
-        is_causal=causal,
-        scale=float(mult),
-        enable_gqa=q.shape[1] != k.shape[1],
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=float(mult), **gqa
     )
     if poison is not None:  # NaN rows stay NaN whatever the kernel makes of them (it may give 0)
         out = out + poison
@@ -368,7 +397,16 @@ def _fused(
 
 
 def _reference(
-    q, k, v, spec: MaskSpec, kind: ScoreKind, arg, mult, dropout_p: float, poison: Tensor | None
+    q,
+    k,
+    v,
+    spec: MaskSpec,
+    kind: ScoreKind,
+    arg,
+    mult,
+    dropout_p: float,
+    poison: Tensor | None,
+    sync_free: bool = False,
 ) -> tuple[Tensor, Tensor]:
     if poison is not None:
         # a NaN row of scores is never taken for a row with no key (as -inf scores from an
@@ -379,7 +417,8 @@ def _reference(
     scores = kind.scores(q, k, mult, arg, blocked)
     # in place on our own temporary, unless the kind's backward may need its output
     scores = apply_masks(scores, spec, inplace=kind.in_place, strict=poison is not None)
-    weights, dead = softmax_and_dead(scores)  # rows left with no key, from the masked scores
+    # rows left with no key, from the masked scores
+    weights, dead = softmax_and_dead(scores, sync_free=sync_free)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     out = grouped_wv(weights, v)
@@ -416,11 +455,17 @@ def _plan_kind(
     returned), and choose the backend."""
     p = _check_dropout(dropout_p)
     _check_budget(budget)
-    spec = _spec(query, key, *masks)
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"backend: expected 'auto' or one of {BACKENDS}, got {backend!r}")
+    sync_free = backend == "export" or torch.compiler.is_compiling()
+    spec = _spec(query, key, *masks, sync_free=sync_free)
     mult = kind.multiplier(scale, query.shape[-1], key.shape[-2])
     if isinstance(mult, Tensor):
         mult = mult.to(query.dtype).reshape(())
     inputs = (key, value)
+    if sync_free:
+        choice = _export_choice(query, key, kind, scale, need_weights, backend)
+        return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
     if not need_weights:
         end = spec.key_extent()
         if 0 < end < spec.Lk:
@@ -450,7 +495,7 @@ def _plan(
     (same names, same order), validated and planned."""
     _check_qkv(query, key, value)
     kind, arg = score_kind(score)
-    _check_scale(scale)
+    _check_scale(scale, sync_free=backend == "export" or torch.compiler.is_compiling())
     masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
     return _plan_kind(
         query, key, value, masks, kind, arg, scale, dropout_p, need_weights, backend, memory_budget
@@ -463,9 +508,14 @@ def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
     if squeeze:  # (B, L, d) -> (B, 1, L, d)
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         key_in, value_in = key_in.unsqueeze(1), value_in.unsqueeze(1)
-    poison = nonfinite_rows(query, key_in, value_in)
+    export = choice.backend == "export"
+    poison = nonfinite_rows(query, key_in, value_in, sync_free=export)
     weights = None
-    if choice.backend == "fused":
+    if export and _MATERIALISES not in choice.reasons:
+        out = _fused(query, key, value, spec, kind, mult, p, poison, sync_free=True)
+    elif export:
+        out, weights = _reference(query, key, value, spec, kind, arg, mult, p, poison, True)
+    elif choice.backend == "fused":
         out = _fused(query, key, value, spec, kind, mult, p, poison)
     elif choice.backend == "chunked":
         out = run_chunked(query, key, value, spec, kind, arg, mult, poison=poison)
@@ -477,7 +527,9 @@ def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
     return out, (weights if need_weights else None)
 
 
-def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window) -> MaskSpec:
+def _spec(
+    query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window, sync_free=False
+) -> MaskSpec:
     four = query.dim() == 4
     return check_masks(
         B=query.shape[0],
@@ -491,6 +543,7 @@ def _spec(query, key, valid_lens, key_padding_mask, attn_mask, is_causal, window
         attn_mask=attn_mask,
         is_causal=is_causal,
         window=window,
+        sync_free=sync_free,
     )
 
 
@@ -538,8 +591,10 @@ def attention(
             in eval mode).
         need_weights: also return the weights ``(B, H, Lq, Lk)`` / ``(B, Lq, Lk)``; they are the
             weights actually applied to ``value`` (after dropout).
-        backend: ``"auto"`` (see :func:`explain`), ``"fused"``, ``"reference"`` or
-            ``"chunked"``.
+        backend: ``"auto"`` (see :func:`explain`), ``"fused"``, ``"reference"``,
+            ``"chunked"`` or ``"export"`` (tensor operations only, no host sync: what
+            ``torch.export``, the ONNX exporter and ``torch.compile`` need, taken by itself
+            whenever :func:`torch.compiler.is_compiling`; see the module's notes).
         memory_budget: bytes the materialised weights may take before ``"auto"`` turns to the
             chunked backend (default: :func:`get_memory_budget`, 1 GiB).  A forced backend
             stays within it: ``"reference"`` (its scores and weights) or ``"fused"`` (a mask it
@@ -609,7 +664,7 @@ def additive_attention(
     window: int | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
-    backend: Literal["auto", "reference", "chunked"] = "auto",
+    backend: Literal["auto", "reference", "chunked", "export"] = "auto",
     memory_budget: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Additive (Bahdanau) attention on already-projected queries and keys.
@@ -633,8 +688,10 @@ def additive_attention(
             f"got {_describe(w_v)}"
         )
     _check_qkv(query, key, value)
-    if backend not in ("auto", "reference", "chunked"):
-        raise ValueError(f"backend: expected 'auto', 'reference' or 'chunked', got {backend!r}")
+    if backend not in ("auto", "reference", "chunked", "export"):
+        raise ValueError(
+            f"backend: expected 'auto', 'reference', 'chunked' or 'export', got {backend!r}"
+        )
     masks = (valid_lens, key_padding_mask, attn_mask, is_causal, window)
     return _run(
         _plan_kind(

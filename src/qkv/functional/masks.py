@@ -201,7 +201,10 @@ class MaskSpec:
     @property
     def empty(self) -> bool:
         """True when nothing is masked at all."""
-        return not self.index_masks and self.key_padding_mask is None and self.attn_mask is None
+        # len(): torch.compile traces no `not` of a tuple
+        return (
+            len(self.index_masks) == 0 and self.key_padding_mask is None and self.attn_mask is None
+        )
 
     @property
     def has_float(self) -> bool:
@@ -338,9 +341,13 @@ class MaskSpec:
 
         Keys from there on are masked for every batch element and query (padding shared by the
         whole batch, e.g. inputs padded to a fixed length), so backends may drop them.
-        Returns ``Lk`` when nothing can be dropped, 0 when every key is masked.
+        Returns ``Lk`` when nothing can be dropped, 0 when every key is masked.  Under
+        ``torch.compile``/``torch.export`` (:func:`torch.compiler.is_compiling`) it returns
+        ``Lk`` without looking: the answer would be read from the masks' values.
         """
         end = self.Lk
+        if torch.compiler.is_compiling():
+            return end
         if self.valid_lens is not None:
             end = min(end, int(self.valid_lens.max()))
         kpm = self.key_padding_mask
@@ -409,6 +416,7 @@ def check_masks(
     attn_mask: Tensor | None = None,
     is_causal: bool = False,
     window: int | None = None,
+    sync_free: bool | None = None,
 ) -> MaskSpec:
     """Validate every mask argument and return them in canonical shapes.
 
@@ -422,10 +430,19 @@ def check_masks(
             bool (True = not allowed) or float (added to the scores).
         is_causal: forbid keys after the query's position.
         window: sliding window, a positive int.
+        sync_free: never read a mask's values back to the host (no ``.item()``, ``bool()``,
+            ``torch.equal``): the types and shapes are checked, the ranges of ``valid_lens``
+            are not (a length above ``Lk`` then sees every key, a negative one none), and the
+            masks are kept as given (per-query lengths are not turned into ``is_causal``, masks
+            that forbid nothing are not dropped).  None (the default): when
+            :func:`torch.compiler.is_compiling` (``torch.export``, ``torch.compile``, the ONNX
+            exporter).
 
     Raises:
         TypeError / ValueError naming the argument, what was expected and what was received.
     """
+    if sync_free is None:
+        sync_free = torch.compiler.is_compiling()
     if type(is_causal).__name__ == "bool_":  # numpy.bool_
         is_causal = bool(is_causal)
     if not isinstance(is_causal, bool):
@@ -453,7 +470,7 @@ def check_masks(
                 f"valid_lens: expected shape ({B},) or ({B}, {Lq}) for batch {B} and "
                 f"{Lq} queries, got shape {tuple(valid_lens.shape)}"
             )
-        if valid_lens.numel():
+        if valid_lens.numel() and not sync_free:
             lo, hi = int(valid_lens.min()), int(valid_lens.max())
             if lo < 0 or hi > Lk:
                 raise ValueError(
@@ -461,7 +478,7 @@ def check_masks(
                     f"got values from {lo} to {hi}"
                 )
         vl = valid_lens.to(device=device, dtype=torch.long)
-        if vl.dim() == 2 and Lq > 0:
+        if vl.dim() == 2 and Lq > 0 and not sync_free:
             # canonical forms: per-query lengths 1..Lq are the causal mask (the book's decoder
             # training mask); lengths equal across queries are a key-padding mask
             if torch.equal(vl, torch.arange(1, Lq + 1, device=device).clamp(max=Lk).expand(B, Lq)):
@@ -470,7 +487,8 @@ def check_masks(
                 vl = vl[:, 0]
         if vl is not None:
             vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
-        vl = _drop_noop_lens(vl, Lk)
+        if not sync_free:
+            vl = _drop_noop_lens(vl, Lk)
 
     kpm = None
     if key_padding_mask is not None:
@@ -489,7 +507,9 @@ def check_masks(
                 f"key_padding_mask: expected shape ({B}, {Lk}) (batch, keys), "
                 f"got {tuple(key_padding_mask.shape)}"
             )
-        kpm = _drop_noop(key_padding_mask.to(device).view(B, 1, 1, Lk))
+        kpm = key_padding_mask.to(device).view(B, 1, 1, Lk)
+        if not sync_free:
+            kpm = _drop_noop(kpm)
 
     am = None
     if attn_mask is not None:

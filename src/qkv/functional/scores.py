@@ -107,7 +107,7 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 _SYNC_FREE = frozenset({"cpu"})
 
 
-def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
+def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor, *, sync_free: bool = False) -> Tensor | None:
     """``(B, H, Lq, 1)`` in ``q``'s dtype: NaN for the rows whose inputs hold a NaN or an
     infinity, 0 for the others; or None when no input holds one (answered only on the CPU,
     where it costs no device sync).  Every backend adds it to its output (the reference and
@@ -122,15 +122,18 @@ def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     query row and per sequence only when some input is not finite; elsewhere the per-row sums
     alone, never read back (no device sync).  A sum is finite exactly when its terms are,
     unless finite terms overflow it (values above about 1e30 in float32 or bfloat16), which
-    then count as infinite too.
+    then count as infinite too.  With ``sync_free=True`` (the export backend) the per-row sums
+    are always returned, never read back, on every device.
     """
     B, H, Lq, _ = q.shape
     Hkv = k.shape[1]
     acc = acc_dtype(q.dtype)
     kw = {} if acc == q.dtype else {"dtype": acc}
     # where a sync costs nothing, one sum per tensor first: finite is the usual answer
-    if q.device.type in _SYNC_FREE and math.isfinite(
-        q.sum(**kw).item() + k.sum(**kw).item() + v.sum(**kw).item()
+    if (
+        not sync_free
+        and q.device.type in _SYNC_FREE
+        and math.isfinite(q.sum(**kw).item() + k.sum(**kw).item() + v.sum(**kw).item())
     ):
         return None
     with torch.no_grad():

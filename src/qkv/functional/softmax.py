@@ -57,12 +57,18 @@ def safe_softmax(scores: Tensor, dead: Tensor | None = None) -> Tensor:
     return softmax_and_dead(scores, dead)[0]
 
 
-def softmax_and_dead(scores: Tensor, dead: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-    """:func:`safe_softmax`, and the dead rows it found: bool ``(..., Lq, 1)`` or None (none)."""
+def softmax_and_dead(
+    scores: Tensor, dead: Tensor | None = None, *, sync_free: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`safe_softmax`, and the dead rows it found: bool ``(..., Lq, 1)`` or None (none).
+
+    With ``sync_free=True`` (the export backend) whether some row is dead is never read back:
+    the bool tensor is returned (all False when none is) and applied anyway.
+    """
     if scores.shape[-1]:
         found = torch.isneginf(scores.amax(dim=-1, keepdim=True))
         dead = found if dead is None else (dead | found)
-    if dead is not None and not bool(dead.any()):
+    if dead is not None and not sync_free and not bool(dead.any()):
         dead = None
     if dead is not None:
         scores = scores.masked_fill(dead, 0.0)

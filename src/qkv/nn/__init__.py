@@ -7,7 +7,7 @@ from .attention import (
     MultiheadAttention,
     MultiHeadSelfAttention,
 )
-from .kv_cache import KVCache
+from .kv_cache import KVCache, TensorKVCache
 from .position import (
     LearnedPositionalEncoding,
     PositionalEncoding,
@@ -45,6 +45,7 @@ __all__ = [
     "Seq2SeqAttentionDecoder",
     "Seq2SeqConfig",
     "Seq2SeqEncoder",
+    "TensorKVCache",
     "TransformerDecoder",
     "TransformerDecoderBlock",
     "TransformerEncoder",

@@ -10,13 +10,19 @@
   reused as is; the encoder's keys and values are projected once per sentence.
 
 Beam search reorders the rows (``B``) with :meth:`KVCache.reorder`.
+
+:class:`TensorKVCache` is the same cache as plain tensors, for a graph of one decoder step
+(``torch.export``, ONNX): the past keys and values come in as inputs, the step returns them with
+the new positions appended (``torch.cat``, no preallocation, no Python-side length).  Ordinary
+decoding keeps the preallocated :class:`KVCache`.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "TensorKVCache"]
 
 
 class KVCache:
@@ -137,3 +143,67 @@ class KVCache:
         if self._k is not None:
             self._k, self._v = self._k.to(*args, **kwargs), self._v.to(*args, **kwargs)
         return self
+
+
+class TensorKVCache:
+    """The keys and values of one attention layer as tensors: the cache of a step graph.
+
+    Used where a :class:`KVCache` is (``MultiHeadAttention(..., cache=)``, a decoder state),
+    with the past given as tensors: ``TensorKVCache(past_k (B, H, T, d), past_v (B, H, T, dv))``
+    (``T`` may be 0 and symbolic).  A growing cache returns ``torch.cat`` of the past and the new
+    positions, kept as :attr:`keys`/:attr:`values` (the step's outputs); a static one
+    (``static=True``) holds the encoder's projected keys and values, used as they are.
+
+    Attributes:
+        length: ``T``, the number of cached positions (a size: symbolic under ``torch.export``).
+    """
+
+    def __init__(self, keys: Tensor, values: Tensor, *, static: bool = False) -> None:
+        if not isinstance(static, bool):
+            raise TypeError(f"static: expected a bool, got {type(static).__name__}")
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, Tensor) or t.dim() != 4:
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(f"{name}: expected a 4-D tensor (B, H, T, d), got {got}")
+        if keys.shape[:3] != values.shape[:3]:
+            raise ValueError(
+                f"values: expected (B, H, T) = {tuple(keys.shape[:3])} like keys, "
+                f"got {tuple(values.shape)}"
+            )
+        self.static = static
+        self._k, self._v = keys, values
+
+    def __repr__(self) -> str:
+        return f"TensorKVCache(static={self.static}, keys={tuple(self._k.shape)})"
+
+    @property
+    def length(self) -> int:
+        return self._k.shape[2]
+
+    @property
+    def empty(self) -> bool:
+        """False for a static cache (its keys are the encoder's, whatever their number)."""
+        return False if self.static else self._k.shape[2] == 0
+
+    @property
+    def keys(self) -> Tensor:
+        """All keys ``(B, H, T, d)`` (the new positions appended)."""
+        return self._k
+
+    @property
+    def values(self) -> Tensor:
+        """All values ``(B, H, T, dv)``."""
+        return self._v
+
+    def set(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Replace the whole cache by ``k (B, H, L, d)``, ``v (B, H, L, dv)``."""
+        self._k, self._v = k, v
+        return k, v
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k (B, H, n, d)``, ``v (B, H, n, dv)``; return all keys and values so far."""
+        if self.static:
+            raise RuntimeError("TensorKVCache: a static cache is not appended to")
+        self._k = torch.cat([self._k, k], dim=2)
+        self._v = torch.cat([self._v, v], dim=2)
+        return self._k, self._v

@@ -34,9 +34,23 @@ def _dropout(value: object) -> float:
     return probability("dropout", value)
 
 
-def _offset(value: object) -> int:
+def _offset(value: object) -> int | torch.SymInt:
+    """A position offset: a non-negative int, a symbolic int (``torch.export`` traces the
+    decoder step with the past length as a size, whose range the export's dimension bounds), or
+    a one-element integer tensor (read as an int; not under ``torch.export``: use a size)."""
+    if isinstance(value, torch.SymInt):
+        return value
+    if (
+        isinstance(value, Tensor)
+        and value.numel() == 1
+        and not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+    ):
+        value = int(value.item())
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"offset: expected a non-negative int, got {value!r}")
+        raise ValueError(
+            f"offset: expected a non-negative int (or a symbolic size, or a one-element "
+            f"integer tensor), got {value!r}"
+        )
     return value
 
 
@@ -126,7 +140,8 @@ class LearnedPositionalEncoding(nn.Module):
 
     def forward(self, X: Tensor, offset: int = 0) -> Tensor:
         _want_3d(X, self.num_hiddens)
-        end = _offset(offset) + X.shape[1]
+        offset = _offset(offset)
+        end = offset + X.shape[1]
         if end > self.max_len:
             raise ValueError(
                 f"X: positions up to {end - 1} need a table of at least {end} rows, but this "

@@ -14,6 +14,11 @@ whole target prefix from position 0 and its self-attention is causal.  With
 ``init_state(..., use_cache=True)`` each ``forward`` takes only the new tokens: their keys and
 values are appended to a per-layer :class:`~qkv.nn.kv_cache.KVCache`, and the encoder's keys and
 values are projected once, on the first call.
+
+For a graph of one decoding step (``torch.export``, ONNX), :meth:`TransformerDecoder.cross_kv`
+projects the encoder's keys and values of every layer once and :meth:`TransformerDecoder.step`
+takes the past keys and values as tensors and returns them with the new positions appended
+(:class:`~qkv.nn.kv_cache.TensorKVCache`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from torch import Tensor, nn
 from ._checks import positive_int as _positive_int
 from ._checks import probability
 from .attention import MultiHeadAttention
-from .kv_cache import KVCache
+from .kv_cache import KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
 
 __all__ = [
@@ -552,6 +557,51 @@ class TransformerDecoder(_Stack):
         if self.norm is not None:
             X = self.norm(X)
         return self.dense(X), state
+
+    def cross_kv(self, enc_outputs: Tensor) -> tuple[Tensor, Tensor]:
+        """Every layer's cross-attention keys and values of ``enc_outputs`` ``(B, Ls, D)``:
+        ``(keys, values)``, each ``(num_blks, B, H, Ls, d)`` (what :meth:`step` takes)."""
+        keys, values = [], []
+        for blk in self.blks:
+            a = blk.attention2
+            H, d = a.num_heads, a.head_dim
+            keys.append(a.W_k(enc_outputs).unflatten(-1, (H, d)).transpose(1, 2))
+            values.append(a.W_v(enc_outputs).unflatten(-1, (H, d)).transpose(1, 2))
+        return torch.stack(keys), torch.stack(values)
+
+    def step(
+        self,
+        X: Tensor,
+        enc_valid_lens: Tensor | None,
+        past_keys: Tensor,
+        past_values: Tensor,
+        cross_keys: Tensor,
+        cross_values: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Decode the new tokens ``X`` ``(B, n)`` after ``T`` decoded positions, all in tensors.
+
+        The tensor form of ``forward(X, state)`` with a cache, for a step graph: the past
+        self-attention keys and values come in (``T`` may be 0) and go out with the ``n`` new
+        positions appended; the decoder's position is ``T``.
+
+        Shapes: enc_valid_lens ``(B,)`` or None; past_keys/past_values ``(num_blks, B, H, T, d)``;
+        cross_keys/cross_values ``(num_blks, B, H, Ls, d)`` (:meth:`cross_kv`).  Returns
+        ``(logits (B, n, vocab_size), keys, values)``, keys/values ``(num_blks, B, H, T+n, d)``.
+        """
+        B = X.shape[0]
+        selfs = [TensorKVCache(past_keys[i], past_values[i]) for i in range(self.num_blks)]
+        cross = [
+            TensorKVCache(cross_keys[i], cross_values[i], static=True) for i in range(self.num_blks)
+        ]
+        # the encoder's outputs are not read: every cross-attention cache is filled
+        placeholder = cross_keys.new_zeros(B, 0, self.num_hiddens)
+        state = TransformerDecoderState(placeholder, enc_valid_lens, selfs, cross)  # type: ignore[arg-type]
+        logits, _ = self.forward(X, state)
+        return (
+            logits,
+            torch.stack([c.keys for c in selfs]),
+            torch.stack([c.values for c in selfs]),
+        )
 
     def reorder_state(
         self, state: TransformerDecoderState, index: Tensor, *, include_encoder: bool = True
