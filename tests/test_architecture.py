@@ -48,6 +48,7 @@ FLOORS: dict[str, int] = {
     "inference": 3,
     "train": 4,
     "translate": 4,
+    "export": 4,
     "demos": 5,
     "cli": 6,
     "__main__": 7,

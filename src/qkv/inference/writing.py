@@ -79,11 +79,13 @@ def write_model_folder(
     documents: dict[str, Any],
     tensors: dict | None = None,
     texts: dict[str, str] | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
     once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
     ``trainer.pt`` when ``tensors`` is given, each ``texts`` entry as a UTF-8 file of that name
-    (a model card), and the manifest last (see :mod:`qkv.inference.saved`).
+    (a model card), what ``extra(folder)`` writes (another engine's model), and the manifest
+    last (see :mod:`qkv.inference.saved`).
 
     The folder is built beside ``final`` under a temporary name and renamed into place; an
     existing ``final`` is replaced. Returns ``final``.
@@ -127,6 +129,8 @@ def write_model_folder(
         with open(tmp / "trainer.pt", "rb+") as f:
             os.fsync(f.fileno())
     write_tokenizers(tmp / "tokenizers")
+    if extra is not None:
+        extra(tmp)
     files = {}
     for p in sorted(tmp.rglob("*")):
         if p.is_file():
@@ -298,6 +302,7 @@ def save_model(
     force: bool = False,
     step: int = 0,
     source: str | Path | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Save a model with its tokenizers as an inference-only folder (see the module docstring)
     that :func:`~qkv.inference.load_model`, ``Translator.load`` and every ``qkv`` command read.
@@ -316,6 +321,8 @@ def save_model(
         force: replace an existing model folder ``out`` (never a run or a checkpoint).
         step: the update the weights come from (0 for a model not trained by ``qkv train``).
         source: the folder the model was read from, which ``out`` must not be or hold.
+        extra: ``fn(folder)`` writing more files into the folder before its manifest (another
+            engine's model, as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
 
     Returns:
         ``out``.
@@ -344,12 +351,17 @@ def save_model(
     readme = model_card(card, model, documents.get("decoding.json"))
     out = Path(out)
     _check_out(out, force, () if source is None else (Path(source),))
-    return write_model_folder(
-        out,
-        step=step,
-        state_dict=model.state_dict(),
-        model_config=cfg.to_dict(),
-        write_tokenizers=lambda d: save_tokenizers(d, src_tokenizer, tgt_tokenizer),
-        documents=documents,
-        texts={"README.md": readme},
-    )
+    try:
+        return write_model_folder(
+            out,
+            step=step,
+            state_dict=model.state_dict(),
+            model_config=cfg.to_dict(),
+            write_tokenizers=lambda d: save_tokenizers(d, src_tokenizer, tgt_tokenizer),
+            documents=documents,
+            texts={"README.md": readme},
+            extra=extra,
+        )
+    except BaseException:  # nothing half-written is left beside out (out itself is untouched)
+        shutil.rmtree(out.parent / f"{_TMP}{out.name}-{os.getpid()}", ignore_errors=True)
+        raise
