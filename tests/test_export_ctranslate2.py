@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import sys
 
 import pytest
 import torch
@@ -194,3 +195,13 @@ def test_cli_writes_a_folder_both_engines_read(tokenizers, tmp_path):
     assert len(Ct2Translator(d).translate(TEXTS[:5])) == 5  # the folder or its subfolder
     with pytest.raises(FileNotFoundError, match="no CTranslate2 model"):
         Ct2Translator(folder)
+
+
+def test_without_ctranslate2_the_command_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if not installed
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["export", "--model-dir", str(tmp_path), "--out", str(tmp_path / "d"),
+                   "--format", "ctranslate2"])  # fmt: skip
+    assert rc == 1 and "pip install 'qkv[ct2]'" in err.getvalue()
+    assert not (tmp_path / "d").exists()
