@@ -205,3 +205,13 @@ def test_without_ctranslate2_the_command_names_the_extra(monkeypatch, tmp_path):
                    "--format", "ctranslate2"])  # fmt: skip
     assert rc == 1 and "pip install 'qkv[ct2]'" in err.getvalue()
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("kind", ["word", "sentencepiece"])
+def test_tokenizer_token_strings_index_as_its_ids(tokenizers, kind):
+    src, _ = tokenizers[kind]
+    strings = src.tokens()
+    assert len(strings) == src.vocab_size and strings[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
+    index = {t: i for i, t in enumerate(strings)}
+    for text in TEXTS:
+        assert [index[t] for t in src.to_tokens(text)] == src.encode(text)
