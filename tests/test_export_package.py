@@ -100,6 +100,7 @@ def test_model_built_in_python_saved_and_loaded_translates_the_same(python_model
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"model.safetensors", "model.json", "manifest.json", "README.md"} <= names
     assert not names & {"trainer.pt", "split.json", "train.json", "decoding.json"}
+    assert json.loads((out / "card.json").read_text()) == {"data": "600 bundled pairs"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["files"]) == names - {"manifest.json"}  # every file checksummed
     loaded = load_model(out)
@@ -153,6 +154,8 @@ def test_bad_arguments_are_named(python_model, tmp_path):
         save_model(model, tgt, src, tmp_path / "m")
     with pytest.raises(ValueError, match="card: unknown keys"):
         save_model(model, src, tgt, tmp_path / "m", card={"bleu": 3})
+    with pytest.raises(ValueError, match="card: expected JSON-serialisable"):
+        save_model(model, src, tgt, tmp_path / "m", card={"scores": {"BLEU": object()}})
     with pytest.raises(TypeError, match="model: expected an EncoderDecoder"):
         save_model(torch.nn.Linear(2, 2), src, tgt, tmp_path / "m")
 
@@ -220,5 +223,6 @@ def test_every_command_accepts_the_exported_folder(run, tmp_path):
     assert rc == 0 and json.loads(out)["n"] == 20, err
     rc, _, err = _cli("evaluate", "--model-dir", str(m))
     assert rc == 2 and "--data:" in err and "exported model" in err and "Traceback" not in err
-    m2 = export_model(m, tmp_path / "again")  # an export exported again
+    m2 = export_model(m, tmp_path / "again")  # an export exported again keeps its card
     assert Translator.load(m2).translate(SOURCES[:5]) == Translator.load(m).translate(SOURCES[:5])
+    assert "en-fr.txt" in (m2 / "README.md").read_text()

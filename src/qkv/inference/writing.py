@@ -11,6 +11,7 @@ translating needs::
     tokenizers/         the source and target tokenizers, their normaliser included
     decoding.json       the decoding to use by default (beam, length penalty), when one is given
     README.md           the model card: training data, scores, settings, date, qkv version
+    card.json           the card's content as data (kept when the folder is exported again)
 
 ``load_model``, ``Translator.load``, ``qkv translate``, ``qkv evaluate`` (with ``--data``) and the
 attention viewer read it as they read a run. :func:`run_card` gathers a run's card from the
@@ -254,12 +255,16 @@ def model_card(card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: 
 
 
 def run_card(folder: str | Path) -> dict[str, Any]:
-    """The model card of a saved model folder (see :func:`model_card`), from what the folder's
-    run recorded: ``train.json`` (data, settings), ``trainer.json`` (validation BLEU and chrF,
-    updates) and an existing ``README.md`` card is not read. Files the folder lacks (an exported
-    model, a model saved from Python) leave their part out; every file read is verified.
+    """The model card of a saved model folder (see :func:`model_card`): a folder saved by
+    :func:`save_model` keeps its card in ``card.json``; else it is gathered from what the
+    folder's run recorded: ``train.json`` (data, settings) and ``trainer.json`` (validation
+    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
     """
     v = _Verified(folder)
+    if "card.json" in v.files:
+        kept = v.json("card.json")
+        if isinstance(kept, dict):
+            return kept
     card: dict[str, Any] = {"scores": {}}
     if "train.json" in v.files:
         train = v.json("train.json")
@@ -349,6 +354,10 @@ def save_model(
         )
     documents = {} if decoding is None else {"decoding.json": check_decoding(decoding)}
     readme = model_card(card, model, documents.get("decoding.json"))
+    try:  # kept as data too: a model exported again keeps its card
+        documents["card.json"] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"card: expected JSON-serialisable values (text, numbers): {e}") from None
     out = Path(out)
     _check_out(out, force, () if source is None else (Path(source),))
     try:
