@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnx": ("onnx", "onnx"),
     "onnxscript": ("onnxscript", "onnx"),
     "onnxruntime": ("onnxruntime", "onnx"),
+    "ctranslate2": ("ctranslate2", "ct2"),
 }
 
 

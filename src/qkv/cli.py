@@ -1,4 +1,4 @@
-"""The ``qkv`` command: ``train``, ``translate``, ``evaluate`` and ``demo``."""
+"""The ``qkv`` command: ``train``, ``translate``, ``evaluate``, ``average``, ``export`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -407,7 +407,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- evaluate
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
-    from .inference import CheckpointError
+    from .inference import CheckpointError, verify_checkpoint
     from .train import saved_run_pairs
     from .translate import Translator
 
@@ -421,6 +421,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 log.warning("%s", report)
             what = args.data
         else:
+            if "split.json" not in verify_checkpoint(tr.path, files=[])["files"]:
+                raise ValueError(
+                    f"--data: {str(tr.path)!r} is an exported model (it keeps no record of "
+                    "the data it was trained on, so there is no test split to score): give "
+                    "the parallel text to score with --data FILE"
+                )
             pairs, what = saved_run_pairs(tr.path, args.split)
             if not pairs:
                 raise ValueError(f"--split: the run's {args.split} split is empty")
@@ -488,6 +494,43 @@ def _cmd_average(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
         return _fail("average", e)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- export
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .inference import CheckpointError, load_model
+
+    try:
+        if args.quantize is not None and args.format != "ctranslate2":
+            raise ValueError(
+                f"--quantize: only for --format ctranslate2 (got --format {args.format})"
+            )
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out: {str(out)!r} is a file; expected a folder to write")
+        if out.is_dir() and any(out.iterdir()) and not args.force:
+            raise ValueError(
+                f"--out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
+                "--force to replace a model folder exported before"
+            )
+        saved = load_model(args.model_dir)
+        if args.format == "ctranslate2":
+            from .export.ctranslate2 import export_ctranslate2
+
+            path = export_ctranslate2(saved, out, quantize=args.quantize, force=args.force)
+        elif args.format == "onnx":
+            from .export.onnx import export_onnx
+
+            path = export_onnx(saved, out)
+        else:
+            from .export import export_model
+
+            path = export_model(saved, out, force=args.force)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("export", _as_flag(e, args))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
     return 0
 
 
@@ -686,6 +729,36 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     av.set_defaults(func=_cmd_average)
 
+    ex = sub.add_parser(
+        "export",
+        help="write a trained model for deployment: inference-only, CTranslate2 or ONNX",
+        description="Write a saved model (a qkv train --out folder: its final model, else its "
+        "best checkpoint; or a checkpoint folder) to --out: weights, config, tokenizers, its "
+        "decoding and a README.md model card, no training state (--format qkv; every qkv "
+        "command reads it), plus a CTranslate2 model in OUT/ctranslate2 (--format "
+        "ctranslate2, the ct2 extra), or ONNX graphs (--format onnx).",
+    )
+    ex.add_argument("--model-dir", required=True, help="a qkv train --out folder or a model folder")
+    ex.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    ex.add_argument(
+        "--format",
+        choices=("qkv", "ctranslate2", "onnx"),
+        default="qkv",
+        help="qkv (default): an inference-only model folder; ctranslate2: also a CTranslate2 "
+        "model; onnx: the encoder and one decoder step as ONNX graphs",
+    )
+    ex.add_argument(
+        "--quantize",
+        choices=("int8", "int8_float32", "float16"),
+        default=None,
+        help="with --format ctranslate2: the weight type of model.bin (default: float32)",
+    )
+    ex.add_argument(
+        "--force", action="store_true", help="replace a model folder exported to --out before"
+    )
+    ex.add_argument("--quiet", action="store_true", help="warnings only on stderr")
+    ex.set_defaults(func=_cmd_export)
+
     demo = sub.add_parser("demo", help="run a demo (`qkv demo --list` shows them)")
     demo.add_argument("name", nargs="?", help="which demo (default: the main one)")
     demo.add_argument("--out", default="demo-out", help="folder for figures (default: demo-out)")
@@ -716,6 +789,8 @@ def _needs(args: argparse.Namespace) -> list[str]:
         return ["safetensors", "sacrebleu"]
     if args.command == "average":
         return ["safetensors"]
+    if args.command == "export":
+        return ["safetensors", *(["ctranslate2"] if args.format == "ctranslate2" else [])]
     return []  # demo: each demo checks its own (qkv.demos.register)
 
 

@@ -41,6 +41,9 @@ from .inference import (
     generate_ids,
     load_model,
     never_generated,
+    run_card,
+    save_model,
+    verify_checkpoint,
 )
 from .nn.seq2seq import EncoderDecoder
 
@@ -134,13 +137,11 @@ class SentenceAttention:
 
 # ---------------------------------------------------------------------------- the translator
 def _token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
-    vocab = getattr(tok, "vocab", None)
-    if vocab is not None:
-        return vocab.decode(ids)
-    sp = getattr(tok, "_sp", None)  # SentencePieceTokenizer: pieces by id
-    if sp is not None:
-        return [sp.id_to_piece(int(i)) for i in ids]
-    return [str(int(i)) for i in ids]
+    try:
+        strings = tok.tokens()
+    except NotImplementedError:  # a user's own Tokenizer that lists no tokens
+        return [str(int(i)) for i in ids]
+    return [strings[int(i)] for i in ids]
 
 
 class Translator:
@@ -208,6 +209,42 @@ class Translator:
             device=saved.device,
             path=saved.path,
             decoding=saved.decoding,
+        )
+
+    def save(
+        self, out: str | Path, *, card: dict[str, Any] | None = None, force: bool = False
+    ) -> Path:
+        """Save as an inference-only model folder (weights, config, tokenizers, this
+        translator's :attr:`decoding`, a ``README.md`` model card; no training state) that
+        :meth:`load`, ``qkv translate``, ``qkv evaluate`` and the viewer accept. See
+        :func:`qkv.inference.save_model`.
+
+        Args:
+            out: the folder to write (atomically); it must be new or empty.
+            card: the model card's content (:func:`qkv.inference.model_card`); None: what the
+                folder this translator was loaded from recorded of its run, if anything.
+            force: replace a model folder saved before (never a run or a checkpoint).
+
+        Returns:
+            ``out``.
+        """
+        if card is None and self.path is not None:
+            card = run_card(self.path)
+        default = check_decoding(None)
+        changed = {k: v for k, v in self.decoding.items() if default.get(k) != v}
+        step = 0
+        if self.path is not None:
+            step = int(verify_checkpoint(self.path, files=[]).get("step") or 0)
+        return save_model(
+            self.model,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
+            out,
+            decoding=self.decoding if changed else None,
+            card=card,
+            force=force,
+            step=step,
+            source=self.path,
         )
 
     @property

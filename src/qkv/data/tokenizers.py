@@ -85,6 +85,18 @@ class Tokenizer(ABC):
     def vocab_size(self) -> int:
         """Number of ids (specials included); valid ids are ``range(vocab_size)``."""
 
+    def tokens(self) -> list[str]:
+        """The token string of every id, ``vocab_size`` of them (a word, or a SentencePiece
+        piece such as ``"▁go"``); the specials first: ``<pad>``, ``<bos>``, ``<eos>``,
+        ``<unk>``. What an exporter writes as the vocabulary."""
+        raise NotImplementedError(f"{type(self).__name__} does not list its tokens")
+
+    def to_tokens(self, text: str) -> list[str]:
+        """Normalise ``text`` and split it into token strings of :meth:`tokens`, one per id of
+        :meth:`encode` (a word the vocabulary lacks, or the text of a special token, is
+        ``"<unk>"``), so that ``[tokens().index(t) for t in to_tokens(x)] == encode(x)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not split text into tokens")
+
     @abstractmethod
     def _config(self, directory: Path) -> dict:
         """Write side files into ``directory`` and return the ``tokenizer.json`` content."""
@@ -198,6 +210,12 @@ class WordTokenizer(Tokenizer):
     def encode_normalized(self, text: str) -> list[int]:
         get, unk, special = self.vocab._stoi.get, Vocab.unk_id, _SPECIAL_SET
         return [unk if w in special else get(w, unk) for w in text.split(" ") if w]
+
+    def tokens(self) -> list[str]:
+        return list(self.vocab.tokens)
+
+    def to_tokens(self, text: str) -> list[str]:
+        return self.vocab.decode(self.encode(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         skip = (Vocab.pad_id, Vocab.bos_id, Vocab.eos_id)
@@ -356,6 +374,12 @@ class SentencePieceTokenizer(Tokenizer):
     def pieces(self, text: str) -> list[str]:
         """Normalise and split into subword pieces (for inspection)."""
         return self._sp.encode(self.normalize(text), out_type=str)
+
+    def tokens(self) -> list[str]:
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+
+    def to_tokens(self, text: str) -> list[str]:
+        return self.pieces(text)
 
     def decode(self, ids: Iterable[int]) -> str:
         n = self.vocab_size

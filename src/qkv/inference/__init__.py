@@ -29,6 +29,7 @@ from .saved import (
     verify_checkpoint,
 )
 from .scores import Evaluation, corpus_scores
+from .writing import model_card, run_card, save_model, write_model_folder
 
 __all__ = [
     "CheckpointError",
@@ -46,9 +47,13 @@ __all__ = [
     "load_checkpoint",
     "load_model",
     "load_model_weights",
+    "model_card",
     "never_generated",
     "pick_device",
     "read_weights",
     "resolve_model_dir",
+    "run_card",
+    "save_model",
     "verify_checkpoint",
+    "write_model_folder",
 ]

@@ -37,7 +37,6 @@ import logging
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import __version__
 from ..inference.saved import (
     _STEP_DIR,
     CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
     MANIFEST,
     CheckpointError,
     LoadedCheckpoint,
@@ -64,6 +61,7 @@ from ..inference.saved import (
     sha256_file,
     verify_checkpoint,
 )
+from ..inference.writing import _TMP, _fsync_dir, write_model_folder
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -84,15 +82,15 @@ __all__ = [
     "resume_checkpoint",
     "resumed_settings",
     "save_checkpoint",
+    "sha256_file",
     "verify_checkpoint",
     "write_model_folder",
 ]
 
 log = logging.getLogger(__name__)
 
-#: the prefixes of qkv's temporary names (a folder being written, a folder being replaced):
+#: qkv's temporary names (_TMP, _OLD: a folder being written, a folder being replaced) are
 #: recognisable, so that clean-up never takes a user's ``.tmp-*`` file for one
-_TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
 _STALE_DIR = re.compile(r"^\.qkv-(?:tmp|old)-(?:step-\d{8,}|final)-\d+$")
 _STALE_FILE = re.compile(r"^\.(?:best|latest)\.json\.qkv-tmp-\d+$")
 #: what a model folder qkv writes holds (a temporary one is removed only when it holds no more)
@@ -112,20 +110,6 @@ _FOLDER_NAMES = frozenset(
 
 
 # ---------------------------------------------------------------------------- atomic files
-def _fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync,
     ``os.replace``. Readers see the old content or the new one, never a part."""
@@ -142,13 +126,6 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """:func:`atomic_write_bytes` of ``obj`` as indented UTF-8 JSON."""
     atomic_write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 # ---------------------------------------------------------------------------- saving
@@ -193,92 +170,6 @@ def save_checkpoint(
         documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
         tensors=tensors,
     )
-    return final
-
-
-def write_model_folder(
-    final: str | Path,
-    *,
-    step: int,
-    state_dict: dict[str, torch.Tensor],
-    model_config: dict,
-    write_tokenizers: Callable[[Path], None],
-    documents: dict[str, Any],
-    tensors: dict | None = None,
-) -> Path:
-    """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
-    once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
-    ``trainer.pt`` when ``tensors`` is given, and the manifest last (see the module docstring).
-
-    The folder is built beside ``final`` under a temporary name and renamed into place; an
-    existing ``final`` is replaced. Returns ``final``.
-    """
-    from safetensors.torch import save_file
-
-    final = Path(final)
-    root, name = final.parent, final.name
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{_TMP}{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-
-    # safetensors refuses shared storage: save each tensor once, remember the aliases
-    state = state_dict
-    seen: dict[int, str] = {}
-    unique: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    for key, value in state.items():
-        ident = value.untyped_storage().data_ptr() if value.numel() else -1
-        if ident in seen and ident != -1 and state[seen[ident]].shape == value.shape:
-            aliases[key] = seen[ident]
-            continue
-        seen[ident] = key
-        unique[key] = value.detach().to("cpu").contiguous()
-    save_file(unique, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    with open(tmp / "model.safetensors", "rb+") as f:
-        os.fsync(f.fileno())
-
-    def dump(fname: str, obj: Any) -> None:
-        _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
-
-    dump("model.json", {"config": model_config, "aliases": aliases})
-    for fname, obj in documents.items():
-        dump(fname, obj)
-    if tensors is not None:
-        torch.save(tensors, tmp / "trainer.pt")
-        with open(tmp / "trainer.pt", "rb+") as f:
-            os.fsync(f.fileno())
-    write_tokenizers(tmp / "tokenizers")
-    files = {}
-    for p in sorted(tmp.rglob("*")):
-        if p.is_file():
-            if p.parent != tmp:
-                with open(p, "rb+") as f:
-                    os.fsync(f.fileno())
-            rel = p.relative_to(tmp).as_posix()
-            files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-    dump(
-        MANIFEST,
-        {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "qkv_version": __version__,
-            "step": step,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": files,
-        },
-    )
-    for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
-        _fsync_dir(d)
-    if final.exists():  # the same step written again (a resumed run that stopped right here)
-        old = root / f"{_OLD}{name}-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    _fsync_dir(root)
     return final
 
 

@@ -1,0 +1,364 @@
+"""A qkv Transformer as a CTranslate2 model, and text translated through it as qkv translates.
+
+:func:`export_ctranslate2` fills CTranslate2's own ``TransformerSpec`` with a qkv model's weights
+and writes ``OUT/ctranslate2/`` (``model.bin``, ``config.json``, the vocabularies, qkv's
+tokenizers and ``qkv.json``: the decoding options) inside an inference-only qkv model folder
+``OUT`` (see :func:`qkv.inference.save_model`), so ``OUT`` serves both engines.
+:class:`Ct2Translator` reads that folder and translates text with the same tokenization and the
+options that make CTranslate2's greedy search equal qkv's (``beam_size``, per-sentence length
+limit, ``<pad>``/``<bos>`` suppressed, ``<unk>`` never emitted under byte fallback, no repeated
+n-grams).
+
+The mapping (qkv -> CTranslate2): each self-attention's ``W_q``, ``W_k``, ``W_v`` fused into one
+projection, the cross-attention's ``W_k``/``W_v`` fused; ``addnorm`` LayerNorms as the
+sublayers' norms (post-norm reads them as ``LN(x + f(x))``, pre-norm as input norms, plus each
+stack's final norm); embeddings scaled by ``sqrt(D)``; qkv's *interleaved* sinusoidal table (or
+the learned one, or zeros for rotary and none) given explicitly; ``<eos>`` appended to sources.
+The Bahdanau (GRU) model has no CTranslate2 spec and is refused.
+
+>>> from qkv.export.ctranslate2 import export_ctranslate2, Ct2Translator
+>>> export_ctranslate2("runs/en-fr", "deploy/en-fr")               # needs qkv[ct2]
+>>> Ct2Translator("deploy/en-fr").translate(["Go."])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._deps import require
+from ..data import Tokenizer, load_tokenizers, save_tokenizers
+from ..inference import SavedModel, check_decoding, default_max_len, load_model, never_generated
+from ..nn.position import sinusoidal_encoding
+from . import export_model
+
+__all__ = ["CT2_DIR", "QUANTIZATIONS", "Ct2Translator", "export_ctranslate2", "to_spec"]
+
+log = logging.getLogger(__name__)
+
+#: the CTranslate2 model's folder inside an exported model folder
+CT2_DIR = "ctranslate2"
+#: ``quantize`` values (CTranslate2's weight types); None keeps float32
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "float16", "bfloat16")
+_OPTIONS = "qkv.json"
+#: rows of the positional table exported at least (CTranslate2 refuses positions past it)
+MIN_POSITIONS = 1024
+
+
+def _np(t: torch.Tensor) -> Any:
+    return t.detach().to(device="cpu", dtype=torch.float32).numpy().copy()
+
+
+def _linear(spec: Any, *linears: nn.Linear) -> None:
+    """One CTranslate2 LinearSpec from one or more ``nn.Linear`` (stacked along the outputs)."""
+    import numpy as np
+
+    spec.weight = np.concatenate([_np(m.weight) for m in linears])
+    if any(m.bias is not None for m in linears):
+        spec.bias = np.concatenate(
+            [
+                _np(m.bias) if m.bias is not None else np.zeros(m.out_features, np.float32)
+                for m in linears
+            ]
+        )
+
+
+def _norm(spec: Any, ln: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(ln.weight), _np(ln.bias)
+
+
+def _inputs(spec: Any, stack: nn.Module, rows: int, kind: str) -> None:
+    emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    emb.weight = _np(stack.embedding.weight)
+    spec.scale_embeddings = True  # qkv: embedding * sqrt(D), then + positions
+    if not hasattr(spec, "position_encodings"):  # a rotary decoder spec has no table
+        return
+    if kind == "sinusoidal":  # interleaved: sin at 2j, cos at 2j+1 (not CTranslate2's own)
+        table = sinusoidal_encoding(torch.arange(rows), stack.num_hiddens)
+    elif kind == "learned":
+        table = stack.pos_encoding.embedding.weight
+    else:  # rotary, none: nothing added (unset, CTranslate2 would add its own sinusoids)
+        table = torch.zeros(rows, stack.num_hiddens)
+    spec.position_encodings.encodings = _np(table)
+
+
+def positions_of(config: Any) -> int:
+    """The rows of the positional table a model exports: its learned table's, else at least
+    :data:`MIN_POSITIONS` (qkv's sinusoids extrapolate, CTranslate2's table does not)."""
+    return (
+        config.max_len if config.pos_encoding == "learned" else max(config.max_len, MIN_POSITIONS)
+    )
+
+
+def to_spec(model: nn.Module) -> Any:
+    """A ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights (vocabularies not
+    registered yet).
+
+    Raises:
+        ValueError: a model that is not a qkv Transformer (the Bahdanau model).
+    """
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = getattr(model, "config", None)
+    if c is None or c.kind != "transformer":
+        kind = None if c is None else c.kind
+        raise ValueError(
+            f"model: CTranslate2 takes a Transformer; this is a {kind!r} model (the Bahdanau "
+            "GRU model has no CTranslate2 spec): translate it with qkv itself"
+        )
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    kw: dict[str, Any] = {"pre_norm": c.norm_first, "activation": act[c.activation]}
+    if c.pos_encoding == "rotary":  # qkv rotates halves ("rotate half"), self-attention only
+        rotary = model.decoder.blks[0].attention1.rotary
+        kw.update(rotary_dim=0, rotary_interleave=False, rotary_base=float(rotary.base))
+    enc, dec = model.encoder, model.decoder
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(c.num_enc_layers, c.num_heads, **kw),
+        transformer_spec.TransformerDecoderSpec(c.num_dec_layers, c.num_heads, **kw),
+    )
+    rows = positions_of(c)
+    _inputs(spec.encoder, enc, rows, c.pos_encoding)
+    _inputs(spec.decoder, dec, rows, c.pos_encoding)
+    for ls, blk in zip(spec.encoder.layer, enc.blks):
+        a = blk.attention
+        _linear(ls.self_attention.linear[0], a.W_q, a.W_k, a.W_v)
+        _linear(ls.self_attention.linear[1], a.W_o)
+        _norm(ls.self_attention.layer_norm, blk.addnorm1.ln)
+        _norm(ls.ffn.layer_norm, blk.addnorm2.ln)
+        _linear(ls.ffn.linear_0, blk.ffn.dense1)
+        _linear(ls.ffn.linear_1, blk.ffn.dense2)
+    for ls, blk in zip(spec.decoder.layer, dec.blks):
+        a, x = blk.attention1, blk.attention2
+        _linear(ls.self_attention.linear[0], a.W_q, a.W_k, a.W_v)
+        _linear(ls.self_attention.linear[1], a.W_o)
+        _norm(ls.self_attention.layer_norm, blk.addnorm1.ln)
+        _linear(ls.attention.linear[0], x.W_q)
+        _linear(ls.attention.linear[1], x.W_k, x.W_v)
+        _linear(ls.attention.linear[2], x.W_o)
+        _norm(ls.attention.layer_norm, blk.addnorm2.ln)
+        _norm(ls.ffn.layer_norm, blk.addnorm3.ln)
+        _linear(ls.ffn.linear_0, blk.ffn.dense1)
+        _linear(ls.ffn.linear_1, blk.ffn.dense2)
+    if c.norm_first:
+        _norm(spec.encoder.layer_norm, enc.norm)
+        _norm(spec.decoder.layer_norm, dec.norm)
+    _linear(spec.decoder.projection, dec.dense)
+    # qkv's specials keep their strings: <pad>=0 <bos>=1 <eos>=2 <unk>=3
+    cfg = spec.config
+    cfg.unk_token, cfg.bos_token, cfg.eos_token = "<unk>", "<bos>", "<eos>"
+    cfg.decoder_start_token = "<bos>"
+    cfg.add_source_eos = True  # qkv appends <eos> to every source
+    cfg.layer_norm_epsilon = float(enc.blks[0].addnorm1.ln.eps)
+    return spec
+
+
+def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
+    spec = to_spec(saved.model)
+    spec.register_source_vocabulary(saved.src_tokenizer.tokens())
+    spec.register_target_vocabulary(saved.tgt_tokenizer.tokens())
+    spec.validate()
+    spec.optimize(quantization=quantize)  # aliases tied weights; quantizes
+    folder.mkdir(parents=True)
+    spec.save(str(folder))
+    save_tokenizers(folder / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
+    options = {
+        "format": "qkv.ctranslate2",
+        "version": 1,
+        "quantize": quantize,
+        "positions": positions_of(saved.model.config),
+        "decoding": check_decoding(saved.decoding),
+        "disable_unk": bool(never_generated(saved.tgt_tokenizer)),
+    }
+    (folder / _OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
+
+
+def export_ctranslate2(
+    model: SavedModel | str | Path,
+    out: str | Path,
+    *,
+    quantize: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Export a qkv Transformer to CTranslate2: an inference-only model folder ``out`` (see
+    :func:`qkv.inference.save_model`) holding ``out/ctranslate2/``, written atomically.
+
+    Args:
+        model: a :class:`~qkv.inference.SavedModel`, or a folder :func:`~qkv.inference.
+            load_model` reads (a run, a checkpoint, an exported model).
+        out: the folder to write (new or empty).
+        quantize: the weight type of ``model.bin``: one of :data:`QUANTIZATIONS`; None:
+            float32. CTranslate2 may also quantize a float32 model when it loads it.
+        force: replace a model folder exported before.
+
+    Returns:
+        The CTranslate2 model folder ``out/ctranslate2``.
+
+    Raises:
+        MissingDependency: ctranslate2 is not installed (``pip install 'qkv[ct2]'``).
+        ValueError: a Bahdanau model, an unknown ``quantize``, or an ``out`` that would lose
+            something (see :func:`~qkv.inference.save_model`).
+    """
+    require("exporting to CTranslate2", ["ctranslate2"])
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize: expected one of {QUANTIZATIONS} or None, got {quantize!r}")
+    saved = model if isinstance(model, SavedModel) else load_model(model)
+    to_spec(saved.model)  # refuse a Bahdanau model before writing anything
+    export_model(saved, out, force=force, extra=lambda sm, d: _write_ct2(sm, d / CT2_DIR, quantize))
+    return Path(out) / CT2_DIR
+
+
+def find_ct2(path: str | Path) -> Path:
+    """The CTranslate2 model folder of ``path``: ``path/ctranslate2`` or ``path`` itself.
+
+    Raises:
+        FileNotFoundError: neither holds a model that :func:`export_ctranslate2` wrote.
+    """
+    p = Path(path)
+    for d in (p / CT2_DIR, p):
+        if (d / _OPTIONS).is_file() and (d / "model.bin").is_file():
+            return d
+    raise FileNotFoundError(
+        f"model dir: {str(p)!r} holds no CTranslate2 model (expected {CT2_DIR}/model.bin "
+        "written by qkv export --format ctranslate2); export it first"
+    )
+
+
+class Ct2Translator:
+    """Translate text through a CTranslate2 model exported by :func:`export_ctranslate2`, with
+    qkv's tokenizers and the options that make its search equal qkv's.
+
+    Args:
+        path: the exported folder (or its ``ctranslate2/`` subfolder).
+        device: ``"cpu"`` or ``"cuda"``.
+        compute_type: CTranslate2's compute type (``"default"``: the saved weights' type;
+            ``"int8"`` quantizes a float32 model on load).
+        threads: CPU threads for one translation (0: CTranslate2's default).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+    ) -> None:
+        require("translating with CTranslate2", ["ctranslate2"])
+        import ctranslate2
+
+        self.path = find_ct2(path)
+        try:
+            self.options = json.loads((self.path / _OPTIONS).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"model dir: {self.path / _OPTIONS} is unreadable: {e}") from None
+        self.decoding: dict[str, Any] = check_decoding(self.options.get("decoding"))
+        self.positions = int(self.options["positions"])
+        src, tgt = load_tokenizers(self.path / "tokenizers")
+        self.src_tokenizer: Tokenizer = src
+        self.tgt_tokenizer: Tokenizer = tgt
+        self._tgt_ids = {t: i for i, t in enumerate(tgt.tokens())}
+        self.translator = ctranslate2.Translator(
+            str(self.path),
+            device=device,
+            compute_type=compute_type,
+            inter_threads=1,
+            intra_threads=threads,
+        )
+
+    def source_tokens(self, text: str) -> list[str]:
+        """``text`` normalised and split as the qkv model reads it (``<eos>`` is added by
+        CTranslate2)."""
+        return self.src_tokenizer.to_tokens(text)
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        no_repeat_ngram: int | None = None,
+        max_len: int | None = None,
+        batch_size: int = 32,
+    ) -> list[str]:
+        """Translate ``texts`` (in order); defaults are the model's decoding, as qkv's.
+
+        ``max_len`` (tokens, ``<eos>`` counted) defaults to each sentence's own
+        :func:`qkv.inference.default_max_len`, as qkv's; a text that normalises to nothing
+        translates to ``""`` without decoding.
+        """
+        return [
+            self.tgt_tokenizer.decode(ids)
+            for ids in self.translate_ids(
+                texts,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                no_repeat_ngram=no_repeat_ngram,
+                max_len=max_len,
+                batch_size=batch_size,
+            )
+        ]
+
+    def translate_ids(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        no_repeat_ngram: int | None = None,
+        max_len: int | None = None,
+        batch_size: int = 32,
+    ) -> list[list[int]]:
+        """As :meth:`translate`, the target ids (without ``<bos>``/``<eos>``) per text."""
+        beam = self.decoding["beam_size"] if beam_size is None else beam_size
+        lp = self.decoding["length_penalty"] if length_penalty is None else length_penalty
+        nr = self.decoding["no_repeat_ngram"] if no_repeat_ngram is None else no_repeat_ngram
+        for name, v in (("beam_size", beam), ("batch_size", batch_size), ("max_len", max_len)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+        tokens = [self.source_tokens(t) for t in texts]
+        for i, toks in enumerate(tokens):
+            if len(toks) + 1 > self.positions:
+                raise ValueError(
+                    f"texts: text {i} has {len(toks)} tokens; the exported model reads at most "
+                    f"{self.positions - 1} (its positional table)"
+                )
+        limits = [min(max_len or default_max_len(len(toks) + 1), self.positions) for toks in tokens]
+        out: list[list[int]] = [[] for _ in texts]
+        todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
+        # greedy: a shorter limit only cuts the output, so a batch decodes to its longest limit
+        # and each row is cut to its own; a beam's result depends on the limit: equal limits
+        # only in one call
+        groups: list[list[int]] = []
+        for i in todo:
+            g = groups[-1] if groups else None
+            same = g is not None and (beam == 1 or limits[g[0]] == limits[i])
+            if g is not None and same and len(g) < batch_size:
+                g.append(i)
+            else:
+                groups.append([i])
+        suppress = [["<pad>"], ["<bos>"]]
+        for g in groups:
+            res = self.translator.translate_batch(
+                [tokens[i] for i in g],
+                beam_size=beam,
+                length_penalty=lp,
+                max_decoding_length=max(limits[i] for i in g),
+                min_decoding_length=0,
+                max_input_length=0,
+                no_repeat_ngram_size=nr,
+                suppress_sequences=suppress,
+                disable_unk=bool(self.options.get("disable_unk")),
+                return_scores=False,
+            )
+            for i, r in zip(g, res):
+                out[i] = [self._tgt_ids[t] for t in r.hypotheses[0]][: limits[i]]
+        return out
+
+    def __repr__(self) -> str:
+        return f"Ct2Translator({str(self.path)!r}, decoding={self.decoding})"

@@ -1,0 +1,376 @@
+"""Writing a model folder (the format :mod:`qkv.inference.saved` reads), and an inference-only
+one: :func:`save_model` for any model built by :func:`qkv.nn.build_model` with its tokenizers.
+
+A checkpoint of ``qkv train`` holds the training state too (``trainer.pt``: the optimizer's
+moments, twice the weights). A model folder written by :func:`save_model` holds only what
+translating needs::
+
+    manifest.json       format, version, and the size and SHA-256 of every other file
+    model.safetensors   the weights
+    model.json          the qkv.nn.Seq2SeqConfig that rebuilds the model
+    tokenizers/         the source and target tokenizers, their normaliser included
+    decoding.json       the decoding to use by default (beam, length penalty), when one is given
+    README.md           the model card: training data, scores, settings, date, qkv version
+    card.json           the card's content as data (kept when the folder is exported again)
+
+``load_model``, ``Translator.load``, ``qkv translate``, ``qkv evaluate`` (with ``--data``) and the
+attention viewer read it as they read a run. :func:`run_card` gathers a run's card from the
+folder it was exported from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..data import Tokenizer, save_tokenizers
+from ..nn.seq2seq import EncoderDecoder
+from .saved import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    MANIFEST,
+    _Verified,
+    check_decoding,
+    sha256_file,
+)
+
+__all__ = ["model_card", "run_card", "save_model", "write_model_folder"]
+
+#: the prefixes of qkv's temporary names (a folder being written, a folder being replaced)
+_TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
+
+
+# ---------------------------------------------------------------------------- the writer
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_model_folder(
+    final: str | Path,
+    *,
+    step: int,
+    state_dict: dict[str, torch.Tensor],
+    model_config: dict,
+    write_tokenizers: Callable[[Path], None],
+    documents: dict[str, Any],
+    tensors: dict | None = None,
+    texts: dict[str, str] | None = None,
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
+    once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
+    ``trainer.pt`` when ``tensors`` is given, each ``texts`` entry as a UTF-8 file of that name
+    (a model card), what ``extra(folder)`` writes (another engine's model), and the manifest
+    last (see :mod:`qkv.inference.saved`).
+
+    The folder is built beside ``final`` under a temporary name and renamed into place; an
+    existing ``final`` is replaced. Returns ``final``.
+    """
+    from safetensors.torch import save_file
+
+    final = Path(final)
+    root, name = final.parent, final.name
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{_TMP}{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+
+    # safetensors refuses shared storage: save each tensor once, remember the aliases
+    state = state_dict
+    seen: dict[int, str] = {}
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    for key, value in state.items():
+        ident = value.untyped_storage().data_ptr() if value.numel() else -1
+        if ident in seen and ident != -1 and state[seen[ident]].shape == value.shape:
+            aliases[key] = seen[ident]
+            continue
+        seen[ident] = key
+        unique[key] = value.detach().to("cpu").contiguous()
+    save_file(unique, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    with open(tmp / "model.safetensors", "rb+") as f:
+        os.fsync(f.fileno())
+
+    def dump(fname: str, obj: Any) -> None:
+        _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
+
+    dump("model.json", {"config": model_config, "aliases": aliases})
+    for fname, obj in documents.items():
+        dump(fname, obj)
+    for fname, text in (texts or {}).items():
+        _write_synced(tmp / fname, text.encode("utf-8"))
+    if tensors is not None:
+        torch.save(tensors, tmp / "trainer.pt")
+        with open(tmp / "trainer.pt", "rb+") as f:
+            os.fsync(f.fileno())
+    write_tokenizers(tmp / "tokenizers")
+    if extra is not None:
+        extra(tmp)
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            if p.parent != tmp:
+                with open(p, "rb+") as f:
+                    os.fsync(f.fileno())
+            rel = p.relative_to(tmp).as_posix()
+            files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    dump(
+        MANIFEST,
+        {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "qkv_version": __version__,
+            "step": step,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files,
+        },
+    )
+    for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
+        _fsync_dir(d)
+    if final.exists():  # the same step written again (a resumed run that stopped right here)
+        old = root / f"{_OLD}{name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    return final
+
+
+# ---------------------------------------------------------------------------- an inference-only folder
+def _check_out(out: Path, force: bool, sources: tuple[Path, ...]) -> None:
+    """Refuse an ``out`` that would lose something: a non-empty folder without ``force``; with
+    it, anything but a model folder qkv wrote (never a run, a checkpoint, or the source)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {str(out)!r} is a file; expected a folder to write the model to")
+    for src in sources:
+        if src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve()):
+            raise ValueError(
+                f"out: {str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder"
+            )
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise ValueError(
+            f"out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
+            "force=True (--force) to replace a model folder written before"
+        )
+    if (
+        not (out / MANIFEST).is_file()
+        or (out / "trainer.pt").exists()
+        or (out / "checkpoints").exists()
+    ):
+        raise ValueError(
+            f"out: {str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
+            "files qkv did not write): it is never replaced, even with --force; choose a new folder"
+        )
+
+
+def _number(x: Any) -> str:
+    return f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def model_card(card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: dict | None) -> str:
+    """The ``README.md`` of a model folder (Markdown).
+
+    Args:
+        card: what is known of the model: ``"title"`` (str), ``"data"`` (the training data's
+            name), ``"scores"`` (``{name: value or text}``, e.g. ``{"valid BLEU": 31.2}``),
+            ``"signatures"`` (``{name: sacreBLEU signature}``), ``"settings"`` (``{name: value}``,
+            the training settings), ``"notes"`` (a list of lines); every key optional.
+        model: the model (its architecture is listed from its config).
+        decoding: the default decoding, or None.
+    """
+    card = dict(card or {})
+    unknown = set(card) - {"title", "data", "scores", "signatures", "settings", "notes", "step"}
+    if unknown:
+        raise ValueError(
+            f"card: unknown keys {sorted(unknown)}; expected title, data, scores, signatures, "
+            "settings, notes, step"
+        )
+    cfg = model.config.to_dict()
+    lines = [f"# {card.get('title') or 'qkv translation model'}", ""]
+    lines.append(
+        f"A {cfg.get('kind', 'transformer')} translation model saved by qkv {__version__} on "
+        f"{time.strftime('%Y-%m-%d')} (inference only: no training state)."
+    )
+    lines += ["", "## Training data", "", str(card.get("data") or "not recorded")]
+    if card.get("step") is not None:
+        lines += ["", f"Trained for {card['step']} updates."]
+    lines += ["", "## Scores", ""]
+    scores = card.get("scores") or {}
+    if scores:
+        lines += [f"* {name}: {_number(v)}" for name, v in scores.items()]
+    else:
+        lines.append("none measured")
+    for name, sig in (card.get("signatures") or {}).items():
+        lines.append(f"* {name} signature: `{sig}`")
+    lines += ["", "## Model", ""] + [f"* {k}: {v}" for k, v in cfg.items()]
+    if decoding is not None:
+        lines += ["", "## Decoding (the default)", ""]
+        lines += [f"* {k}: {v}" for k, v in decoding.items()]
+    settings = card.get("settings") or {}
+    if settings:
+        lines += ["", "## Training settings", ""] + [f"* {k}: {v}" for k, v in settings.items()]
+    for note in card.get("notes") or ():
+        lines += ["", str(note)]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```text",
+        "qkv translate --model-dir THIS_FOLDER 'Go.'",
+        "qkv evaluate --model-dir THIS_FOLDER --data PAIRS.tsv",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run_card(folder: str | Path) -> dict[str, Any]:
+    """The model card of a saved model folder (see :func:`model_card`): a folder saved by
+    :func:`save_model` keeps its card in ``card.json``; else it is gathered from what the
+    folder's run recorded: ``train.json`` (data, settings) and ``trainer.json`` (validation
+    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
+    """
+    v = _Verified(folder)
+    if "card.json" in v.files:
+        kept = v.json("card.json")
+        if isinstance(kept, dict):
+            return kept
+    card: dict[str, Any] = {"scores": {}}
+    if "train.json" in v.files:
+        train = v.json("train.json")
+        if isinstance(train, dict):
+            card["data"] = train.get("data") or "the bundled English-French corpus (qkv.data)"
+            card["settings"] = {k: val for k, val in train.items() if k != "data"}
+    if "trainer.json" in v.files:
+        state = v.json("trainer.json")
+        if isinstance(state, dict):
+            card["step"] = state.get("step")
+            if isinstance(state.get("valid_bleu"), (int, float)):
+                card["scores"]["validation BLEU (final model, its decoding)"] = float(
+                    state["valid_bleu"]
+                )
+            evals = [h for h in state.get("history") or () if "valid_bleu" in h]
+            if evals:
+                last = evals[-1]
+                card["scores"][f"validation BLEU (greedy, update {last.get('step')})"] = last[
+                    "valid_bleu"
+                ]
+                if "valid_chrf" in last:
+                    card["scores"][f"validation chrF (greedy, update {last.get('step')})"] = last[
+                        "valid_chrf"
+                    ]
+            card["notes"] = [
+                "Validation scores are sacreBLEU's on the run's validation split (signatures "
+                "not recorded by the run); `qkv evaluate` measures a test set."
+            ]
+    return card
+
+
+def save_model(
+    model: EncoderDecoder,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    out: str | Path,
+    *,
+    decoding: dict[str, Any] | None = None,
+    card: Mapping[str, Any] | None = None,
+    force: bool = False,
+    step: int = 0,
+    source: str | Path | None = None,
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
+    """Save a model with its tokenizers as an inference-only folder (see the module docstring)
+    that :func:`~qkv.inference.load_model`, ``Translator.load`` and every ``qkv`` command read.
+
+    The folder is written beside ``out`` under a temporary name and renamed into place, so
+    ``out`` is never half-written.
+
+    Args:
+        model: an :class:`~qkv.nn.seq2seq.EncoderDecoder` built by
+            :func:`~qkv.nn.build_model` (its ``config`` rebuilds it).
+        src_tokenizer, tgt_tokenizer: its tokenizers (their vocabularies must fit the model).
+        out: the folder to write.
+        decoding: the default decoding (``{"beam_size", "length_penalty", "no_repeat_ngram"}``,
+            checked), written as ``decoding.json``; None: none (greedy).
+        card: what the ``README.md`` model card says (see :func:`model_card`).
+        force: replace an existing model folder ``out`` (never a run or a checkpoint).
+        step: the update the weights come from (0 for a model not trained by ``qkv train``).
+        source: the folder the model was read from, which ``out`` must not be or hold.
+        extra: ``fn(folder)`` writing more files into the folder before its manifest (another
+            engine's model, as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        TypeError: a model without a config, or a tokenizer that is not a qkv one.
+        ValueError: vocabularies that do not fit the model, a bad ``decoding`` or ``card``, or
+            an ``out`` that is not empty (without ``force``) or not a model folder.
+    """
+    if not isinstance(model, EncoderDecoder) or getattr(model, "config", None) is None:
+        raise TypeError(
+            f"model: expected an EncoderDecoder built by qkv.nn.build_model (with a config), got "
+            f"{type(model).__name__}"
+        )
+    for name, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
+        if not isinstance(tok, Tokenizer):
+            raise TypeError(f"{name}: expected a qkv.data Tokenizer, got {type(tok).__name__}")
+    cfg = model.config
+    sizes = (src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    if sizes != (cfg.src_vocab_size, cfg.tgt_vocab_size):
+        raise ValueError(
+            f"tokenizers: vocabularies of {sizes[0]} and {sizes[1]} ids, the model expects "
+            f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
+        )
+    documents = {} if decoding is None else {"decoding.json": check_decoding(decoding)}
+    readme = model_card(card, model, documents.get("decoding.json"))
+    try:  # kept as data too: a model exported again keeps its card
+        documents["card.json"] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"card: expected JSON-serialisable values (text, numbers): {e}") from None
+    out = Path(out)
+    _check_out(out, force, () if source is None else (Path(source),))
+    try:
+        return write_model_folder(
+            out,
+            step=step,
+            state_dict=model.state_dict(),
+            model_config=cfg.to_dict(),
+            write_tokenizers=lambda d: save_tokenizers(d, src_tokenizer, tgt_tokenizer),
+            documents=documents,
+            texts={"README.md": readme},
+            extra=extra,
+        )
+    except BaseException:  # nothing half-written is left beside out (out itself is untouched)
+        shutil.rmtree(out.parent / f"{_TMP}{out.name}-{os.getpid()}", ignore_errors=True)
+        raise
