@@ -226,3 +226,22 @@ def test_every_command_accepts_the_exported_folder(run, tmp_path):
     m2 = export_model(m, tmp_path / "again")  # an export exported again keeps its card
     assert Translator.load(m2).translate(SOURCES[:5]) == Translator.load(m).translate(SOURCES[:5])
     assert "en-fr.txt" in (m2 / "README.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["ctranslate2", "onnx"])
+def test_cli_export_to_another_engine_translates_as_qkv(run, tmp_path, fmt):
+    out = tmp_path / fmt
+    rc, _, err = _cli("export", "--model-dir", str(run), "--out", str(out), "--format", fmt)
+    assert rc == 0, err
+    qkv = Translator.load(run)
+    qkv.decoding = {**qkv.decoding, "no_repeat_ngram": 0}  # plain greedy, as OnnxTranslator's
+    if fmt == "onnx":
+        from qkv.export.onnx import OnnxTranslator
+
+        got = OnnxTranslator(out).translate(SOURCES[:12])
+    else:
+        from qkv.export.ctranslate2 import Ct2Translator
+
+        got = Ct2Translator(out).translate(SOURCES[:12], beam_size=1, no_repeat_ngram=0)
+    assert got == qkv.translate(SOURCES[:12], beam_size=1)
