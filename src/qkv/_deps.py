@@ -28,6 +28,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tomli": ("tomli", "train"),
     "matplotlib": ("matplotlib", "viz"),
     "tensorboard": ("tensorboard", "tensorboard"),
+    "ctranslate2": ("ctranslate2", "ct2"),
     "onnx": ("onnx", "onnx"),
     "onnxscript": ("onnxscript", "onnx"),
     "onnxruntime": ("onnxruntime", "onnx"),

@@ -13,6 +13,7 @@ any later server import these; this package imports nothing above it (no ``train
 
 from .decode import decode_texts, default_max_len, generate_ids, never_generated
 from .device import pick_device
+from .quantize import QUANTIZATIONS, check_quantize, quantize_model
 from .saved import (
     CheckpointError,
     LoadedCheckpoint,
@@ -31,12 +32,14 @@ from .saved import (
 from .scores import Evaluation, corpus_scores
 
 __all__ = [
+    "QUANTIZATIONS",
     "CheckpointError",
     "Evaluation",
     "LoadedCheckpoint",
     "SavedModel",
     "best_checkpoint",
     "check_decoding",
+    "check_quantize",
     "corpus_scores",
     "decode_texts",
     "default_max_len",
@@ -48,6 +51,7 @@ __all__ = [
     "load_model_weights",
     "never_generated",
     "pick_device",
+    "quantize_model",
     "read_weights",
     "resolve_model_dir",
     "verify_checkpoint",
