@@ -11,6 +11,7 @@ from _train_helpers import tiny_config
 from torch import nn
 
 from qkv.cli import main
+from qkv.data import write_pairs
 from qkv.inference import check_quantize, decode_texts, load_model, quantize_model
 from qkv.translate import Translator
 
@@ -134,3 +135,22 @@ def test_decode_texts_is_unchanged_by_batching(run):
     for beam in (1, 3):
         whole = decode_texts(*args, beam_size=beam, max_tokens=4096)
         assert decode_texts(*args, beam_size=beam, max_tokens=8) == whole
+
+
+def test_engine_ctranslate2_translates_as_qkv(run, tmp_path, capsys):
+    export = pytest.importorskip("qkv.export.ctranslate2")  # helper "package"'s (until merged)
+    export.export_ctranslate2(run, tmp_path / "ct2")
+    texts = TEXTS[:4]
+    args = ["--model-dir", str(tmp_path / "ct2"), "--beam", "1"]
+    assert main(["translate", *args, *texts]) == 0
+    want = capsys.readouterr().out
+    for where in (tmp_path / "ct2", tmp_path / "ct2" / "ctranslate2"):  # the folder or its ct2/
+        argv = ["translate", "--model-dir", str(where), "--beam", "1", "--engine", "ctranslate2"]
+        assert main([*argv, *texts]) == 0
+        assert capsys.readouterr().out == want
+    ev = ["evaluate", *args, "--engine", "ctranslate2", "--json", "--data"]
+    write_pairs(tmp_path / "pairs.txt", [(t, "va .") for t in texts[:3]])
+    assert main([*ev, str(tmp_path / "pairs.txt")]) == 0
+    assert '"bleu"' in capsys.readouterr().out
+    assert main(["translate", *args, "--engine", "ctranslate2", "--n-best", "2", "go ."]) == 2
+    assert "--n-best" in capsys.readouterr().err
