@@ -177,6 +177,7 @@ def ct2_systems(model, srcs, steps, beam, threads, folder: Path) -> dict[str, Ca
     spec.register_target_vocabulary(vocab)
     spec.validate()
     spec.optimize(quantization=None)
+    folder.mkdir(parents=True)
     spec.save(str(folder))
     index = {t: i for i, t in enumerate(vocab)}
     tokens = [[vocab[i] for i in s] for s in srcs]
@@ -280,7 +281,6 @@ def hf_system(model, batches: Batches, steps: int, beam: int) -> dict[str, Calla
                 max_new_tokens=steps,
                 min_new_tokens=0,
                 suppress_tokens=[PAD, BOS],
-                early_stopping=True,
             )
             out += ids[:, 1:].tolist()
         return out
