@@ -28,10 +28,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tomli": ("tomli", "train"),
     "matplotlib": ("matplotlib", "viz"),
     "tensorboard": ("tensorboard", "tensorboard"),
+    "ctranslate2": ("ctranslate2", "ct2"),
     "onnx": ("onnx", "onnx"),
     "onnxscript": ("onnxscript", "onnx"),
     "onnxruntime": ("onnxruntime", "onnx"),
-    "ctranslate2": ("ctranslate2", "ct2"),
 }
 
 

@@ -338,9 +338,80 @@ class _Progress:
             sys.stderr.flush()
 
 
+class _Ct2Engine:
+    """``--engine ctranslate2``: what translate and evaluate use of a Translator, through the
+    CTranslate2 model ``qkv export --format ctranslate2`` wrote (never converted here)."""
+
+    def __init__(self, model_dir: str, device: str, quantize: str | None) -> None:
+        require("--engine ctranslate2", ["ctranslate2"])
+        import torch
+
+        from .export.ctranslate2 import Ct2Translator
+
+        if device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"--device: --engine ctranslate2 runs on cpu or cuda, got {device!r}")
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        ct2 = Ct2Translator(
+            model_dir,
+            device=device,
+            compute_type=quantize or "default",
+            threads=torch.get_num_threads(),
+        )
+        self.ct2, self.path = ct2, ct2.path
+        self.decoding, self.tgt_tokenizer = ct2.decoding, ct2.tgt_tokenizer
+
+    def resolve_decoding(
+        self, beam_size: int | None, length_penalty: float | None
+    ) -> tuple[int, float]:
+        from .translate import Translator
+
+        return Translator.resolve_decoding(self, beam_size, length_penalty)  # type: ignore[arg-type]
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        *,
+        n_best: int = 1,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_len: int | None = None,
+        progress: Any = None,
+        **batching: Any,  # max_tokens: CTranslate2 batches 32 sentences, sorted by length
+    ) -> list[Any]:
+        if n_best != 1:
+            raise ValueError(f"--n-best: --engine ctranslate2 gives one translation, got {n_best}")
+        beam, lp = self.resolve_decoding(beam_size, length_penalty)
+        ids = self.ct2.translate_ids(texts, beam_size=beam, length_penalty=lp, max_len=max_len)
+        if progress is not None:
+            progress(len(texts))
+        return ids
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], **options: Any) -> Any:
+        from .translate import evaluate_pairs
+
+        return evaluate_pairs(self, pairs, **options)
+
+
+def _load_translator(args: argparse.Namespace) -> Any:
+    """The Translator of ``--model-dir`` (``--quantize``), or with ``--engine ctranslate2`` its
+    exported CTranslate2 model."""
+    from .translate import Translator
+
+    if args.engine == "ctranslate2":
+        if getattr(args, "attention", None) is not None:
+            raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
+        return _Ct2Engine(args.model_dir, args.device, args.quantize)
+    if args.quantize is not None and args.device != "cpu":
+        raise ValueError(
+            f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
+            f"quantization), got --device {args.device}"
+        )
+    return Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
+
+
 def _cmd_translate(args: argparse.Namespace) -> int:
     from .inference import CheckpointError
-    from .translate import Translator
 
     try:
         _check_translate_args(args)
@@ -357,7 +428,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         if attention is not None:
             for i in range(len(texts)):
                 _check_file_to_write("--attention", _attention_path(attention, i, len(texts)))
-        tr = Translator.load(args.model_dir, device=args.device)
+        tr = _load_translator(args)
         _set_no_repeat(tr, args)
         beam = args.beam
         if beam is None and args.n_best > tr.resolve_decoding(None, None)[0]:
@@ -409,11 +480,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
     from .inference import CheckpointError, verify_checkpoint
     from .train import saved_run_pairs
-    from .translate import Translator
 
     try:
-        _check_positive(args, "beam")
-        tr = Translator.load(args.model_dir, device=args.device)
+        _check_positive(args, "beam", "batch_tokens")
+        tr = _load_translator(args)
         _set_no_repeat(tr, args)
         if args.data is not None:
             pairs, report = read_pairs(args.data, args.format)
@@ -439,6 +509,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             beam_size=args.beam,
             length_penalty=args.length_penalty,
             normalize_references=args.normalized_refs,
+            max_tokens=args.batch_tokens,
         )
         beam, lp = tr.resolve_decoding(args.beam, args.length_penalty)
     except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
@@ -640,6 +711,28 @@ def build_parser() -> argparse.ArgumentParser:
             "model's, 3 for a qkv train run, else 0)",
         )
         p.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
+        p.add_argument(
+            "--quantize",
+            choices=("int8",),
+            default=None,
+            help="int8: dynamic int8 linear layers (CPU only; faster, translations may differ "
+            "slightly); with --engine ctranslate2: CTranslate2's int8 compute type",
+        )
+        p.add_argument(
+            "--engine",
+            choices=("qkv", "ctranslate2"),
+            default="qkv",
+            help="qkv (default), or ctranslate2: translate through the CTranslate2 model that "
+            "qkv export --format ctranslate2 wrote in --model-dir (needs qkv[ct2])",
+        )
+        p.add_argument(
+            "--batch-tokens",
+            type=int,
+            default=4096,
+            metavar="N",
+            help="source tokens per batch (times the beam), sentences sorted by length "
+            "(default: 4096)",
+        )
 
     t = sub.add_parser(
         "translate",
@@ -670,13 +763,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the translations to FILE, replaced at once when all are done "
         "(default: stdout); never the --src file",
-    )
-    t.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=4096,
-        metavar="N",
-        help="source tokens per batch (times the beam), sentences sorted by length (default: 4096)",
     )
     t.add_argument(
         "--attention",
@@ -782,11 +868,12 @@ def _needs(args: argparse.Namespace) -> list[str]:
         if getattr(args, "tensorboard", False):
             modules.append("tensorboard")
         return modules
+    engine = ["ctranslate2"] if getattr(args, "engine", "qkv") == "ctranslate2" else ["safetensors"]
     if args.command == "translate":
         figure = Path(args.attention or "").suffix.lower() in _FIGURES
-        return ["safetensors", *(["matplotlib"] if figure else [])]
+        return [*engine, *(["matplotlib"] if figure else [])]
     if args.command == "evaluate":
-        return ["safetensors", "sacrebleu"]
+        return [*engine, "sacrebleu"]
     if args.command == "average":
         return ["safetensors"]
     if args.command == "export":

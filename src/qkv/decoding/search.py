@@ -7,8 +7,10 @@ the Bahdanau model the state is the GRU's hidden state.  With ``use_cache=False`
 re-runs the decoder over the whole prefix (the book's way), which gives the same tokens, slower.
 
 Batches are padded (``src_valid_lens``); every computation is per row, so a sentence's result does
-not depend on its neighbours, their padding, or the batch size.  A finished sentence keeps being
-fed its EOS token (greedy) or has all its beams dead (-inf) until the whole batch is done.
+not depend on its neighbours, their padding, or the batch size.  Greedy search drops finished
+sentences from the batch (and from the decoder's cache) once a quarter of the batch is done, so
+the rest decode on fewer rows; in beam search a finished sentence has all its beams dead (-inf)
+until the whole batch is done.
 
 The padding and begin-of-sequence tokens (``pad_id``, default 0, and ``bos_id``) are never
 generated: their log-probabilities are set to -inf at every step, after the softmax, so the
@@ -110,7 +112,8 @@ def _banned(
 
 
 def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
-    """``scores`` ``(rows, V)`` with the ``banned`` columns set to -inf (a copy)."""
+    """``scores`` ``(rows, V)`` with the ``banned`` columns set to -inf, in place (the search's
+    own fresh logits or log-probabilities: no copy of a ``(rows, V)`` tensor per step)."""
     if not banned:
         return scores
     V = scores.shape[-1]
@@ -118,7 +121,6 @@ def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
         raise ValueError(
             f"pad_id/bos_id: expected ids below the model's vocabulary size {V}, got {banned}"
         )
-    scores = scores.clone()
     scores[:, banned] = float("-inf")
     return scores
 
@@ -180,18 +182,35 @@ def greedy_search(
     with _EvalMode(model):
         state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
         state = state0
-        tokens = torch.full((B, T + 1), bos_id, dtype=torch.long, device=src.device)
+        # EOS after every row's last token: a row dropped from the batch reads as ended there
+        tokens = torch.full((B, T + 1), eos_id, dtype=torch.long, device=src.device)
+        tokens[:, 0] = bos_id
+        alive = torch.arange(B, device=src.device)  # the batch's rows still decoded
+        rows, lim = tokens, limits  # the alive rows' tokens and limits
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         steps = T
         for t in range(T):
-            logits, state = _step(model, tokens, t, state, state0, use_cache)
-            logits = _block_repeats(_suppress(logits, banned), tokens, t, no_repeat_ngram)
+            logits, state = _step(model, rows, t, state, state0, use_cache)
+            logits = _block_repeats(_suppress(logits, banned), rows, t, no_repeat_ngram)
             nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
-            tokens[:, t + 1] = nxt
-            finished |= (nxt == eos_id) | (limits <= t + 1)  # EOS, or the row's own limit
-            if bool(finished.all()):
+            rows[:, t + 1] = nxt
+            finished |= (nxt == eos_id) | (lim <= t + 1)  # EOS, or the row's own limit
+            n_done = int(finished.sum())
+            if n_done == len(finished):
                 steps = t + 1
                 break
+            # early exit: finished rows leave the batch (its cache and encoder memory) once a
+            # quarter of it is done, so the rest decode on fewer rows; the cache copy is paid
+            # a few times per batch, not every step
+            if use_cache and 4 * n_done >= len(finished):
+                if rows is not tokens:
+                    tokens[alive] = rows
+                keep = (~finished).nonzero().squeeze(1)
+                state = model.reorder_state(state, keep)
+                alive, lim = alive[keep], lim[keep]
+                rows, finished = tokens[alive], finished[keep]
+        if rows is not tokens:
+            tokens[alive] = rows
     out = []
     for row in tokens[:, 1 : steps + 1].tolist():
         out.append(row[: row.index(eos_id)] if eos_id in row else row)

@@ -13,6 +13,7 @@ any later server import these; this package imports nothing above it (no ``train
 
 from .decode import decode_texts, default_max_len, generate_ids, never_generated
 from .device import pick_device
+from .quantize import QUANTIZATIONS, check_quantize, quantize_model
 from .saved import (
     CheckpointError,
     LoadedCheckpoint,
@@ -32,12 +33,14 @@ from .scores import Evaluation, corpus_scores
 from .writing import model_card, run_card, save_model, write_model_folder
 
 __all__ = [
+    "QUANTIZATIONS",
     "CheckpointError",
     "Evaluation",
     "LoadedCheckpoint",
     "SavedModel",
     "best_checkpoint",
     "check_decoding",
+    "check_quantize",
     "corpus_scores",
     "decode_texts",
     "default_max_len",
@@ -50,6 +53,7 @@ __all__ = [
     "model_card",
     "never_generated",
     "pick_device",
+    "quantize_model",
     "read_weights",
     "resolve_model_dir",
     "run_card",
