@@ -347,14 +347,13 @@ class _Ct2Engine:
         import torch
 
         from .export.ctranslate2 import Ct2Translator
+        from .inference import pick_device
 
         if device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device: --engine ctranslate2 runs on cpu or cuda, got {device!r}")
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
         ct2 = Ct2Translator(
             model_dir,
-            device=device,
+            device=pick_device(device).type,
             compute_type=quantize or "default",
             threads=torch.get_num_threads(),
         )
