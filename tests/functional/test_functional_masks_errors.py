@@ -180,3 +180,24 @@ def test_shared_trailing_padding_is_trimmed_exactly():
         B=3, H=2, Lq=9, Lk=9, device=q.device, batched_heads=True, key_padding_mask=all_pad
     )
     assert s2.key_extent() == 0
+
+
+def test_lengths_are_read_once_and_say_whether_a_row_can_be_dead():
+    from qkv.functional.masks import check_masks
+
+    def spec(lens, **kw):
+        return check_masks(
+            B=3, H=1, Lq=2, Lk=6, device=torch.device("cpu"), batched_heads=True,
+            valid_lens=torch.tensor(lens), **kw
+        )  # fmt: skip
+
+    s = spec([4, 1, 5])
+    assert s.lens_range == (1, 5) and s.no_dead_rows and s.key_extent() == 5
+    assert not spec([4, 0, 5]).no_dead_rows  # row 1 sees no key
+    assert spec([6, 6, 6]).valid_lens is None  # hides nothing: no mask, no range
+    kpm = torch.zeros(3, 6, dtype=torch.bool)
+    assert not spec([4, 1, 5], key_padding_mask=kpm | True).no_dead_rows  # unknown: look
+    trimmed = s.trim_keys(s.key_extent())
+    assert trimmed.lens_range == (1, 5) and trimmed.Lk == 5
+    per_query = spec([[1, 2], [2, 2], [0, 3]])
+    assert per_query.lens_range is None and not per_query.no_dead_rows

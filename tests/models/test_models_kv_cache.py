@@ -79,3 +79,71 @@ def test_existing_behaviour_unchanged_without_cache():
     assert mha(X, X, X, torch.tensor([3, 5])).shape == (2, 5, 16)
     assert mha.rotary is None
     assert sorted(mha.state_dict()) == ["W_k.weight", "W_o.weight", "W_q.weight", "W_v.weight"]
+
+
+# ---------------------------------------------------------------------------- NaN through caches
+# A cache checks what it stores once and attention then skips summing it again; the NaN rule
+# (a row whose sequence's keys or values hold a NaN comes out NaN, the others are untouched)
+# must hold all the same, whenever the NaN arrives.
+
+
+def _decode_rows(mha: MultiHeadAttention, x: torch.Tensor, enc: torch.Tensor, lens, cross):
+    """Step-by-step self-attention over ``x`` (B, T, D) with a growing cache, then
+    cross-attention over ``enc`` with a static cache; the outputs (B, T, D)."""
+    self_cache, out = KVCache(capacity=2), []
+    for t in range(x.shape[1]):
+        y = mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=self_cache)
+        out.append(cross(y, enc, enc, lens))
+    return torch.cat(out, 1)
+
+
+@pytest.mark.parametrize("where", ["self_step_0", "self_step_3", "cross"])
+def test_a_nan_stored_in_a_cache_still_reaches_its_row_and_only_its_row(where):
+    torch.manual_seed(0)
+    B, T, S, D = 3, 5, 7, 8
+    mha = MultiHeadAttention(D, 2).eval()
+    cross_mha = MultiHeadAttention(D, 2).eval()
+    x, enc = torch.randn(B, T, D), torch.randn(B, S, D)
+    lens = torch.tensor([7, 3, 5])
+    cache = KVCache(static=True)
+
+    def cross(y, k, v, vl):
+        return cross_mha(y, k, v, vl, cache=cache)
+
+    with torch.inference_mode():
+        clean = _decode_rows(mha, x, enc, lens, cross)
+        assert torch.isfinite(clean).all()
+        bad_x, bad_enc = x.clone(), enc.clone()
+        first_bad = 0
+        if where == "cross":
+            bad_enc[1, 6] = float("nan")  # a padded position of row 1: NaN all the same
+        else:
+            first_bad = int(where[-1])
+            bad_x[1, first_bad] = float("nan")
+        cache = KVCache(static=True)
+        dirty = _decode_rows(mha, bad_x, bad_enc, lens, cross)
+    assert torch.isnan(dirty[1, first_bad:]).all()
+    torch.testing.assert_close(dirty[1, :first_bad], clean[1, :first_bad])
+    torch.testing.assert_close(dirty[[0, 2]], clean[[0, 2]])
+
+
+def test_finite_marks_follow_the_cache_through_reorder_and_cast():
+    from qkv.functional.scores import _known_finite
+
+    c = KVCache(static=True)
+    k = torch.randn(3, 1, 4, 2)
+    c.set(k, k.clone())
+    assert _known_finite(c.keys) and _known_finite(c.values)
+    c.reorder(torch.tensor([2, 0]))
+    assert _known_finite(c.keys)
+    c.to(torch.float16)  # a cast may overflow: no longer vouched for
+    assert not _known_finite(c.keys)
+    g = KVCache()
+    keys, _ = g.append(k, k)
+    assert _known_finite(keys)
+    bad = k.clone()
+    bad[0, 0, 0, 0] = float("inf")
+    keys, _ = g.append(bad[:, :, :1], k[:, :, :1])
+    assert not _known_finite(keys)
+    keys, _ = g.append(k[:, :, :1], k[:, :, :1])  # an infinity stays in the cache
+    assert not _known_finite(keys)

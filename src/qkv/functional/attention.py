@@ -372,7 +372,7 @@ def _fused(
     q, k = kind.prepare(q, k)
     mask, causal = spec.sdpa_mask(q.dtype)
     dead = None
-    if mask is not None:
+    if mask is not None and not spec.no_dead_rows:
         # rows with no key allowed, read off the mask just built (SDPA: True = may attend)
         no_key = (
             ~mask.any(dim=-1, keepdim=True)

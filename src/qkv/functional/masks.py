@@ -123,9 +123,11 @@ class ValidLens(IndexMask):
 
     __slots__ = ("_lens_range", "lens")
 
-    def __init__(self, lens: Tensor) -> None:
+    def __init__(self, lens: Tensor, known_range: tuple[int, int] | None = None) -> None:
         self.lens = lens
         self._lens_range: tuple[list[int], list[int]] | None = None
+        if known_range is not None and lens.shape[2] == 1:  # (B,) lengths read when checked
+            self._lens_range = ([known_range[0]], [known_range[1]])
 
     @property
     def per_query(self) -> bool:  # type: ignore[override]
@@ -186,6 +188,9 @@ class MaskSpec:
     window: int | None = None
     device: torch.device = _CPU
     index_masks: tuple[IndexMask, ...] = field(init=False, repr=False, compare=False)
+    #: ``(min, max)`` of ``(B,)`` lengths when they were read on the host while checked (None:
+    #: not read); spares the backends a second device sync for the same numbers
+    lens_range: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         index: tuple[IndexMask, ...] = ()
@@ -194,7 +199,7 @@ class MaskSpec:
         elif self.is_causal:
             index = (CAUSAL,)
         if self.valid_lens is not None:
-            index += (ValidLens(self.valid_lens),)
+            index += (ValidLens(self.valid_lens, self.lens_range),)
         object.__setattr__(self, "index_masks", index)
 
     # ------------------------------------------------------------------ queries
@@ -221,6 +226,17 @@ class MaskSpec:
             and self.key_padding_mask is None
             and self.attn_mask is None
         )
+
+    @property
+    def no_dead_rows(self) -> bool:
+        """True when every query is known to see some key without reading a mask's values: no
+        masks but ``is_causal`` (query ``i`` sees key 0) and ``(B,)`` lengths known to be >= 1.
+        False means "maybe": backends then look for rows that see no key."""
+        if self.key_padding_mask is not None or self.attn_mask is not None or self.Lk == 0:
+            return False
+        if self.window is not None:
+            return False
+        return self.valid_lens is None or (self.lens_range is not None and self.lens_range[0] > 0)
 
     @property
     def empty_except_causal(self) -> bool:
@@ -348,8 +364,9 @@ class MaskSpec:
         end = self.Lk
         if torch.compiler.is_compiling():
             return end
-        if self.valid_lens is not None:
-            end = min(end, int(self.valid_lens.max()))
+        for m in self.index_masks:
+            if isinstance(m, ValidLens):  # the longest length (read once per call)
+                end = min(end, m.key_bounds(0, self.Lq, self.Lk)[1])
         kpm = self.key_padding_mask
         if kpm is not None and kpm.dtype == torch.bool and end > 0:
             open_cols = (~kpm[..., :end]).flatten(0, -2).any(dim=0)  # (end,)
@@ -364,10 +381,14 @@ class MaskSpec:
         vl = self.valid_lens.clamp(max=end) if self.valid_lens is not None else None
         kpm = self.key_padding_mask[..., :end] if self.key_padding_mask is not None else None
         am = self.attn_mask[..., :end] if self.attn_mask is not None else None
+        known = self.lens_range
+        if known is not None:
+            known = (min(known[0], end), min(known[1], end))
         return replace(
             self,
             Lk=end,
-            valid_lens=_drop_noop_lens(vl, end),
+            valid_lens=_drop_noop_lens(vl, end, known),
+            lens_range=known,
             key_padding_mask=_drop_noop(kpm),
             attn_mask=am,
         )
@@ -397,10 +418,16 @@ def _drop_noop(mask: Tensor | None) -> Tensor | None:
     return mask
 
 
-def _drop_noop_lens(vl: Tensor | None, Lk: int) -> Tensor | None:
-    if vl is not None and bool((vl >= Lk).all()):
+def _drop_noop_lens(
+    vl: Tensor | None, Lk: int, known: tuple[int, int] | None = None
+) -> Tensor | None:
+    """Lengths that hide no key (all ``>= Lk``) are no mask; ``known`` is their ``(min, max)``
+    when already read (no second device sync)."""
+    if vl is None:
         return None
-    return vl
+    if known is not None and vl.shape[2] == 1:
+        return None if known[0] >= Lk else vl
+    return None if bool((vl >= Lk).all()) else vl
 
 
 def check_masks(
@@ -470,8 +497,10 @@ def check_masks(
                 f"valid_lens: expected shape ({B},) or ({B}, {Lq}) for batch {B} and "
                 f"{Lq} queries, got shape {tuple(valid_lens.shape)}"
             )
+        lens_range = None
         if valid_lens.numel() and not sync_free:
-            lo, hi = int(valid_lens.min()), int(valid_lens.max())
+            lo, hi = (int(x) for x in torch.stack(torch.aminmax(valid_lens)).tolist())  # 1 sync
+            lens_range = (lo, hi)
             if lo < 0 or hi > Lk:
                 raise ValueError(
                     f"valid_lens: expected lengths in [0, {Lk}] (the number of keys), "
@@ -487,8 +516,12 @@ def check_masks(
                 vl = vl[:, 0]
         if vl is not None:
             vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
+        if vl is None or vl.shape[2] != 1:
+            lens_range = None  # the range read was of per-query lengths, or they are gone
         if not sync_free:
-            vl = _drop_noop_lens(vl, Lk)
+            vl = _drop_noop_lens(vl, Lk, lens_range)
+        if vl is None:
+            lens_range = None
 
     kpm = None
     if key_padding_mask is not None:
@@ -546,4 +579,16 @@ def check_masks(
         window = int(window)
         if window < 1:
             raise ValueError(f"window: expected a positive int, got {window}")
-    return MaskSpec(B, H, Lq, Lk, vl, kpm, am, is_causal, window, torch.device(device))
+    return MaskSpec(
+        B,
+        H,
+        Lq,
+        Lk,
+        vl,
+        kpm,
+        am,
+        is_causal,
+        window,
+        torch.device(device),
+        lens_range=lens_range if valid_lens is not None else None,
+    )

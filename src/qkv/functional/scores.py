@@ -30,6 +30,7 @@ table above); the tests pick it up from there.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -107,6 +108,37 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 _SYNC_FREE = frozenset({"cpu"})
 
 
+#: tensors known to hold only finite numbers: id -> weak reference (see mark_finite)
+_KNOWN_FINITE: dict[int, weakref.ref] = {}
+
+
+def mark_finite(*tensors: Tensor) -> None:
+    """Record that ``tensors`` hold only finite numbers, checked by their owner (a key/value
+    cache checks what it stores once, when it stores it), so :func:`nonfinite_rows` does not sum
+    them again at every call.  Held by weak reference: a tensor freed is forgotten.  The owner
+    promises not to change them in place afterwards."""
+    for t in tensors:
+        key = id(t)
+        _KNOWN_FINITE[key] = weakref.ref(t, lambda _, key=key: _KNOWN_FINITE.pop(key, None))
+
+
+def _known_finite(t: Tensor) -> bool:
+    ref = _KNOWN_FINITE.get(id(t))
+    return ref is not None and ref() is t
+
+
+def all_finite(*tensors: Tensor) -> bool | None:
+    """Whether every number of ``tensors`` is finite, by one sum per tensor read back; None
+    (unknown) off the devices where reading back costs no sync (the CPU)."""
+    if any(t.device.type not in _SYNC_FREE for t in tensors):
+        return None
+    total = 0.0
+    for t in tensors:
+        acc = acc_dtype(t.dtype)
+        total += (t.sum() if acc == t.dtype else t.sum(dtype=acc)).item()
+    return math.isfinite(total)
+
+
 def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor, *, sync_free: bool = False) -> Tensor | None:
     """``(B, H, Lq, 1)`` in ``q``'s dtype: NaN for the rows whose inputs hold a NaN or an
     infinity, 0 for the others; or None when no input holds one (answered only on the CPU,
@@ -130,12 +162,14 @@ def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor, *, sync_free: bool = False) 
     acc = acc_dtype(q.dtype)
     kw = {} if acc == q.dtype else {"dtype": acc}
     # where a sync costs nothing, one sum per tensor first: finite is the usual answer
-    if (
-        not sync_free
-        and q.device.type in _SYNC_FREE
-        and math.isfinite(q.sum(**kw).item() + k.sum(**kw).item() + v.sum(**kw).item())
-    ):
-        return None
+    if not sync_free and q.device.type in _SYNC_FREE:
+        # keys and values a cache checked when it stored them are not summed again
+        unchecked = [t for t in (k, v) if not _known_finite(t)]
+        total = q.sum(**kw)
+        for t in unchecked:
+            total = total + t.sum(**kw)
+        if math.isfinite(total.item()):
+            return None
     with torch.no_grad():
         rows = q.sum(-1, keepdim=True, **kw)  # (B, H, Lq, 1)
         seq = k.sum((-2, -1), keepdim=True, **kw).add_(v.sum((-2, -1), keepdim=True, **kw))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..functional.scores import all_finite, mark_finite
+
 __all__ = ["KVCache", "TensorKVCache"]
 
 
@@ -49,6 +51,9 @@ class KVCache:
         self.length = 0
         self._k: Tensor | None = None  # (B, H, capacity, d)
         self._v: Tensor | None = None
+        # every number stored is known finite (checked once, as stored): the keys and values
+        # handed out are then marked, and attention does not scan them for NaN at every step
+        self._finite = False
 
     def __repr__(self) -> str:
         shape = None if self._k is None else tuple(self.keys.shape)
@@ -60,17 +65,17 @@ class KVCache:
 
     @property
     def keys(self) -> Tensor:
-        """Cached keys ``(B, H, L, d)`` (a view of the storage)."""
+        """Cached keys ``(B, H, L, d)`` (a view of the storage; read-only)."""
         if self._k is None:
             raise RuntimeError("KVCache: the cache is empty")
-        return self._k[:, :, : self.length]
+        return self._k if self.static else self._k[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
-        """Cached values ``(B, H, L, dv)`` (a view of the storage)."""
+        """Cached values ``(B, H, L, dv)`` (a view of the storage; read-only)."""
         if self._v is None:
             raise RuntimeError("KVCache: the cache is empty")
-        return self._v[:, :, : self.length]
+        return self._v if self.static else self._v[:, :, : self.length]
 
     def _check(self, k: Tensor, v: Tensor) -> None:
         if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 4 or v.dim() != 4:
@@ -93,6 +98,9 @@ class KVCache:
         """Store ``k (B, H, L, d)`` and ``v (B, H, L, dv)`` as the whole cache."""
         self._check(k, v)
         self._k, self._v, self.length = k, v, k.shape[2]
+        self._finite = bool(all_finite(k, v))
+        if self._finite:
+            mark_finite(k, v)
         return k, v
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -113,8 +121,12 @@ class KVCache:
             self._k, self._v = nk, nv
         self._k[:, :, self.length : end] = k
         self._v[:, :, self.length : end] = v
+        self._finite = bool(all_finite(k, v)) and (self.length == 0 or self._finite)
         self.length = end
-        return self.keys, self.values
+        keys, values = self.keys, self.values
+        if self._finite:
+            mark_finite(keys, values)
+        return keys, values
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` ``(B',)`` of the batch, in that order (beam search)."""
@@ -125,6 +137,8 @@ class KVCache:
             self._v = self.values.index_select(0, index)
             if not self.static:  # keep room to grow
                 self._k, self._v = self._grow(self._k), self._grow(self._v)
+            elif self._finite:  # rows of finite keys and values
+                mark_finite(self._k, self._v)
             return
         L = self.length
         self._k[:, :, :L] = self._k[:, :, :L].index_select(0, index)
@@ -142,6 +156,7 @@ class KVCache:
         """Move or cast the stored tensors (like ``Tensor.to``); returns self."""
         if self._k is not None:
             self._k, self._v = self._k.to(*args, **kwargs), self._v.to(*args, **kwargs)
+            self._finite = False  # a cast may overflow: unknown from here on
         return self
 
 

@@ -149,9 +149,11 @@ class AddNorm(nn.Module):
         return self.ln(X) if self.norm_first else X
 
     def forward(self, X: Tensor, Y: Tensor) -> Tensor:
+        if self.training:  # dropout is the identity in evaluation: not even called (decoding)
+            Y = self.dropout(Y)
         if self.norm_first:
-            return X + self.dropout(Y)
-        return self.ln(self.dropout(Y) + X)
+            return X + Y
+        return self.ln(Y + X)
 
     def extra_repr(self) -> str:
         return "norm_first=True" if self.norm_first else ""
