@@ -9,8 +9,8 @@ re-runs the decoder over the whole prefix (the book's way), which gives the same
 Batches are padded (``src_valid_lens``); every computation is per row, so a sentence's result does
 not depend on its neighbours, their padding, or the batch size.  Greedy search drops finished
 sentences from the batch (and from the decoder's cache) once a quarter of the batch is done, so
-the rest decode on fewer rows; in beam search a finished sentence has all its beams dead (-inf)
-until the whole batch is done.
+the rest decode on fewer rows; beam search does the same with finished sentences and all their
+beams (until then a finished sentence's beams are dead, -inf).
 
 The padding and begin-of-sequence tokens (``pad_id``, default 0, and ``bos_id``) are never
 generated: their log-probabilities are set to -inf at every step, after the softmax, so the
@@ -283,12 +283,14 @@ def beam_search(
         scores[:, 0] = 0.0  # one live beam at first, so the K beams differ
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         base = torch.arange(B, device=dev).unsqueeze(1) * K  # (B, 1)
+        ids = list(range(B))  # the sentences still in the batch, by their index in src
         for t in range(T):
             logits, state = _step(model, tokens, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
-            cand = (scores.unsqueeze(-1) + logp.view(B, K, V)).view(B, K * V)
+            Bt = len(ids)  # sentences still in the batch
+            cand = (scores.unsqueeze(-1) + logp.view(Bt, K, V)).view(Bt, K * V)
             top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
             top_beam, top_tok = top_i // V, top_i % V
             is_eos = top_tok == eos_id
@@ -298,8 +300,9 @@ def beam_search(
                 for b, j in fin.nonzero().tolist():
                     row = b * K + int(top_beam[b, j])
                     score = _penalised(float(top_v[b, j]), t + 1, alpha)
-                    finals[b].append((score, len(finals[b]), tokens[row, 1 : t + 1].tolist()))
-                    if len(finals[b]) >= K:
+                    hyps = finals[ids[b]]
+                    hyps.append((score, len(hyps), tokens[row, 1 : t + 1].tolist()))
+                    if len(hyps) >= K:
                         done[b] = True
             # the K best extensions that are not EOS live on
             live_v, live_j = top_v.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
@@ -314,15 +317,28 @@ def beam_search(
             ending = (limits == t + 1) & ~done  # its max_len reached: the live hypotheses end
             if bool(ending.any()):
                 for b in ending.nonzero().flatten().tolist():
+                    hyps = finals[ids[b]]
                     for k in range(K):
                         s = float(scores[b, k])
                         if math.isfinite(s):
-                            ids = tokens[b * K + k, 1 : t + 2].tolist()
-                            finals[b].append((_penalised(s, t + 1, alpha), len(finals[b]), ids))
+                            out = tokens[b * K + k, 1 : t + 2].tolist()
+                            hyps.append((_penalised(s, t + 1, alpha), len(hyps), out))
                     done[b] = True
                 scores = scores.masked_fill(done.unsqueeze(1), float("-inf"))
                 if bool(done.all()):
                     break
+            # early exit: finished sentences leave the batch with their K beams (cache, encoder
+            # memory) once a quarter of it is done; every computation is per row, so the others'
+            # results do not change
+            n_done = int(done.sum())
+            if use_cache and n_done and 4 * n_done >= len(ids):
+                keep = (~done).nonzero().squeeze(1)  # (B',) sentences of the batch
+                keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=dev)).view(-1)
+                state = model.reorder_state(state, keep_rows)
+                tokens, scores, limits = tokens[keep_rows], scores[keep], limits[keep]
+                done = done[keep]
+                ids = [ids[i] for i in keep.tolist()]
+                base = torch.arange(len(ids), device=dev).unsqueeze(1) * K
     out = []
     for hyps in finals:
         hyps.sort(key=lambda h: (-h[0], h[1]))  # best first; ties: first finished first
