@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print(f"(--quick: {QUICK_PAIRS:,} pairs; the {TARGET_S:.0f} s target is for 200,000)")
     if args.json:
+        res["load_average_at_end"] = round(os.getloadavg()[0], 2)
         Path(args.json).write_text(json.dumps(res, indent=2), encoding="utf-8")
     return 0
 

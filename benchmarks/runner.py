@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -109,6 +110,9 @@ def write_json(results: Sequence[Result], path: str, meta: dict | None = None) -
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "machine": platform.machine(),
+        # the machine's 1-minute load when the run ended (its own threads included): a figure
+        # taken beside other work is slower than the machine
+        "load_average_at_end": round(os.getloadavg()[0], 2),
         **(meta or {}),
         "results": [asdict(r) | {"meets_target": r.meets_target} for r in results],
     }

@@ -200,3 +200,24 @@ def test_no_development_notes_in_the_docs():
     for path in DOCS:
         found = stale.findall(path.read_text(encoding="utf-8"))
         assert not found, f"{path.name}: {found}"
+
+
+def test_readme_rows_quote_the_json_they_name():
+    """A figures row that names ``benchmarks/results/NAME.json`` quotes that file's numbers:
+    every ratio of a side-by-side benchmark (``benchmarks/runner.py``'s format), the total of
+    the data pipeline's stages."""
+    section = _figures_section()
+    named = sorted(set(re.findall(r"benchmarks/results/([\w-]+)\.json", section)))
+    assert {"mha", "train", "data"} <= set(named), named
+    for name in named:
+        data = json.loads((ROOT / f"benchmarks/results/{name}.json").read_text(encoding="utf-8"))
+        if name == "data":
+            assert f"| {data['total_s']:.2f} s |" in section, "data.json's total"
+            continue
+        results = data.get("results")
+        if not isinstance(results, list) or not results or "ratio" not in results[0]:
+            continue  # another format (real-corpus and translation tables have their own test)
+        for r in results:
+            if r.get("target") is None and name == "mha":
+                continue  # the ragged rows are quoted as a pair
+            assert f"{r['ratio']:.2f}x" in section, f"{name}.json: {r['name']} {r['ratio']:.2f}x"
