@@ -78,6 +78,7 @@ class _ScoredAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
+        window: int | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """:func:`qkv.functional.attention` of ``q`` ``(B, H, Lq, d)`` over ``k``/``v`` with this
@@ -90,6 +91,7 @@ class _ScoredAttention(nn.Module):
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
+            window=window,
             score=self.score,
             scale=self.scale,
             dropout_p=dropout if self.training else 0.0,
@@ -108,7 +110,8 @@ class MultiheadAttention(_ScoredAttention):
       returns a zero attention value, so the output is ``out_proj.bias``;
     * ``is_causal=True`` without ``attn_mask`` applies a causal mask (torch raises); with an
       ``attn_mask`` it is torch's hint, handled exactly as torch does;
-    * extra keyword arguments: ``valid_lens`` (d2l's ``(B,)`` or ``(B, L)``) on ``forward``;
+    * extra keyword arguments: ``valid_lens`` (d2l's ``(B,)`` or ``(B, L)``) and ``window`` (a
+      causal sliding window) on ``forward``;
       ``score`` and ``scale`` (see :mod:`qkv.functional.scores`) on the constructor.
 
     Shapes: ``(Lq, B, D)`` inputs, or ``(B, Lq, D)`` with ``batch_first=True``, or unbatched
@@ -268,6 +271,7 @@ class MultiheadAttention(_ScoredAttention):
         is_causal: bool = False,
         *,
         valid_lens: Tensor | Sequence[int] | None = None,
+        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Multi-head attention with torch's semantics.
 
@@ -283,6 +287,8 @@ class MultiheadAttention(_ScoredAttention):
             average_attn_weights: average the returned weights over heads.
             is_causal: causal masking (see the class notes).
             valid_lens: d2l-style lengths ``(B,)`` or ``(B, L)``.
+            window: a causal sliding window: query ``i`` sees keys ``i - window < j <= i``
+                (qkv's extension; torch's module has none).
 
         Returns:
             ``(output, weights)``: output shaped like ``query`` (last dim ``embed_dim``); weights
@@ -320,6 +326,12 @@ class MultiheadAttention(_ScoredAttention):
                 raise TypeError(f"attn_mask: expected a tensor, got {type(attn_mask).__name__}")
             attn_mask = self._head_mask(attn_mask, B, L, S)
         extra_keys = self.bias_k is not None or self.add_zero_attn
+        if window is not None and extra_keys:
+            raise ValueError(
+                "window: a sliding window counts key positions from the queries', and the keys "
+                "add_bias_kv/add_zero_attn append after the last one would fall out of it; "
+                "build the module without them to use window="
+            )
         if (
             not need_weights
             and not extra_keys
@@ -380,6 +392,7 @@ class MultiheadAttention(_ScoredAttention):
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
+            window=window,
             need_weights=need_weights,
         )
         # (B, H, L, d) -> (B, L, H, d) -> (B, L, D), or (L, B, D) for seq-first
@@ -485,9 +498,16 @@ class DotProductAttention(_ScoredAttention):
         valid_lens: Tensor | Sequence[int] | None = None,
         *,
         need_weights: bool = True,
+        window: int | None = None,
     ) -> Tensor:
         out, self.attention_weights = self._attend(
-            queries, keys, values, self.dropout.p, valid_lens=valid_lens, need_weights=need_weights
+            queries,
+            keys,
+            values,
+            self.dropout.p,
+            valid_lens=valid_lens,
+            window=window,
+            need_weights=need_weights,
         )
         return out
 
@@ -554,7 +574,7 @@ class MultiHeadAttention(_ScoredAttention):
     ``(B, Lq)``.  Input sizes default to ``num_hiddens`` (the book infers them lazily).  With
     ``need_weights=True`` the per-head weights ``(B, H, Lq, Lk)`` are kept in
     ``.attention_weights``.  Extra keyword masks (``key_padding_mask``, ``attn_mask``,
-    ``is_causal``) follow :func:`qkv.functional.attention`.
+    ``is_causal``, ``window``) follow :func:`qkv.functional.attention`.
 
     Keyword-only extras:
 
@@ -618,6 +638,7 @@ class MultiHeadAttention(_ScoredAttention):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        window: int | None = None,
     ) -> Tensor:
         H, d = self.num_heads, self.head_dim
         # (B, L, num_hiddens) -> (B, H, L, d)
@@ -646,6 +667,7 @@ class MultiHeadAttention(_ScoredAttention):
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
+            window=window,
             need_weights=need_weights,
         )
         # (B, H, Lq, d) -> (B, Lq, H*d)
@@ -660,7 +682,7 @@ class MultiHeadSelfAttention(_ScoredAttention):
     seed 002's and timm's weights load.
 
     ``forward(x (B, L, dim), valid_lens=None, key_padding_mask=None, attn_mask=None,
-    is_causal=False)`` returns ``(B, L, dim)``.
+    is_causal=False, *, window=None)`` returns ``(B, L, dim)``.
     """
 
     def __init__(
@@ -693,6 +715,8 @@ class MultiHeadSelfAttention(_ScoredAttention):
         key_padding_mask: Tensor | None = None,
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
+        *,
+        window: int | None = None,
     ) -> Tensor:
         B, N, C = _want_3d("x", x, self.dim).shape
         # (B, N, 3*C) -> (B, N, 3, H, d) -> (3, B, H, N, d)
@@ -707,6 +731,7 @@ class MultiHeadSelfAttention(_ScoredAttention):
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             is_causal=is_causal,
+            window=window,
         )
         out = out.transpose(1, 2).reshape(B, N, C)  # (B, H, N, d) -> (B, N, C)
         return self.proj_drop(self.proj(out))
