@@ -283,8 +283,6 @@ def _choose(
     not_chunked = []
     if need_weights:
         not_chunked.append("need_weights=True: the chunked backend never holds the weights")
-    if dropout_p > 0:
-        not_chunked.append("dropout_p > 0 is not supported by the chunked backend")
     if Lq == 0 or Lk == 0:
         not_chunked.append("empty query or key sequence")
     float_masks = (spec.key_padding_mask, spec.attn_mask)
@@ -518,7 +516,7 @@ def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
     elif choice.backend == "fused":
         out = _fused(query, key, value, spec, kind, mult, p, poison)
     elif choice.backend == "chunked":
-        out = run_chunked(query, key, value, spec, kind, arg, mult, poison=poison)
+        out = run_chunked(query, key, value, spec, kind, arg, mult, poison=poison, dropout_p=p)
     else:
         out, weights = _reference(query, key, value, spec, kind, arg, mult, p, poison)
     if squeeze:

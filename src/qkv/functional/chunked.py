@@ -16,9 +16,15 @@ Two engines run the segments, chosen from the score's :class:`~qkv.functional.sc
   the query) calls torch's CPU flash-attention kernel on each segment when it is available (it
   returns the log-sum-exp the merge needs);
 * anything else (a kind with its own block scores: a ``score_mod`` callable, additive
-  attention; or a tensor ``scale``) runs a blockwise PyTorch engine that calls the kind's block
-  function and whose backward differentiates it with ``torch.autograd.grad``, so any
-  differentiable score works.
+  attention; or a tensor ``scale``), and dropout, runs a blockwise PyTorch engine that calls the
+  kind's block function and whose backward differentiates it with ``torch.autograd.grad``, so
+  any differentiable score works.
+
+Dropout on the weights (``dropout_p``): each block's keep-mask is drawn from its own generator,
+seeded from one number taken from torch's default generator per call (so ``torch.manual_seed``
+reproduces a run) and the block's position; the backward draws the same masks again instead of
+storing them.  The softmax's normaliser uses the weights before dropout, as a materialised
+``dropout(softmax(s))`` does.
 """
 
 from __future__ import annotations
@@ -184,6 +190,19 @@ class _FlashChunked(torch.autograd.Function):
 BlockScore = Callable[..., Tensor]  # (q_blk, k_blk, q0, k0, *params) -> (B, H, lq, lk)
 
 
+Dropout = tuple[float, int]  # (dropout_p, the call's seed)
+
+
+def _keep_scale(drop: Dropout, shape, q0: int, k0: int, dtype, device) -> Tensor:
+    """Block ``(q0, k0)``'s dropout multiplier: 0 where a weight is dropped, ``1 / (1 - p)``
+    elsewhere, the same every time it is drawn (forward and backward)."""
+    p, seed = drop
+    g = torch.Generator(device=device)
+    g.manual_seed(hash((seed, q0, k0)) & ((1 << 63) - 1))
+    keep = torch.rand(shape, generator=g, device=device, dtype=torch.float32) >= p
+    return keep.to(dtype) * (1.0 / (1.0 - p))
+
+
 def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, strict):
     s = score_fn(qb, kb, q0, seg.k0, *params)
     bias = spec.bias(s.dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
@@ -193,7 +212,7 @@ def _masked_block(score_fn, spec, qb, kb, q0, q1, seg, params, strict):
     return (s + bias).masked_fill_(torch.isneginf(bias), _NEG_INF) if strict else s + bias
 
 
-def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
+def _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop=None):
     B, H, Lq = q.shape[0], q.shape[1], q.shape[2]
     dt = acc_dtype(q.dtype)  # accumulated in float32 at least
     out = torch.zeros(B, H, Lq, v.shape[-1], dtype=dt, device=q.device)
@@ -211,8 +230,10 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
             m_safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
             p = torch.exp(s - m_safe)
             alpha = torch.exp(m - m_safe)
-            den = den * alpha + p.sum(dim=-1, keepdim=True)
+            den = den * alpha + p.sum(dim=-1, keepdim=True)  # the normaliser: before dropout
             vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(dt), H // v.shape[1])
+            if drop is not None:
+                p = p * _keep_scale(drop, p.shape, q0, seg.k0, dt, q.device)
             acc = acc * alpha + p @ vb
             m = m_new
         live = den != 0  # a row with NaN scores has a NaN sum: not a row with no key
@@ -227,10 +248,11 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params, poison):
 
 class _GenericChunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, score_fn, spec, plan, poison, q, k, v, *params):
-        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison)
+    def forward(ctx, score_fn, spec, plan, poison, drop, q, k, v, *params):
+        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop)
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.score_fn, ctx.spec, ctx.plan, ctx.strict = score_fn, spec, plan, poison is not None
+        ctx.drop = drop
         return out
 
     @staticmethod
@@ -257,8 +279,15 @@ class _GenericChunked(torch.autograd.Function):
                 p = torch.exp(s.detach().to(acc) - lb)  # (B, H, lq, lk)
                 G = H // v.shape[1]
                 vb = _expand_heads(v[:, :, seg.k0 : seg.k1].to(acc), G)
-                dv[:, :, seg.k0 : seg.k1] += _reduce_heads(p.transpose(-2, -1) @ gb, G)
-                ds = p * (gb @ vb.transpose(-2, -1) - Db)
+                dp = gb @ vb.transpose(-2, -1)  # d loss / d (weights after dropout)
+                if ctx.drop is not None:  # the forward's masks, drawn again
+                    keep = _keep_scale(ctx.drop, p.shape, q0, seg.k0, acc, q.device)
+                    dv[:, :, seg.k0 : seg.k1] += _reduce_heads((p * keep).transpose(-2, -1) @ gb, G)
+                    dp = dp * keep
+                else:
+                    dv[:, :, seg.k0 : seg.k1] += _reduce_heads(p.transpose(-2, -1) @ gb, G)
+                # D = rowsum(gout * out) = rowsum(p * dp), dropout or not
+                ds = p * (dp - Db)
                 grads = torch.autograd.grad(s, [qb, kb, *ps], ds.to(s.dtype), allow_unused=True)
                 if grads[0] is not None:
                     dq[:, :, q0:q1] += grads[0]
@@ -268,7 +297,8 @@ class _GenericChunked(torch.autograd.Function):
                     if g is not None:
                         acc_p += g
         cast = [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
-        return (None, None, None, None, *cast, *(g.to(p.dtype) for g, p in zip(dparams, params)))
+        grads = (g.to(p.dtype) for g, p in zip(dparams, params))
+        return (None, None, None, None, None, *cast, *grads)
 
 
 # ---------------------------------------------------------------------------- entry points
@@ -336,6 +366,7 @@ def run_chunked(
     block_k: int | None = None,
     *,
     poison: Tensor | Literal["check"] | None = "check",
+    dropout_p: float = 0.0,
 ) -> Tensor:
     """Exact attention with scores of ``kind`` in O(L) memory (what the backend runs).
 
@@ -343,7 +374,8 @@ def run_chunked(
     kind's resolved multiplier (:meth:`ScoreKind.multiplier`), ``arg`` its argument (a
     ``score_mod`` callable, additive attention's ``w_v``, or None); ``poison`` is
     :func:`~qkv.functional.scores.nonfinite_rows` of the call's inputs (``"check"``: computed
-    here).  Returns the output ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
+    here); ``dropout_p`` drops weights (see the module's notes; always applied when > 0).
+    Returns the output ``(B, H, Lq, dv)``; differentiable with an O(L)-memory backward.
     """
     B, H, Lq, d = q.shape
     Hk, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -353,9 +385,16 @@ def run_chunked(
         # the row factor is folded into q, which can overflow half precision: run in float32
         q32, k32, v32 = q.float(), k.float(), v.float()
         p32 = None if poison is None else poison.float()
-        out = run_chunked(q32, k32, v32, spec, kind, arg, mult, block_q, block_k, poison=p32)
+        out = run_chunked(
+            q32, k32, v32, spec, kind, arg, mult, block_q, block_k, poison=p32, dropout_p=dropout_p
+        )
         return out.to(q.dtype)
-    flash = kind.block is None and not isinstance(mult, Tensor) and _flash_usable(q)
+    drop: Dropout | None = None
+    if dropout_p > 0:  # one number from the default generator: torch.manual_seed reproduces it
+        drop = (float(dropout_p), int(torch.randint(0, 1 << 62, (1,)).item()))
+    flash = (
+        drop is None and kind.block is None and not isinstance(mult, Tensor) and _flash_usable(q)
+    )
     if not flash and poison is not None:  # NaN rows of scores are never taken for rows with no key
         q = q + poison
     q, k = kind.prepare(q, k)
@@ -389,7 +428,7 @@ def run_chunked(
         return kind.block_scores(qb, kb, q0, k0, m, a)
 
     plan = plan_blocks(spec, bq, bk, bk)
-    return _GenericChunked.apply(score_fn, spec, plan, poison, q, k, v, *params)
+    return _GenericChunked.apply(score_fn, spec, plan, poison, drop, q, k, v, *params)
 
 
 def chunked_attention(
