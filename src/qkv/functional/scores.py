@@ -357,8 +357,10 @@ def _dot_then_mod(q: Tensor, k: Tensor, q0: int, k0: int, mult: Any, fn: ScoreMo
 
 
 def _tanh_features(q: Tensor, k: Tensor, q0: int, k0: int, mult: Any, w_v: Tensor) -> Tensor:
-    # (B, 1, lq, 1, h) + (B, 1, 1, lk, h) -> (B, 1, lq, lk, h) -> (B, 1, lq, lk)
-    return torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)) @ w_v
+    # (B, 1, lq, 1, h) + (B, 1, 1, lk, h) -> (B, 1, lq, lk, h) -> (B, 1, lq, lk); the tanh in
+    # place on the sum, a temporary of its own: one (lq, lk, h) tensor written, not two (the
+    # block's cost is memory traffic; autograd's tanh backward reads the output it keeps)
+    return (q.unsqueeze(-2) + k.unsqueeze(-3)).tanh_() @ w_v
 
 
 SCALED_DOT = ScoreKind("scaled_dot", "scale * q_i . k_j", _inv_sqrt)
