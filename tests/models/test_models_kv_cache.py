@@ -147,3 +147,23 @@ def test_finite_marks_follow_the_cache_through_reorder_and_cast():
     assert not _known_finite(keys)
     keys, _ = g.append(k[:, :, :1], k[:, :, :1])  # an infinity stays in the cache
     assert not _known_finite(keys)
+
+
+def test_many_reorders_and_appends_equal_a_plain_gathered_cache():
+    """Beam search's pattern: append one position, reorder the rows, again and again (the cache
+    swaps two buffers); every step's keys and values equal a cache kept by torch.cat."""
+    g = torch.Generator().manual_seed(4)
+    c = KVCache(capacity=3)
+    ref_k = ref_v = None
+    for _ in range(9):
+        k, v = torch.randn(4, 2, 1, 3, generator=g), torch.randn(4, 2, 1, 5, generator=g)
+        keys, values = c.append(k, v)
+        ref_k = k if ref_k is None else torch.cat([ref_k, k], 2)
+        ref_v = v if ref_v is None else torch.cat([ref_v, v], 2)
+        torch.testing.assert_close(keys, ref_k, atol=0, rtol=0)
+        torch.testing.assert_close(values, ref_v, atol=0, rtol=0)
+        index = torch.randint(0, 4, (4,), generator=g)
+        c.reorder(index)
+        ref_k, ref_v = ref_k[index], ref_v[index]
+        torch.testing.assert_close(c.keys, ref_k, atol=0, rtol=0)
+        torch.testing.assert_close(c.values, ref_v, atol=0, rtol=0)

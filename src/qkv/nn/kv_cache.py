@@ -54,6 +54,7 @@ class KVCache:
         # every number stored is known finite (checked once, as stored): the keys and values
         # handed out are then marked, and attention does not scan them for NaN at every step
         self._finite = False
+        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's second buffer
 
     def __repr__(self) -> str:
         shape = None if self._k is None else tuple(self.keys.shape)
@@ -140,9 +141,20 @@ class KVCache:
             elif self._finite:  # rows of finite keys and values
                 mark_finite(self._k, self._v)
             return
+        # same rows count (beam search, every step): gathered straight into a second buffer of
+        # the same capacity, which then becomes the cache (one copy, not a gather and a copy back)
         L = self.length
-        self._k[:, :, :L] = self._k[:, :, :L].index_select(0, index)
-        self._v[:, :, :L] = self._v[:, :, :L].index_select(0, index)
+        if (
+            self._spare is None
+            or self._spare[0].shape != self._k.shape
+            or self._spare[1].shape != self._v.shape
+        ):
+            self._spare = (torch.empty_like(self._k), torch.empty_like(self._v))
+        sk, sv = self._spare
+        torch.index_select(self._k[:, :, :L], 0, index, out=sk[:, :, :L])
+        torch.index_select(self._v[:, :, :L], 0, index, out=sv[:, :, :L])
+        self._spare = (self._k, self._v)
+        self._k, self._v = sk, sv
 
     def _grow(self, t: Tensor) -> Tensor:
         cap = max(self.capacity or 0, t.shape[2])
@@ -157,6 +169,7 @@ class KVCache:
         if self._k is not None:
             self._k, self._v = self._k.to(*args, **kwargs), self._v.to(*args, **kwargs)
             self._finite = False  # a cast may overflow: unknown from here on
+            self._spare = None
         return self
 
 
