@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -57,17 +58,51 @@ def test_jobs_queued_during_a_decode_go_together_within_the_budget():
         b.stop(10)
 
 
-def test_the_first_job_waits_for_company_at_most_max_wait():
+def test_the_first_job_waits_for_company_on_its_way():
+    """A request being read (``pending``) is waited for, up to max_wait."""
     dec = Recorder()
-    b = started(dec, max_batch_tokens=100, max_wait_ms=300)
+    coming = [1]
+    b = started(dec, max_batch_tokens=100, max_wait_ms=10_000, pending=lambda: coming[0])
     try:
         j1 = b.submit(["x"], beam=1, n_best=1, tokens=2)
+        time.sleep(0.05)  # the worker holds "x", waiting: a request is on its way
+        assert not dec.batches
         j2 = b.submit(["y", "z"], beam=1, n_best=1, tokens=4)
+        coming[0] = 0
         assert j1.future.result(10) == ["x|b1|n1"] and j2.future.result(10) == [
             "y|b1|n1",
             "z|b1|n1",
         ]
         assert dec.batches == [["x", "y", "z"]]
+    finally:
+        b.stop(10)
+
+
+def test_a_lone_job_is_not_kept_waiting():
+    """Nothing on its way and nothing arrived during the last decode: decoded at once, not
+    after max_wait (10 s here; the result is asked within 5)."""
+    dec = Recorder()
+    b = started(dec, max_batch_tokens=100, max_wait_ms=10_000, pending=lambda: 0)
+    try:
+        assert b.submit(["x"], beam=1, n_best=1, tokens=2).future.result(5) == ["x|b1|n1"]
+        assert b.submit(["y"], beam=1, n_best=1, tokens=2).future.result(5) == ["y|b1|n1"]
+    finally:
+        b.stop(10)
+
+
+def test_jobs_that_arrive_during_a_decode_bring_a_wait_for_more():
+    dec = Recorder()
+    b = started(dec, max_batch_tokens=100, max_wait_ms=300, pending=lambda: 0)
+    try:
+        dec.gate.clear()
+        b.submit(["a"], beam=1, n_best=1, tokens=2)
+        dec.entered.wait(10)
+        j = b.submit(["b"], beam=1, n_best=1, tokens=2)  # arrives while "a" decodes
+        dec.gate.set()
+        time.sleep(0.1)  # the next batch holds "b", waiting up to 300 ms for company
+        k = b.submit(["c"], beam=1, n_best=1, tokens=2)
+        j.future.result(10), k.future.result(10)
+        assert dec.batches == [["a"], ["b", "c"]]
     finally:
         b.stop(10)
 

@@ -158,19 +158,28 @@ def refused(url: str) -> bool:
         pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
     ],
 )
-def test_a_signal_finishes_the_request_in_flight_then_exits_0(model_dir, translator, sig):
-    # the one request waits up to 1.5 s in the batcher for company: it is in flight when the
-    # signal comes, and must still be answered
-    proc, url = start(model_dir, "--max-wait-ms", "1500")
+def test_a_signal_finishes_the_requests_in_flight_then_exits_0(model_dir, translator, sig):
+    """Two requests in flight when the signal comes: one half-received (its body still coming),
+    one queued (the batcher waits for the first's company, up to 5 s). The server stops
+    accepting connections, answers both, and exits 0."""
+    proc, url = start(model_dir, "--max-wait-ms", "5000")
     try:
         assert post(url + "translate", {"q": "go ."})[0] == 200  # the server works
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"q": "hello ."}).encode()
+        slow.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:5]
+        )
         out: dict = {}
         t = threading.Thread(
             target=lambda: out.update(r=post(url + "translate", {"q": "i lost ."}))
         )
         t.start()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait until the request is queued
+        while time.monotonic() < deadline:  # "i lost ." waits in the batcher for "hello ."
             with urllib.request.urlopen(url + "health", timeout=10) as r:
                 if json.loads(r.read())["queue_depth"] == 1:
                     break
@@ -182,6 +191,17 @@ def test_a_signal_finishes_the_request_in_flight_then_exits_0(model_dir, transla
         while not refused(url):  # it stops accepting new connections
             assert time.monotonic() < deadline, "still accepting connections after the signal"
             time.sleep(0.05)
+        slow.sendall(body[5:])  # the rest of the half-received request
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = slow.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        slow.close()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), answer
+        assert json.loads(payload) == {"translatedText": translator.translate("hello .")}
         t.join(60)
         assert out["r"] == (200, {"translatedText": translator.translate("i lost .")})
         assert proc.wait(60) == 0

@@ -173,12 +173,15 @@ def test_a_full_queue_is_503_and_the_server_recovers(translator):
 def test_a_sentence_that_fails_fails_only_its_request(translator):
     """One request's sentence makes the batch fail: the batch is decoded again job by job, so the
     other requests of that batch get their translations."""
-    with live_server(translator, max_wait_ms=2000) as s:
+    with live_server(translator, max_wait_ms=0) as s:
         real = s.state.batcher.decode
-        calls = []
+        calls, gate, entered = [], threading.Event(), threading.Event()
 
         def fragile(texts, beam, n_best):
             calls.append(sorted(texts))
+            if texts == ["warm ."]:  # held while the four requests queue up behind it
+                entered.set()
+                gate.wait(30)
             if "poison ." in texts:
                 raise ValueError("max_len: this text cannot be decoded")
             return real(texts, beam, n_best)
@@ -190,13 +193,17 @@ def test_a_sentence_that_fails_fails_only_its_request(translator):
         def ask(t):
             results[t] = s.post("/translate", json={"q": t})
 
-        threads = [threading.Thread(target=ask, args=(t,)) for t in texts]
-        for t in threads:
+        threads = [threading.Thread(target=ask, args=(t,)) for t in ["warm .", *texts]]
+        threads[0].start()
+        assert entered.wait(30)
+        for t in threads[1:]:
             t.start()
+        wait_until(lambda: s.state.batcher.queue_depth == 4, what="four queued requests")
+        gate.set()
         for t in threads:
             t.join(60)
-        assert calls[0] == sorted(texts)  # the four requests were one batch
+        assert calls[1] == sorted(texts)  # the four requests were one batch
         assert "cannot be translated" in error(results["poison ."], 422, "q")
-        for t in ("go .", "i lost .", "hello ."):
+        for t in ("go .", "i lost .", "hello .", "warm ."):
             assert results[t].json() == {"translatedText": translator.translate(t)}
-        assert sorted(map(len, calls[1:])) == [1, 1, 1, 1]  # then each job alone
+        assert sorted(map(len, calls[2:])) == [1, 1, 1, 1]  # then each job alone

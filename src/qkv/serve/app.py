@@ -372,9 +372,11 @@ class _State:
             batching=cfg.batching,
             max_queue=cfg.max_queue,
             on_batch=self.metrics.batch,
+            pending=lambda: self.arriving,
         )
         self.started = time.monotonic()
         self.in_flight = 0
+        self.arriving = 0  # /translate requests being read, not yet queued
 
     # -- runs in the worker thread
     def _decode(self, texts: list[str], beam: int, n_best: int) -> list[Any]:
@@ -516,19 +518,24 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
         return data
 
     async def translate(request: Request) -> Response:
-        data = await body_of(request)
-        st.check_key(request, data)
-        texts, single = _texts(data, cfg)
-        auto = st.check_pair(data)
-        beam, n_best = st.decoding(data)
+        st.arriving += 1  # the batcher may wait for this request's company
+        try:
+            data = await body_of(request)
+            st.check_key(request, data)
+            texts, single = _texts(data, cfg)
+            auto = st.check_pair(data)
+            beam, n_best = st.decoding(data)
+            job = None
+            if texts:
+                tokens = st.tokens(texts, beam)
+                try:
+                    job = st.batcher.submit(texts, beam=beam, n_best=n_best, tokens=tokens)
+                except QueueFull as e:
+                    raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
+        finally:
+            st.arriving -= 1
         results: list[Any] = []
-        if texts:
-            try:
-                job = st.batcher.submit(
-                    texts, beam=beam, n_best=n_best, tokens=st.tokens(texts, beam)
-                )
-            except QueueFull as e:
-                raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
+        if job is not None:
             try:
                 results = await st.wait(job)
             except (ValueError, TypeError) as e:

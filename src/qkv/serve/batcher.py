@@ -6,6 +6,10 @@ takes the oldest job, then every queued job decoded the same way that still fits
 first job arrived for more to come, and decodes them in one call. Jobs that arrive while a batch
 is decoding queue up and go together into the next one, so the batches grow with the load.
 
+The wait is spent only when company is likely: when jobs arrived while the last batch was
+decoding, or when the server is reading requests that have not reached the queue yet
+(``pending()``). A lone client's request is decoded at once, without waiting for nobody.
+
 Decoding runs in the worker thread, never on the event loop: the server answers ``/health`` and
 ``/metrics`` during a long batch. A sentence's translation does not depend on the sentences
 decoded with it (:func:`qkv.inference.generate_ids` guarantees it), so batching changes the speed,
@@ -73,6 +77,7 @@ class Batcher:
         batching: False: one job per decode (no merging).
         max_queue: the most sentences waiting; :meth:`submit` raises :class:`QueueFull` beyond.
         on_batch: called after each decode with ``(sentences, tokens, seconds)`` (metrics).
+        pending: how many requests are being read that will be submitted (None: unknown, 0).
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Batcher:
         batching: bool = True,
         max_queue: int = 4096,
         on_batch: Callable[[int, int, float], None] | None = None,
+        pending: Callable[[], int] | None = None,
     ) -> None:
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int):
             raise TypeError(f"max_batch_tokens: expected an int, got {max_batch_tokens!r}")
@@ -101,6 +107,8 @@ class Batcher:
         self.batching = bool(batching)
         self.max_queue = max_queue
         self.on_batch = on_batch
+        self.pending = pending
+        self._arrived_busy = 0  # jobs queued while the last batch was decoding
         self._queue: collections.deque[Job] = collections.deque()
         self._queued_sentences = 0
         self._busy = 0  # sentences being decoded now
@@ -171,6 +179,8 @@ class Batcher:
                     f"{self.max_queue}); try again shortly"
                 )
             self._queue.append(job)
+            if self._busy:
+                self._arrived_busy += 1
             self._queued_sentences += max(len(job.texts), 1 if job.call else 0)
             self._cond.notify_all()
 
@@ -187,6 +197,8 @@ class Batcher:
                 self._cond.wait()
             first = self._queue.popleft()
             batch, used = [first], first.tokens
+            company = self._arrived_busy > 0  # busy times bring company; a lone client does not
+            self._arrived_busy = 0
             if first.key is not None and self.batching:
                 deadline = first.enqueued + self.max_wait
                 while True:
@@ -203,7 +215,11 @@ class Batcher:
                     left = deadline - time.monotonic()
                     if full or left <= 0 or self._stopping:
                         break
-                    self._cond.wait(left)
+                    coming = self.pending() if self.pending is not None else 0
+                    if not company and coming <= 0:
+                        break  # nobody else is on the way: decode now
+                    # a request being read is submitted within a moment: look again soon
+                    self._cond.wait(min(left, 0.001) if coming > 0 else left)
             n = sum(self._size(j) for j in batch)
             self._queued_sentences -= n
             self._busy = n
@@ -215,39 +231,43 @@ class Batcher:
             if batch is None:
                 return
             try:
-                self._process(batch)
+                outcomes = self._process(batch)
             except BaseException as e:  # never leave a request waiting for ever
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(e)
                 log.exception("qkv serve: the batch worker failed")
-            finally:
-                with self._cond:
-                    self._busy = 0
+                outcomes = [(job, False, e) for job in batch]
+            # idle before any answer goes out: a request sent on the heels of an answer is not
+            # taken for one that arrived during the decode
+            with self._cond:
+                self._busy = 0
+            for job, ok, value in outcomes:
+                if job.future.done():
+                    continue
+                if ok:
+                    job.future.set_result(value)
+                else:
+                    job.future.set_exception(value)
 
-    def _process(self, batch: list[Job]) -> None:
+    def _process(self, batch: list[Job]) -> list[tuple[Job, bool, Any]]:
+        """Each job's ``(job, True, result)`` or ``(job, False, exception)``."""
         first = batch[0]
         if first.call is not None:
             try:
-                first.future.set_result(first.call())
+                return [(first, True, first.call())]
             except Exception as e:
-                first.future.set_exception(e)
-            return
+                return [(first, False, e)]
         texts = [t for job in batch for t in job.texts]
         t0 = time.perf_counter()
         try:
             results = self.decode(texts, first.beam, first.n_best)
         except Exception as e:
             if len(batch) == 1:
-                first.future.set_exception(e)
-                return
+                return [(first, False, e)]
             # one job's sentence may be what failed: decode each alone, so only it fails
-            for job in batch:
-                self._process([job])
-            return
+            return [out for job in batch for out in self._process([job])]
         if self.on_batch is not None:
             self.on_batch(len(texts), sum(j.tokens for j in batch), time.perf_counter() - t0)
-        start = 0
+        outcomes, start = [], 0
         for job in batch:
-            job.future.set_result(results[start : start + len(job.texts)])
+            outcomes.append((job, True, results[start : start + len(job.texts)]))
             start += len(job.texts)
+        return outcomes

@@ -56,7 +56,10 @@ def bind(host: str, port: int) -> socket.socket:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port: expected an int in [0, 65535], got {port!r}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto given: asyncio sets TCP_NODELAY on each accepted connection only for a socket whose
+    # proto is IPPROTO_TCP; with proto 0 every answer written in two parts (uvicorn writes the
+    # head, then the body) waited for the client's delayed ACK, about 40 ms
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
