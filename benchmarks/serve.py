@@ -6,6 +6,7 @@ request decoded alone, in arrival order: the peer). A load generator of its own 
 httpx, one request per sentence, LibreTranslate's request shape, English sentences of the bundled
 corpus) keeps 1, 8 and 64 clients busy for about a minute each against each server in turn
 (alternating which goes first); each client sends its next request when the last is answered.
+The first 5 s of each phase (the clients connecting, the first batches forming) are not measured.
 Reported per server and client count: sentences/s, latency p50/p95/p99, errors, and the mean
 batch size the server's ``/metrics`` saw. ``--soak``: then 10 minutes at 8 clients on the
 batching server, its memory (RSS) sampled every 10 s.
@@ -152,20 +153,30 @@ def servers(model_dir: Path, threads: int | None) -> Iterator[dict[str, Server]]
 
 # ---------------------------------------------------------------------------- the load
 async def load(
-    url: str, texts: list[str], clients: int, seconds: float, *, sample=None, every: float = 10.0
+    url: str,
+    texts: list[str],
+    clients: int,
+    seconds: float,
+    *,
+    ramp: float = 0.0,
+    sample=None,
+    every: float = 10.0,
 ) -> dict[str, Any]:
     """``clients`` concurrent clients, each sending its next request when the last is answered,
-    for ``seconds``; returns latencies, errors and throughput. ``sample()`` is called every
-    ``every`` seconds (the soak's memory)."""
+    for ``ramp + seconds``; returns the latencies and errors of the requests sent after the
+    ``ramp`` (the clients connecting and the first batches forming are not measured), and the
+    measured window. ``sample()`` is called every ``every`` seconds (the soak's memory)."""
     lat: list[float] = []
     errors: list[str] = []
     samples: list[Any] = []
     # TCP_NODELAY, as browsers and curl set it: httpx writes a request's head and body apart,
     # and without it Nagle's algorithm can hold the body for the server's delayed ACK (~40 ms)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-    t0 = time.perf_counter()
+    t_ramp = time.perf_counter()
+    t0 = t_ramp + ramp  # measured from here
     deadline = t0 + seconds
     counter = iter(range(10**9))
+    last_done = [t0]
 
     async def one_client() -> None:
         # a client of its own per user, one keep-alive connection each: one pool shared by 64
@@ -178,6 +189,7 @@ async def load(
                 text = texts[next(counter) % len(texts)]
                 body = {"q": text, "source": "en", "target": "fr"}
                 start = time.perf_counter()
+                counted = start >= t0
                 try:
                     r = await client.post("/translate", json=body)
                     ok = r.status_code == 200 and isinstance(r.json().get("translatedText"), str)
@@ -186,9 +198,13 @@ async def load(
                 except Exception as e:  # a refused or dropped connection is an error too
                     errors.append(f"{type(e).__name__}: {e}")
                     continue
-                lat.append(time.perf_counter() - start)
+                end = time.perf_counter()
+                if counted:
+                    lat.append(end - start)
+                    last_done[0] = max(last_done[0], end)
 
     async def sampler() -> None:
+        await asyncio.sleep(ramp)
         while time.perf_counter() < deadline:
             samples.append((round(time.perf_counter() - t0, 1), sample()))
             await asyncio.sleep(every)
@@ -197,7 +213,7 @@ async def load(
     if sample is not None:
         tasks.append(sampler())
     await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - t0
+    elapsed = last_done[0] - t0  # the measured window: to the last counted answer
     if sample is not None:
         samples.append((round(elapsed, 1), sample()))
     return {"latencies": lat, "errors": errors, "elapsed": elapsed, "samples": samples}
@@ -210,10 +226,12 @@ def quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
-def phase(server: Server, texts: list[str], clients: int, seconds: float) -> dict[str, Any]:
+def phase(
+    server: Server, texts: list[str], clients: int, seconds: float, ramp: float
+) -> dict[str, Any]:
     before = server.batches()
     rss0 = server.rss_mb()
-    res = asyncio.run(load(server.url, texts, clients, seconds))
+    res = asyncio.run(load(server.url, texts, clients, seconds, ramp=ramp))
     after = server.batches()
     lat = res["latencies"]
     decodes, sents = after[0] - before[0], after[1] - before[1]
@@ -229,7 +247,7 @@ def phase(server: Server, texts: list[str], clients: int, seconds: float) -> dic
         "mean_s": round(statistics.fmean(lat), 4) if lat else None,
         "errors": len(res["errors"]),
         "error_examples": res["errors"][:3],
-        "mean_batch": round(sents / decodes, 2) if decodes else None,
+        "mean_batch": round(sents / decodes, 2) if decodes else None,  # ramp included
         "rss_mb": [round(rss0, 1), round(server.rss_mb(), 1)],
     }
 
@@ -298,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soak-minutes", type=float, default=None, help="(default 10; quick: 1)")
     p.add_argument("--model-dir", type=Path, default=None, help="default: the demo's model")
     p.add_argument("--seconds", type=float, default=None, help="per phase (default 60; quick 8)")
+    p.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="unmeasured start of each phase (default 5; quick 1)",
+    )
     p.add_argument("--clients", default="1,8,64", help="client counts (default 1,8,64)")
     p.add_argument(
         "--threads", type=int, default=None, help="qkv serve --threads (default: torch's)"
@@ -306,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     seconds = args.seconds or (8.0 if args.quick else 60.0)
     soak_minutes = args.soak_minutes or (1.0 if args.quick else 10.0)
+    ramp = args.ramp if args.ramp is not None else (1.0 if args.quick else 5.0)
     counts = [int(c) for c in args.clients.split(",")]
     load_start = os.getloadavg()
     model_dir = args.model_dir or demo_model(args.quick)
@@ -322,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             order = ["batching", "no batching"] if i % 2 == 0 else ["no batching", "batching"]
             for name in order:
                 print(f"{name}: {c} clients for {seconds:g} s ...", flush=True)
-                rows.append(phase(srv[name], texts, c, seconds))
+                rows.append(phase(srv[name], texts, c, seconds, ramp))
         rows.sort(key=lambda r: (r["server"] != "batching", r["clients"]))
         if args.soak:
             s = srv["batching"]
@@ -358,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             "model_dir": str(model_dir),
             "quick": args.quick,
             "seconds_per_phase": seconds,
+            "ramp_seconds": ramp,
             "threads": args.threads,
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_end": [round(x, 2) for x in load_end],
