@@ -56,6 +56,7 @@ class Live:
     url: str
     app: Any
     client: Any
+    server: Any = None  # the uvicorn server
 
     @property
     def state(self) -> Any:
@@ -85,7 +86,7 @@ def live_server(translator: Translator, **settings: Any) -> Iterator[Live]:
     port = sock.getsockname()[1]
     try:
         with httpx.Client(timeout=60) as client:
-            yield Live(f"http://127.0.0.1:{port}", app, client)
+            yield Live(f"http://127.0.0.1:{port}", app, client, server)
     finally:
         server.should_exit = True
         thread.join(60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 import urllib.parse
 
 import pytest
@@ -172,3 +173,15 @@ def test_the_page_is_offline_and_safe(live):
     assert VIEWER_JS in page and VIEWER_PANELS in page
     # a new nonce per answer
     assert live.get("/").headers["content-security-policy"] != csp
+
+
+def test_accepted_connections_have_tcp_nodelay(live):
+    """uvicorn writes an answer's head and body apart; without TCP_NODELAY on the accepted
+    socket the body waited for the client's delayed ACK (~40 ms an answer). asyncio sets it
+    only on a listening socket made with proto IPPROTO_TCP, which qkv.serve.server.bind makes."""
+    assert live.get("/health").status_code == 200  # the client's connection is open
+    conns = list(live.server.server_state.connections)
+    assert conns
+    for conn in conns:
+        sock = conn.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

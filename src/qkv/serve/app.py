@@ -278,12 +278,11 @@ def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
 
 
 # ---------------------------------------------------------------------------- fields
-def _int_field(
-    data: dict[str, Any], name: str, default: int | None, lo: int, hi: int
-) -> int | None:
+def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    """Field ``name`` as an int in ``[lo, hi]`` (a form's digits too), or None when absent."""
     v = data.get(name)
     if v is None or v == "":
-        return default
+        return None
     if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
         v = int(v.strip())
     elif isinstance(v, float) and v.is_integer():
@@ -293,6 +292,11 @@ def _int_field(
     if not lo <= v <= hi:
         raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {v}")
     return v
+
+
+def _int_or(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    v = _int_field(data, name, lo, hi)
+    return default if v is None else v
 
 
 def _check_text(name: str, text: str, max_chars: int) -> None:
@@ -474,9 +478,8 @@ class _State:
     def decoding(self, data: dict[str, Any]) -> tuple[int, int]:
         """``(beam, n_best)`` of a request."""
         cfg = self.cfg
-        alternatives = _int_field(data, "alternatives", 0, 0, cfg.max_alternatives)
-        beam = _int_field(data, "beam", None, 1, cfg.max_beam)
-        assert alternatives is not None
+        alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
+        beam = _int_field(data, "beam", 1, cfg.max_beam)
         n_best = alternatives + 1
         if beam is None:
             beam = max(self.beam, n_best)
@@ -558,9 +561,8 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
         (text,), _ = _texts(data, cfg, one=True)
         st.check_pair(data)
         beam, n_best = st.decoding(data)
-        choice = _int_field(data, "choice", 0, 0, n_best - 1)
-        decimals = _int_field(data, "decimals", 4, 1, 6)
-        assert choice is not None and decimals is not None
+        choice = _int_or(data, "choice", 0, 0, n_best - 1)
+        decimals = _int_or(data, "decimals", 4, 1, 6)
         tr = translator
         mc = tr.model.config
         if mc is not None and tr.kind == "transformer":  # the encoder's part alone, before decoding
@@ -652,11 +654,13 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
         return _Json(openapi_schema(st.source, st.target, cfg))
 
     async def api_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
+        if not isinstance(exc, ApiError):  # registered for ApiError only
+            return await internal(request, exc)
         return _error(exc.status, exc.message, exc.headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
+        if not isinstance(exc, HTTPException):  # registered for HTTPException only
+            return await internal(request, exc)
         if exc.status_code == 404:
             return _error(
                 404,
