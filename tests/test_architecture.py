@@ -17,6 +17,7 @@ import ``functional``, which it re-exports).
     3      qkv.viz                       heatmaps and the HTML viewer                floors 0-2
     4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
     5      qkv.demos                     ``qkv demo``                                floors 0-4
+    5      qkv.serve                     ``qkv serve``: the HTTP app, batching       floors 0-4
     6      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-5
     7      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-6
 
@@ -50,6 +51,7 @@ FLOORS: dict[str, int] = {
     "translate": 4,
     "export": 4,
     "demos": 5,
+    "serve": 5,
     "cli": 6,
     "__main__": 7,
 }

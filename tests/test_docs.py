@@ -221,3 +221,35 @@ def test_readme_rows_quote_the_json_they_name():
             if r.get("target") is None and name == "mha":
                 continue  # the ragged rows are quoted as a pair
             assert f"{r['ratio']:.2f}x" in section, f"{name}.json: {r['name']} {r['ratio']:.2f}x"
+
+
+def serve_rows(record: dict) -> list[str]:
+    """README's serving table, row by row, as benchmarks/results/serve.json gives it."""
+    by = {(r["server"], r["clients"]): r for r in record["results"]}
+    rows = []
+    for c in sorted({r["clients"] for r in record["results"]}):
+        b, n = by[("batching", c)], by[("no batching", c)]
+
+        def lat(r: dict) -> str:
+            return f"{r['p50_s']:.3f} / {r['p95_s']:.3f} / {r['p99_s']:.3f}"
+
+        rows.append(
+            f"| {c} | {b['sentences_per_s']:.1f} | {lat(b)} | {b['mean_batch']:.1f} | "
+            f"{n['sentences_per_s']:.1f} | {lat(n)} | {b['errors']} / {n['errors']} |"
+        )
+    return rows
+
+
+def test_readme_quotes_the_serving_figures_of_the_json():
+    record = json.loads((ROOT / "benchmarks/results/serve.json").read_text(encoding="utf-8"))
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Serve it: `qkv serve`") :]
+    section = section[: section.index("\n### ")]
+    for row in serve_rows(record):
+        assert row in section, row
+    v = record["verdict"]
+    assert f"**{v['throughput_ratio']:.2f}x**" in section
+    assert f"p99 {v['p99_s']:.3f} s" in section
+    soak = record["soak"]
+    assert f"{soak['sentences']:,} sentences" in section
+    assert f"{soak['rss_growth']:+.1%}" in section

@@ -32,6 +32,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnx": ("onnx", "onnx"),
     "onnxscript": ("onnxscript", "onnx"),
     "onnxruntime": ("onnxruntime", "onnx"),
+    "starlette": ("starlette", "serve"),
+    "uvicorn": ("uvicorn", "serve"),
 }
 
 

@@ -1,4 +1,5 @@
-"""The ``qkv`` command: ``train``, ``translate``, ``evaluate``, ``average``, ``export`` and ``demo``."""
+"""The ``qkv`` command: ``train``, ``translate``, ``evaluate``, ``average``, ``export``, ``serve``
+and ``demo``."""
 
 from __future__ import annotations
 
@@ -449,7 +450,12 @@ def _cmd_translate(args: argparse.Namespace) -> int:
                     f.write(f"{i}\t{float(score):.4f}\t{dec(ids)}\n")
             if attention is not None:  # of the very translation printed (best of the n-best)
                 best = r if args.n_best == 1 else r[0][0]
-                path = tr.attention(text, ids=best).save(_attention_path(attention, i, n))
+                try:
+                    path = tr.attention(text, ids=best).save(_attention_path(attention, i, n))
+                except ValueError as e:  # the viewer's bound: a page too big to open
+                    if not str(e).startswith("kinds: "):
+                        raise
+                    raise ValueError(f"--attention: {str(e)[len('kinds: ') :]}") from None
                 log.info("attention of %r -> %s", text, path)
 
         if not interactive:
@@ -601,6 +607,116 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return _fail("export", _as_flag(e, args))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve
+#: `qkv serve` flag -> ServeConfig field (the flags whose errors the library names by field)
+_SERVE_FIELDS = (
+    "source_lang",
+    "target_lang",
+    "beam",
+    "max_batch_tokens",
+    "max_wait_ms",
+    "max_body_bytes",
+    "max_sentences",
+    "max_chars",
+    "max_alternatives",
+    "max_beam",
+    "max_queue",
+    "max_attention_cells",
+)
+
+
+def _serve_flag(err: BaseException) -> BaseException:
+    """``err`` with a leading ServeConfig field name given as its ``qkv serve`` flag."""
+    key, sep, rest = str(err).partition(": ")
+    if sep and key in (*_SERVE_FIELDS, "host", "port"):
+        return type(err)(f"--{key.replace('_', '-')}: {rest}")
+    return err
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .inference import CheckpointError
+    from .serve import ServeConfig, create_app
+    from .serve.server import bind, run
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
+    try:
+        if args.quantize is not None and args.device != "cpu":
+            raise ValueError(
+                f"--quantize: {args.quantize} runs on the CPU only, got --device {args.device}"
+            )
+        if api_key is not None and not api_key:
+            raise ValueError("--api-key: expected a non-empty key")
+        cfg = ServeConfig(
+            source_lang=args.source_lang,
+            target_lang=args.target_lang,
+            beam=args.beam,
+            api_key=api_key,
+            batching=not args.no_batching,
+            max_batch_tokens=args.max_batch_tokens,
+            max_wait_ms=args.max_wait_ms,
+            max_body_bytes=args.max_body_bytes,
+            max_sentences=args.max_sentences,
+            max_chars=args.max_chars,
+            max_alternatives=args.max_alternatives,
+            max_beam=args.max_beam,
+            max_queue=args.max_queue,
+            model_dir=str(args.model_dir),
+            **(
+                {}
+                if args.max_attention_cells is None
+                else {"max_attention_cells": args.max_attention_cells}
+            ),
+        )
+        if args.threads < 0:
+            raise ValueError(f"--threads: expected >= 0, got {args.threads}")
+        from .translate import Translator
+
+        tr = Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        _set_no_repeat(tr, args)
+        if args.length_penalty is not None:
+            tr.decoding["length_penalty"] = float(args.length_penalty)
+        app = create_app(tr, cfg)
+        sock = bind(args.host, args.port)
+    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+        return _fail("serve", _serve_flag(e))
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    st = app.state.qkv
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
+
+    def ready() -> None:
+        batching = (
+            f"batching up to {cfg.max_batch_tokens} tokens, {cfg.max_wait_ms:g} ms wait"
+            if cfg.batching
+            else "batching off"
+        )
+        print(
+            f"qkv serve: {tr.path} ({st.source} -> {st.target}, beam {st.beam}, {batching}) "
+            f"on {url}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    started = run(
+        app,
+        sock,
+        log_level="warning" if args.quiet else "info",
+        access_log=args.access_log,
+        shutdown_timeout=args.shutdown_timeout,
+        on_ready=ready,
+    )
+    if not started:
+        print("qkv serve: error: the server did not start (see above)", file=sys.stderr)
+        return 1
+    print("qkv serve: stopped", file=sys.stderr, flush=True)
     return 0
 
 
@@ -844,6 +960,150 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     ex.set_defaults(func=_cmd_export)
 
+    sv = sub.add_parser(
+        "serve",
+        help="serve a model over HTTP: a LibreTranslate-compatible API, batching, a page",
+        description="Serve a trained model over HTTP (needs qkv[serve]): POST /translate "
+        "(LibreTranslate's request shape), POST /attention, GET /languages, /health, /metrics "
+        "(Prometheus), /openapi.json, and a page at / that translates and draws the attention. "
+        "Concurrent requests are decoded together (dynamic batching). SIGTERM or Ctrl-C "
+        "finishes the requests in flight and exits 0. See docs/serve.md.",
+    )
+    sv.add_argument(
+        "--model-dir",
+        required=True,
+        help="a qkv train --out folder (its final model, else its best checkpoint), a "
+        "checkpoint folder, or a qkv export folder",
+    )
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
+    sv.add_argument(
+        "--beam",
+        type=int,
+        default=None,
+        help="default beam size of a request (default: the model's, chosen on validation by "
+        "qkv train; else 1)",
+    )
+    sv.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="beam length penalty (default: the model's)",
+    )
+    sv.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        default=None,
+        metavar="N",
+        help="never repeat an N-gram in a translation (default: the model's)",
+    )
+    sv.add_argument(
+        "--api-key",
+        default=None,
+        help="require this key on /translate and /attention (the api_key field, or an "
+        "Authorization: Bearer header); default: $QKV_SERVE_API_KEY, else none",
+    )
+    sv.add_argument(
+        "--source-lang",
+        default=None,
+        metavar="CODE",
+        help="the source language code (default: the model's when it records it, e.g. en for "
+        "the bundled corpus)",
+    )
+    sv.add_argument(
+        "--target-lang", default=None, metavar="CODE", help="the target language code (same)"
+    )
+    sv.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
+    sv.add_argument(
+        "--quantize", choices=("int8",), default=None, help="int8 dynamic quantization (CPU)"
+    )
+    sv.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="decode each request alone, in arrival order (no dynamic batching)",
+    )
+    sv.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="a batch's budget: source tokens times the beam (default: 4096)",
+    )
+    sv.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a batch waits for more requests after its first (default: 5)",
+    )
+    sv.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="largest request body (default: 1000000)",
+    )
+    sv.add_argument(
+        "--max-sentences",
+        type=int,
+        default=128,
+        metavar="N",
+        help="most sentences per request (default: 128)",
+    )
+    sv.add_argument(
+        "--max-chars",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="most characters per sentence (default: 2000)",
+    )
+    sv.add_argument(
+        "--max-alternatives",
+        type=int,
+        default=5,
+        metavar="K",
+        help="most alternatives per request (default: 5)",
+    )
+    sv.add_argument(
+        "--max-beam",
+        type=int,
+        default=8,
+        metavar="N",
+        help="widest beam a request may ask (default: 8)",
+    )
+    sv.add_argument(
+        "--max-queue",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="most sentences waiting; beyond, requests get 503 (default: 4096)",
+    )
+    sv.add_argument(
+        "--max-attention-cells",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most attention weights one /attention answer holds (default: the viewer's cap, "
+        "qkv.viz.MAX_CELLS)",
+    )
+    sv.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="on SIGTERM, how long to wait for requests in flight (default: 60)",
+    )
+    sv.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads torch decodes with (0: torch's default, one per core)",
+    )
+    sv.add_argument("--access-log", action="store_true", help="log every request")
+    sv.add_argument("--quiet", action="store_true", help="warnings only on stderr")
+    sv.set_defaults(func=_cmd_serve)
+
     demo = sub.add_parser("demo", help="run a demo (`qkv demo --list` shows them)")
     demo.add_argument("name", nargs="?", help="which demo (default: the main one)")
     demo.add_argument("--out", default="demo-out", help="folder for figures (default: demo-out)")
@@ -877,6 +1137,8 @@ def _needs(args: argparse.Namespace) -> list[str]:
         return ["safetensors"]
     if args.command == "export":
         return ["safetensors", *(["ctranslate2"] if args.format == "ctranslate2" else [])]
+    if args.command == "serve":
+        return ["safetensors", "starlette", "uvicorn"]
     return []  # demo: each demo checks its own (qkv.demos.register)
 
 

@@ -237,13 +237,39 @@ class Browser:
 
     def open(self, path: Path, ready: str = "document.body.dataset.ready === '1'") -> None:
         """Load a local file and wait until ``ready`` is true in the page."""
+        self.goto(path.resolve().as_uri(), ready)
+
+    def goto(self, url: str, ready: str = "document.body.dataset.ready === '1'") -> None:
+        """Load ``url`` (a file, or a server on the loopback) and wait until ``ready``."""
         self.call("Page.enable")
-        self.call("Page.navigate", url=path.resolve().as_uri())
-        deadline = time.monotonic() + 30
-        while not self.eval(f"!!(document.body && ({ready}))"):
+        self.call("Page.navigate", url=url)
+        self.wait_for(ready, what=f"page {url} to become ready")
+
+    def wait_for(self, condition: str, timeout: float = 30.0, what: str = "") -> None:
+        """Wait until the JS expression ``condition`` is true in the page."""
+        deadline = time.monotonic() + timeout
+        while not self.eval(f"!!(document.body && ({condition}))"):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"page {path} never became ready")
+                raise TimeoutError(f"waited {timeout:g} s for {what or condition}")
             time.sleep(0.05)
+
+    def click(self, x: float, y: float) -> None:
+        """A real left click at ``(x, y)`` CSS pixels (press and release)."""
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def click_on(self, selector: str, index: int = 0) -> None:
+        """Click the middle of the ``index``-th element matching ``selector``."""
+        box = self.eval(
+            f"(() => {{ const e = document.querySelectorAll({selector!r})[{index}];"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        self.click(box[0], box[1])
+
+    def type_text(self, text: str) -> None:
+        """Type ``text`` into the focused element, as the keyboard would insert it."""
+        self.call("Input.insertText", text=text)
 
     def hover(self, x: float, y: float) -> None:
         """Move the real mouse pointer to ``(x, y)`` CSS pixels."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import numpy as np
 import pytest
 import torch
 
+from qkv import viz
 from qkv.viz import AttentionKind, attention_html, save_attention_html
 
 
@@ -86,3 +88,60 @@ def test_lone_surrogates_and_non_ascii_tokens_save(tmp_path):
     data = _data(text)
     assert data["kinds"][0]["q"] == toks  # JSON escapes keep the text exactly
     assert "<title>t \ufffd</title>" in text
+
+
+# ---------------------------------------------------------------------------- bounded pictures
+def test_cells_count_the_heads_and_their_mean():
+    kinds = [
+        AttentionKind("a", torch.rand(2, 4, 3, 5).softmax(-1)),  # 2 layers, 4 heads + mean
+        AttentionKind("b", [np.eye(3)]),  # one head: no mean
+    ]
+    assert viz.attention_cells(kinds) == 2 * 5 * 3 * 5 + 9
+    page = attention_html(kinds)
+    n = sum(
+        len(m)
+        for k in _data(page)["kinds"]
+        for layer in k["layers"]
+        for m in [*layer["heads"], *([layer["mean"]] if layer["mean"] else [])]
+    )
+    assert n == viz.attention_cells(kinds)
+
+
+def test_a_page_over_the_cap_is_refused_saying_what_to_do(tmp_path):
+    """Issue 17: a 2,000-word input gave a 176 MB page. Over MAX_CELLS weights the viewer is
+    refused with a ValueError (one line for the CLI) and nothing is written."""
+    n = 2900  # one head: n * n = 8,410,000 weights, just over the default cap
+    assert n * n > viz.MAX_CELLS
+    kind = AttentionKind("self-attention", [np.full((n, n), 1.0 / n)])
+    path = tmp_path / "big.html"
+    with pytest.raises(ValueError) as e:
+        save_attention_html(path, kind)
+    msg = str(e.value)
+    assert msg.startswith("kinds: the viewer would embed 8,410,000 attention weights")
+    assert "over the limit of 8,000,000 (max_cells)" in msg and ".png" in msg
+    assert "\n" not in msg
+    assert not path.exists()
+    # the cap is the caller's to move
+    small = AttentionKind("s", [np.eye(30)])
+    with pytest.raises(ValueError, match="max_cells"):
+        attention_html(small, max_cells=899)
+    assert "<canvas" in attention_html(small, max_cells=900)
+    with pytest.raises(ValueError, match="max_cells"):
+        attention_html(small, max_cells=0)
+
+
+def test_a_big_page_warns(caplog):
+    kind = AttentionKind("s", [np.eye(40)])
+    with caplog.at_level(logging.WARNING, logger="qkv.viz.html"):
+        attention_html(kind, warn_cells=1600)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="qkv.viz.html"):
+        attention_html(kind, warn_cells=1599)
+    (rec,) = caplog.records
+    assert "embeds 1,600 weights" in rec.getMessage()
+    caplog.clear()
+    n = 1500  # over the default WARN_CELLS (2,000,000), under the cap
+    assert viz.WARN_CELLS < n * n < viz.MAX_CELLS
+    with caplog.at_level(logging.WARNING, logger="qkv.viz.html"):
+        page = attention_html(AttentionKind("k", [np.full((n, n), 1.0 / n)]))
+    assert len(caplog.records) == 1 and "<canvas" in page

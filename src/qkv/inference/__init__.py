@@ -30,9 +30,18 @@ from .saved import (
     verify_checkpoint,
 )
 from .scores import Evaluation, corpus_scores
-from .writing import model_card, run_card, save_model, write_model_folder
+from .writing import (
+    BUNDLED_DATA,
+    BUNDLED_LANGUAGES,
+    model_card,
+    run_card,
+    save_model,
+    write_model_folder,
+)
 
 __all__ = [
+    "BUNDLED_DATA",
+    "BUNDLED_LANGUAGES",
     "QUANTIZATIONS",
     "CheckpointError",
     "Evaluation",

@@ -42,7 +42,19 @@ from .saved import (
     sha256_file,
 )
 
-__all__ = ["model_card", "run_card", "save_model", "write_model_folder"]
+__all__ = [
+    "BUNDLED_DATA",
+    "BUNDLED_LANGUAGES",
+    "model_card",
+    "run_card",
+    "save_model",
+    "write_model_folder",
+]
+
+#: what a model card says of a model trained on the bundled corpus (``qkv.data``), and the
+#: language codes of that corpus (source, target)
+BUNDLED_DATA = "the bundled English-French corpus (qkv.data)"
+BUNDLED_LANGUAGES = ("en", "fr")
 
 #: the prefixes of qkv's temporary names (a folder being written, a folder being replaced)
 _TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
@@ -269,7 +281,7 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     if "train.json" in v.files:
         train = v.json("train.json")
         if isinstance(train, dict):
-            card["data"] = train.get("data") or "the bundled English-French corpus (qkv.data)"
+            card["data"] = train.get("data") or BUNDLED_DATA
             card["settings"] = {k: val for k, val in train.items() if k != "data"}
     if "trainer.json" in v.files:
         state = v.json("trainer.json")

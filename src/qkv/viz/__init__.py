@@ -6,7 +6,9 @@ Everything here takes plain data: arrays or tensors of weights and lists of toke
 * :class:`AttentionKind` — one kind of attention (per-layer weights ``(H, Lq, Lk)`` plus query and
   key tokens); :func:`translation_attention` builds a translation's encoder / decoder / cross kinds;
 * :func:`plot_attention` — those kinds as a static grid (PNG, SVG, PDF);
-* :func:`attention_html` / :func:`save_attention_html` — the interactive viewer, one HTML file;
+* :func:`attention_html` / :func:`save_attention_html` — the interactive viewer, one HTML file
+  (bounded: :func:`attention_cells` counts the weights it embeds, :data:`MAX_CELLS` caps them);
+  :func:`attention_payload` is its data, which the page of ``qkv serve`` draws in the same viewer;
 * :func:`save_attention` — either of the two, chosen by the file's extension.
 
 matplotlib is needed only by the static figures (``pip install 'qkv[viz]'``).
@@ -14,11 +16,23 @@ matplotlib is needed only by the static figures (``pip install 'qkv[viz]'``).
 
 from .data import AttentionKind, translation_attention
 from .heatmaps import new_figure, plot_attention, save_figure, show_heatmaps
-from .html import attention_html, save_attention, save_attention_html
+from .html import (
+    MAX_CELLS,
+    WARN_CELLS,
+    attention_cells,
+    attention_html,
+    attention_payload,
+    save_attention,
+    save_attention_html,
+)
 
 __all__ = [
+    "MAX_CELLS",
+    "WARN_CELLS",
     "AttentionKind",
+    "attention_cells",
     "attention_html",
+    "attention_payload",
     "new_figure",
     "plot_attention",
     "save_attention",

@@ -10,12 +10,23 @@ times ``10**decimals`` rounded (``0.0123`` -> ``123`` at 4 decimals); the page d
 The JSON is pure ASCII (other characters as ``\\uXXXX`` escapes), so any token, even one holding
 a lone surrogate, is written safely; the title, the one text outside it, has lone surrogates
 replaced by U+FFFD.
+
+One viewer serves every page that shows attention: the file :func:`attention_html` writes, and
+the page of ``qkv serve`` (:mod:`qkv.serve`), which builds on :data:`VIEWER_CSS`,
+:data:`VIEWER_JS`, :data:`VIEWER_CONTROLS` and :data:`VIEWER_PANELS` and hands the script the
+data of :func:`attention_payload` (``qkvViewer.show(data)``).
+
+Pictures are bounded: the data of a long text grows with the square of its length (a 2,000-word
+input made a 176 MB page), so :func:`attention_html` counts the weights it would embed
+(:func:`attention_cells`), logs a warning above ``warn_cells`` (:data:`WARN_CELLS` by default)
+and refuses, with a ValueError saying what to do, above ``max_cells`` (:data:`MAX_CELLS`).
 """
 
 from __future__ import annotations
 
 import html as _html
 import json
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,9 +36,30 @@ import numpy as np
 
 from .data import AttentionKind, as_kinds
 
-__all__ = ["attention_html", "save_attention", "save_attention_html"]
+__all__ = [
+    "MAX_CELLS",
+    "VIEWER_CONTROLS",
+    "VIEWER_CSS",
+    "VIEWER_JS",
+    "VIEWER_PANELS",
+    "WARN_CELLS",
+    "attention_cells",
+    "attention_html",
+    "attention_payload",
+    "payload_json",
+    "save_attention",
+    "save_attention_html",
+]
 
-_PLACEHOLDER = re.compile(r"%%(TITLE|CSS|JS|DATA)%%")
+log = logging.getLogger(__name__)
+
+#: a viewer embedding more weights than this is refused (about 12 to 30 MB of page: a
+#: Transformer of 2+2 layers and 4 heads reaches it near 500 tokens of source and target)
+MAX_CELLS = 8_000_000
+#: above this many weights the viewer is written with a warning (a page of several MB)
+WARN_CELLS = 2_000_000
+
+_PLACEHOLDER = re.compile(r"%%(TITLE|CSS|JS|DATA|CONTROLS|PANELS)%%")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -35,10 +67,78 @@ def _ints(w: np.ndarray, scale: int) -> list[int]:
     return np.rint(w * scale).astype(np.int64).ravel().tolist()
 
 
-def _payload(kinds: list[AttentionKind], title: str, decimals: int) -> dict[str, Any]:
-    scale = 10**decimals
+def attention_cells(kinds: AttentionKind | Sequence[AttentionKind]) -> int:
+    """How many weights the viewer embeds for ``kinds``: per layer ``(H + 1) * Lq * Lk`` (the
+    heads and their mean; ``Lq * Lk`` for a one-head layer, whose mean is that head)."""
+    total = 0
+    for k in as_kinds(kinds):
+        Lq, Lk = k.shape
+        for w in k.layers:  # (H, Lq, Lk)
+            H = w.shape[0]
+            total += (H + (1 if H > 1 else 0)) * Lq * Lk
+    return total
+
+
+def _check_decimals(decimals: object) -> int:
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
+        raise ValueError(f"decimals: expected an int in [1, 6], got {decimals!r}")
+    return decimals
+
+
+def _check_cells(kinds: list[AttentionKind], max_cells: int | None, warn_cells: int | None) -> None:
+    for name, value in (("max_cells", max_cells), ("warn_cells", warn_cells)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"{name}: expected an int >= 1 or None, got {value!r}")
+    cells = attention_cells(kinds)
+    shapes = ", ".join(f"{k.name} {len(k.layers)}x{k.shape[0]}x{k.shape[1]}" for k in kinds)
+    if max_cells is not None and cells > max_cells:
+        raise ValueError(
+            f"kinds: the viewer would embed {cells:,} attention weights ({shapes}; about "
+            f"{cells * 2 / 1e6:.0f} MB of page), over the limit of {max_cells:,} (max_cells): "
+            "draw a shorter text, fewer kinds or layers, or a static figure (.png, .svg, .pdf)"
+        )
+    if warn_cells is not None and cells > warn_cells:
+        log.warning(
+            "the attention viewer embeds %s weights (%s; about %.0f MB of page): a browser "
+            "may be slow to open it",
+            f"{cells:,}",
+            shapes,
+            cells * 2 / 1e6,
+        )
+
+
+def attention_payload(
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    title: str = "qkv attention",
+    decimals: int = 4,
+    max_cells: int | None = MAX_CELLS,
+    warn_cells: int | None = WARN_CELLS,
+) -> dict[str, Any]:
+    """The data the viewer draws, as a JSON-ready dict.
+
+    ``{"title": str, "scale": 10**decimals, "kinds": [{"name", "q", "k", "layers": [{"heads",
+    "mean"}]}]}``: ``q``/``k`` the ``Lq`` query and ``Lk`` key tokens; ``heads`` one flat
+    row-major list of ``Lq * Lk`` integers per head (the weights times ``scale``, rounded);
+    ``mean`` the same for the mean over the heads, or None for a one-head layer.
+
+    Args:
+        kinds, title, decimals: as :func:`attention_html`.
+        max_cells: refuse more weights than this (see :func:`attention_cells`); None: no limit.
+        warn_cells: log a warning above this many weights; None: never.
+
+    Raises:
+        ValueError: more weights than ``max_cells``, a bad ``decimals``; TypeError: bad kinds.
+    """
+    ks = as_kinds(kinds)
+    if not isinstance(title, str):
+        raise TypeError(f"title: expected a str, got {type(title).__name__}")
+    scale = 10 ** _check_decimals(decimals)
+    _check_cells(ks, max_cells, warn_cells)
     out = []
-    for k in kinds:
+    for k in ks:
         layers = []
         for w in k.layers:  # (H, Lq, Lk)
             heads = [_ints(w[h], scale) for h in range(w.shape[0])]
@@ -51,11 +151,21 @@ def _payload(kinds: list[AttentionKind], title: str, decimals: int) -> dict[str,
     return {"title": title, "scale": scale, "kinds": out}
 
 
+def payload_json(payload: dict[str, Any]) -> str:
+    """``payload`` as JSON safe to put inside a ``<script>`` element: pure ASCII (a token with a
+    lone surrogate, which UTF-8 cannot encode, travels as an escape) and no ``<``."""
+    data = json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
+    # inside <script> only "</" could end the element early; "<" never occurs outside strings
+    return data.replace("<", "\\u003c")
+
+
 def attention_html(
     kinds: AttentionKind | Sequence[AttentionKind],
     *,
     title: str = "qkv attention",
     decimals: int = 4,
+    max_cells: int | None = MAX_CELLS,
+    warn_cells: int | None = WARN_CELLS,
 ) -> str:
     """The viewer page for ``kinds`` as one self-contained HTML string.
 
@@ -65,24 +175,27 @@ def attention_html(
             :func:`~qkv.viz.translation_attention` for a translation's three kinds).
         title: the page's title and heading.
         decimals: weights are rounded to this many decimals (1 to 6) in the embedded data.
+        max_cells: refuse a page embedding more weights than this (:func:`attention_cells`;
+            default :data:`MAX_CELLS`); None: no limit.
+        warn_cells: log a warning above this many weights (default :data:`WARN_CELLS`).
 
     Returns:
         The HTML text; it loads nothing from the network.
+
+    Raises:
+        ValueError: more weights than ``max_cells`` (the message says what to draw instead),
+            a bad ``decimals``; TypeError: ``kinds`` or ``title`` of the wrong type.
     """
-    ks = as_kinds(kinds)
-    if not isinstance(title, str):
-        raise TypeError(f"title: expected a str, got {type(title).__name__}")
-    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
-        raise ValueError(f"decimals: expected an int in [1, 6], got {decimals!r}")
-    # ASCII JSON: a token with a lone surrogate (which UTF-8 cannot encode) travels as an escape
-    data = json.dumps(_payload(ks, title, decimals), ensure_ascii=True, separators=(",", ":"))
-    # inside <script> only "</" could end the element early; "<" never occurs outside strings
-    data = data.replace("<", "\\u003c")
+    payload = attention_payload(
+        kinds, title=title, decimals=decimals, max_cells=max_cells, warn_cells=warn_cells
+    )
     parts = {
         "TITLE": _SURROGATE.sub("\ufffd", _html.escape(title)),
-        "CSS": _CSS,
-        "JS": _JS,
-        "DATA": data,
+        "CSS": VIEWER_CSS,
+        "JS": VIEWER_JS,
+        "DATA": payload_json(payload),
+        "CONTROLS": VIEWER_CONTROLS,
+        "PANELS": VIEWER_PANELS,
     }
     # one pass: text substituted for one placeholder is never searched for another, so a title
     # holding "%%JS%%" stays text
@@ -95,9 +208,15 @@ def save_attention_html(
     *,
     title: str = "qkv attention",
     decimals: int = 4,
+    max_cells: int | None = MAX_CELLS,
+    warn_cells: int | None = WARN_CELLS,
 ) -> Path:
-    """Write :func:`attention_html` to ``path`` (UTF-8; parent folder created); returns the path."""
-    text = attention_html(kinds, title=title, decimals=decimals)
+    """Write :func:`attention_html` to ``path`` (UTF-8; parent folder created); returns the path.
+
+    Nothing is written when the page is refused (more weights than ``max_cells``)."""
+    text = attention_html(
+        kinds, title=title, decimals=decimals, max_cells=max_cells, warn_cells=warn_cells
+    )
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text, encoding="utf-8")
@@ -126,18 +245,8 @@ def save_attention(
     return p
 
 
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%%TITLE%%</title>
-<style>%%CSS%%</style>
-</head>
-<body>
-<header>
-  <h1>%%TITLE%%</h1>
-  <div id="controls">
+#: the viewer's menus (kind, layer, head, colours); ids the script looks up
+VIEWER_CONTROLS = """<div id="controls">
     <label>kind <select id="kind"></select></label>
     <label>layer <select id="layer"></select></label>
     <label>head <select id="head"></select></label>
@@ -146,9 +255,10 @@ _TEMPLATE = """<!DOCTYPE html>
       <option value="row">scaled per query row</option>
       <option value="abs">absolute, 0 to 1</option>
     </select></label>
-  </div>
-</header>
-<main>
+  </div>"""
+
+#: the viewer's matrix and token panels
+VIEWER_PANELS = """<div class="qkv-panels">
   <section id="matrix-panel">
     <div id="stage"><canvas id="heat"></canvas><canvas id="overlay"></canvas></div>
     <div id="legend"><span id="lo">0</span><canvas id="ramp" width="160" height="12"></canvas>
@@ -161,6 +271,23 @@ _TEMPLATE = """<!DOCTYPE html>
     <h2>keys <small>(columns) — hover one: where it is attended from</small></h2>
     <div id="ktokens" class="tokens"></div>
   </section>
+</div>"""
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%%TITLE%%</title>
+<style>%%CSS%%</style>
+</head>
+<body>
+<header class="qkv-head">
+  <h1>%%TITLE%%</h1>
+  %%CONTROLS%%
+</header>
+<main>
+%%PANELS%%
 </main>
 <script type="application/json" id="qkv-data">%%DATA%%</script>
 <script>%%JS%%</script>
@@ -168,16 +295,18 @@ _TEMPLATE = """<!DOCTYPE html>
 </html>
 """
 
-_CSS = """
+#: the viewer's style sheet
+VIEWER_CSS = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0;
   color: #222; background: #fff; }
-header { padding: 10px 16px; border-bottom: 1px solid #ddd; background: #fafafa; }
-h1 { font-size: 18px; margin: 0 0 6px; }
+.qkv-head { padding: 10px 16px; border-bottom: 1px solid #ddd; background: #fafafa; }
+.qkv-head h1 { font-size: 18px; margin: 0 0 6px; }
 h2 { font-size: 14px; margin: 12px 0 4px; }
 h2 small { font-weight: normal; color: #666; }
 #controls label { margin-right: 14px; }
 select { font: inherit; }
-main { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px; align-items: flex-start; }
+.qkv-panels { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px;
+  align-items: flex-start; }
 #stage { position: relative; line-height: 0; }
 #overlay { position: absolute; left: 0; top: 0; }
 #heat { cursor: crosshair; }
@@ -193,11 +322,12 @@ main { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px; align-item
 .tok:hover { border-color: #888; }
 """
 
-_JS = r"""
+#: the viewer's script: ``qkvViewer.show(data)`` draws :func:`attention_payload` data; on
+#: load it shows the data of a ``<script type="application/json" id="qkv-data">`` element, if any
+VIEWER_JS = r"""
 (function () {
   "use strict";
-  var DATA = JSON.parse(document.getElementById("qkv-data").textContent);
-  var SCALE = DATA.scale;
+  var DATA = null, SCALE = 1;  // what show() was given last
   var $ = function (id) { return document.getElementById(id); };
   var heat = $("heat"), overlay = $("overlay"), ctx = heat.getContext("2d"),
       octx = overlay.getContext("2d");
@@ -391,6 +521,7 @@ _JS = r"""
   }
 
   function setHover(h) {
+    if (!DATA) return;  // nothing shown yet
     state.hover = h;
     clearTokens();
     var d = kind(), out = $("readout");
@@ -437,6 +568,7 @@ _JS = r"""
   $("qtokens").addEventListener("mouseover", onTokens);
   $("ktokens").addEventListener("mouseover", onTokens);
   heat.parentNode.addEventListener("mousemove", function (e) {
+    if (!geo) return;
     var b = heat.getBoundingClientRect();
     var j = Math.floor((e.clientX - b.left - geo.left) / geo.cell),
         i = Math.floor((e.clientY - b.top - geo.top) / geo.cell);
@@ -457,15 +589,27 @@ _JS = r"""
   var resizeTimer = null;
   window.addEventListener("resize", function () {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(function () { layout(); refresh(false); }, 100);
+    resizeTimer = setTimeout(function () { if (DATA) { layout(); refresh(false); } }, 100);
   });
 
-  // long sequences: one weight of 1 (say a causal first row) would wash out the rest
-  state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
-  $("norm").value = state.norm;
+  // draw new data (attention_payload's shape): menus, tokens and picture start over
+  function show(data) {
+    DATA = data; SCALE = data.scale;
+    state.kind = 0; state.layer = 0; state.head = -1; state.hover = null;
+    $("kind").textContent = "";
+    // long sequences: one weight of 1 (say a causal first row) would wash out the rest
+    state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
+    $("norm").value = state.norm;
+    var t = $("viewer-title");
+    if (t) t.textContent = data.title;  // a page that shows several: the title as text
+    refresh(true);
+    window.qkvViewer.data = DATA;
+    document.body.dataset.shown = String(Number(document.body.dataset.shown || 0) + 1);
+    document.body.dataset.ready = "1";
+  }
+
   drawRamp();
-  refresh(true);
-  window.qkvViewer = { state: state, data: DATA, setHover: setHover,
+  window.qkvViewer = { state: state, data: null, setHover: setHover, show: show,
     geometry: function () { return Object.assign({}, geo); },
     select: function (k, l, h) {
       if (k != null && k !== state.kind) { state.kind = k; state.layer = 0; state.head = -1; state.hover = null; refresh(true); }
@@ -473,6 +617,7 @@ _JS = r"""
       if (h != null) state.head = h;
       fillMenus(); refresh(false);
     } };
-  document.body.dataset.ready = "1";
+  var embedded = document.getElementById("qkv-data");
+  if (embedded) show(JSON.parse(embedded.textContent));
 })();
 """

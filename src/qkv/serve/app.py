@@ -1,0 +1,740 @@
+"""The ASGI app of ``qkv serve`` (Starlette): a LibreTranslate-compatible API, the page, metrics.
+
+Routes (the OpenAPI schema at ``/openapi.json`` and docs/serve.md describe each):
+
+* ``POST /translate``: ``{"q": str | [str], "source", "target", "format", "alternatives",
+  "beam", "api_key"}`` as JSON or a form -> ``{"translatedText": str | [str]}`` (plus
+  ``alternatives`` and ``detectedLanguage`` when asked), LibreTranslate's shape;
+* ``POST /attention``: one sentence -> its translation and every attention weight of it, the
+  data the viewer draws (:func:`qkv.viz.attention_payload`);
+* ``GET /languages``, ``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /`` (the page).
+
+Every error is JSON ``{"error": "field: what was expected, what came"}`` with a 4xx status:
+400 malformed body or a language pair not served, 401 a missing or wrong API key, 404 no such
+route, 405 wrong method, 413 a body, a sentence, a request or an attention picture over its limit,
+415 a body type not read, 422 a field of the wrong type or out of range, 503 the queue is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import math
+import secrets
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..inference import BUNDLED_DATA, BUNDLED_LANGUAGES, run_card, verify_checkpoint
+from ..translate import Translator
+from ..viz import MAX_CELLS, attention_cells, attention_payload
+from .batcher import Batcher, QueueFull
+from .metrics import Metrics
+from .openapi import openapi_schema
+from .page import page_html
+
+__all__ = ["LANGUAGE_NAMES", "ServeConfig", "create_app", "model_languages"]
+
+log = logging.getLogger(__name__)
+
+#: names of the language codes /languages lists (others are listed by their code)
+LANGUAGE_NAMES: dict[str, str] = {
+    "ar": "Arabic",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "es": "Spanish",
+    "fi": "Finnish",
+    "fr": "French",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sv": "Swedish",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "zh": "Chinese",
+}
+
+#: the routes the metrics count by name (anything else counts as "other")
+ROUTES = ("/", "/translate", "/attention", "/languages", "/health", "/metrics", "/openapi.json")
+
+
+@dataclass
+class ServeConfig:
+    """What ``qkv serve``'s flags set.
+
+    Attributes:
+        source_lang, target_lang: the language codes the model translates between (None: read
+            from the model when it says, e.g. a model of the bundled corpus is ``en`` to ``fr``).
+        beam: the default beam of a request (None: the model's, chosen by ``qkv train``).
+        api_key: when set, ``/translate`` and ``/attention`` need it (compared in constant time).
+        batching: False: each request decoded alone (no dynamic batching).
+        max_batch_tokens: a batch's budget of source tokens (with ``<eos>``) times the beam.
+        max_wait_ms: how long the first request of a batch waits for others.
+        max_body_bytes: the largest request body.
+        max_sentences: the most sentences in one request's ``q``.
+        max_chars: the most characters in one sentence.
+        max_alternatives: the most ``alternatives`` a request may ask.
+        max_beam: the widest ``beam`` a request may ask.
+        max_queue: the most sentences waiting; beyond, 503.
+        max_attention_cells: the most weights one ``/attention`` answer holds
+            (:func:`qkv.viz.attention_cells`).
+        model_dir: the folder the model was given as (informational, in ``/health``).
+    """
+
+    source_lang: str | None = None
+    target_lang: str | None = None
+    beam: int | None = None
+    api_key: str | None = None
+    batching: bool = True
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 5.0
+    max_body_bytes: int = 1_000_000
+    max_sentences: int = 128
+    max_chars: int = 2000
+    max_alternatives: int = 5
+    max_beam: int = 8
+    max_queue: int = 4096
+    max_attention_cells: int = MAX_CELLS
+    model_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
+            if is_count and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{f.name}: expected an int >= 1, got {v!r}")
+        if self.max_alternatives + 1 > self.max_beam:
+            raise ValueError(
+                f"max_alternatives: {self.max_alternatives} alternatives need a beam of "
+                f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}"
+            )
+        if self.beam is not None and (
+            isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1
+        ):
+            raise ValueError(f"beam: expected an int >= 1, got {self.beam!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise ValueError("api_key: expected a non-empty string or None")
+        for name in ("source_lang", "target_lang"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):
+                raise ValueError(f"{name}: expected a language code such as 'en', got {v!r}")
+
+
+def model_languages(translator: Translator) -> tuple[str, str] | None:
+    """``(source, target)`` codes when the model records them: a model trained on the bundled
+    English-French corpus (its run or its model card says so) is ``("en", "fr")``; None when
+    nothing says."""
+    if translator.path is None:
+        return None
+    try:
+        card = run_card(translator.path)
+    except Exception:  # an unreadable card: the languages are simply not known
+        return None
+    return BUNDLED_LANGUAGES if card.get("data") == BUNDLED_DATA else None
+
+
+# ---------------------------------------------------------------------------- errors, JSON
+class ApiError(Exception):
+    """An error answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def json_bytes(content: Any) -> bytes:
+    """``content`` as compact UTF-8 JSON; as ASCII escapes when it holds a lone surrogate (a
+    text echoed from a request), which UTF-8 cannot encode."""
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode()
+
+
+class _Json(Response):
+    """A JSON answer (:func:`json_bytes`; bytes are sent as they are)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return content if isinstance(content, bytes) else json_bytes(content)
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _Json({"error": message}, status_code=status, headers=headers)
+
+
+def _describe(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"the number {v!r}"
+    if isinstance(v, str):
+        return f"the string {v[:40]!r}" + ("..." if len(v) > 40 else "")
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+# ---------------------------------------------------------------------------- reading a body
+async def _read_body(request: Request, limit: int) -> bytes:
+    over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.strip().isdigit():
+            raise ApiError(400, f"Content-Length: expected a number of bytes, got {length!r}")
+        if int(length) > limit:
+            raise ApiError(413, f"body: {int(length):,} bytes, {over}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"body: more than {limit:,} bytes, {over}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
+    """The request's fields and whether they came from a form (strings everywhere)."""
+    ctype = content_type.split(";")[0].strip().lower()
+    if ctype == "application/x-www-form-urlencoded":
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ApiError(
+                400, f"body: the form is not UTF-8 ({e.reason} at byte {e.start})"
+            ) from None
+        try:
+            pairs = urllib.parse.parse_qsl(
+                text, keep_blank_values=True, strict_parsing=False, max_num_fields=10_000
+            )
+        except ValueError as e:
+            raise ApiError(413, f"body: {e}") from None
+        data: dict[str, Any] = {}
+        qs = [v for k, v in pairs if k in ("q", "q[]")]
+        for k, v in pairs:
+            if k not in ("q", "q[]"):
+                data.setdefault(k, v)  # the first of a repeated field, as LibreTranslate reads it
+        if qs:
+            data["q"] = qs[0] if len(qs) == 1 and ("q[]", qs[0]) not in pairs else qs
+        return data, True
+    if ctype == "multipart/form-data":
+        raise ApiError(
+            415,
+            "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
+            "form (application/x-www-form-urlencoded)",
+        )
+    if ctype not in ("", "application/json", "text/plain") and not ctype.endswith("+json"):
+        raise ApiError(
+            415,
+            f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
+            "(application/x-www-form-urlencoded)",
+        )
+    if not body.strip():
+        raise ApiError(
+            400,
+            'body: empty; expected a JSON object such as {"q": "Hello.", "source": "en", '
+            '"target": "fr"}',
+        )
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"body: malformed JSON: not UTF-8 ({e.reason})") from None
+    except ValueError as e:  # json.JSONDecodeError
+        raise ApiError(400, f"body: malformed JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "body: malformed JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, f"body: expected a JSON object of fields, got {_describe(data)}")
+    return data, False
+
+
+# ---------------------------------------------------------------------------- fields
+def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    """Field ``name`` as an int in ``[lo, hi]`` (a form's digits too), or None when absent."""
+    v = data.get(name)
+    if v is None or v == "":
+        return None
+    if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+        v = int(v.strip())
+    elif isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {_describe(v)}")
+    if not lo <= v <= hi:
+        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _int_or(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    v = _int_field(data, name, lo, hi)
+    return default if v is None else v
+
+
+def _check_text(name: str, text: str, max_chars: int) -> None:
+    if len(text) > max_chars:
+        raise ApiError(
+            413,
+            f"{name}: {len(text):,} characters, over the limit of {max_chars:,} per sentence "
+            "(--max-chars)",
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(
+            422, f"{name}: not valid Unicode (a lone surrogate at character {e.start})"
+        ) from None
+
+
+def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tuple[list[str], bool]:
+    """``q`` as a list of sentences, and whether it was a single string."""
+    if "q" not in data or data["q"] is None:
+        raise ApiError(
+            422,
+            "q: missing; expected the text to translate, a string"
+            + ("" if one else " or a list of strings"),
+        )
+    q = data["q"]
+    if isinstance(q, str):
+        _check_text("q", q, cfg.max_chars)
+        return [q], True
+    if one:
+        raise ApiError(422, f"q: expected one sentence, a string, got {_describe(q)}")
+    if not isinstance(q, list):
+        raise ApiError(422, f"q: expected a string or a list of strings, got {_describe(q)}")
+    if len(q) > cfg.max_sentences:
+        raise ApiError(
+            413,
+            f"q: {len(q):,} sentences, over the limit of {cfg.max_sentences:,} per request "
+            "(--max-sentences)",
+        )
+    for i, t in enumerate(q):
+        if not isinstance(t, str):
+            raise ApiError(422, f"q[{i}]: expected a string, got {_describe(t)}")
+        _check_text(f"q[{i}]", t, cfg.max_chars)
+    return list(q), False
+
+
+# ---------------------------------------------------------------------------- the app
+class _State:
+    """What the routes share: the translator, the batcher, the settings and the counters."""
+
+    def __init__(self, translator: Translator, cfg: ServeConfig) -> None:
+        self.translator, self.cfg = translator, cfg
+        langs = (cfg.source_lang, cfg.target_lang)
+        if None in langs:
+            known = model_languages(translator)
+            if known is None:
+                raise ValueError(
+                    "source_lang: the model does not record the languages it translates; give "
+                    "them (qkv serve --source-lang CODE --target-lang CODE, e.g. en and fr)"
+                )
+            langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
+        self.source, self.target = langs[0].strip().lower(), langs[1].strip().lower()
+        self.beam = translator.resolve_decoding(cfg.beam, None)[0]
+        if self.beam > cfg.max_beam:
+            raise ValueError(
+                f"beam: the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
+            )
+        self.step: int | None = None
+        if translator.path is not None:
+            with contextlib.suppress(Exception):
+                self.step = int(verify_checkpoint(translator.path, files=[]).get("step") or 0)
+        self.metrics = Metrics()
+        self.batcher = Batcher(
+            self._decode,
+            max_batch_tokens=cfg.max_batch_tokens,
+            max_wait_ms=cfg.max_wait_ms,
+            batching=cfg.batching,
+            max_queue=cfg.max_queue,
+            on_batch=self.metrics.batch,
+            pending=lambda: self.arriving,
+        )
+        self.started = time.monotonic()
+        self.in_flight = 0
+        self.arriving = 0  # /translate requests being read, not yet queued
+
+    # -- runs in the worker thread
+    def _decode(self, texts: list[str], beam: int, n_best: int) -> list[Any]:
+        tr = self.translator
+        res = tr.generate(
+            texts, beam_size=beam, n_best=n_best, max_tokens=self.cfg.max_batch_tokens
+        )
+        dec = tr.tgt_tokenizer.decode
+        if n_best == 1:
+            return [dec(ids) for ids in res]
+        # the n-best, best first; "no other translation" (-inf, a blank text's) is left out
+        return [[dec(ids) for ids, score in hyps if score != -math.inf] or [""] for hyps in res]
+
+    def _attention(self, text: str, beam: int, n_best: int, choice: int, decimals: int) -> bytes:
+        tr = self.translator
+        if n_best == 1:
+            ids = tr.translate_ids(text, beam_size=beam)
+        else:
+            hyps = tr.generate([text], beam_size=beam, n_best=n_best)[0]
+            ids, score = hyps[choice]
+            if score == -math.inf:
+                raise ApiError(422, f"choice: there is no translation {choice} of this text")
+        sa = tr.attention(text, ids=ids)
+        kinds = sa.kinds()
+        cells = attention_cells(kinds)
+        if cells > self.cfg.max_attention_cells:
+            raise ApiError(413, self._too_many_cells(cells))
+        payload = attention_payload(
+            kinds, title=f"{text}  \u2192  {sa.translation}", decimals=decimals, max_cells=None
+        )
+        body = {
+            "translatedText": sa.translation,
+            "choice": choice,
+            "srcTokens": sa.src_tokens,
+            "tgtTokens": sa.tgt_tokens,
+            "attention": payload,
+        }
+        return json_bytes(body)
+
+    def _too_many_cells(self, cells: int) -> str:
+        return (
+            f"q: its attention holds {cells:,} weights, over the limit of "
+            f"{self.cfg.max_attention_cells:,} (--max-attention-cells): send a shorter sentence"
+        )
+
+    # -- on the event loop
+    def check_key(self, request: Request, data: dict[str, Any] | None) -> None:
+        key = self.cfg.api_key
+        if key is None:
+            return
+        given = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if given is None and auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        if given is None and data is not None:
+            given = data.get("api_key")
+        challenge = {"WWW-Authenticate": 'Bearer realm="qkv"'}
+        if given is None or given == "":
+            raise ApiError(
+                401,
+                "api_key: missing; this server needs an API key (the api_key field, or an "
+                "Authorization: Bearer header)",
+                challenge,
+            )
+        if not isinstance(given, str):
+            raise ApiError(401, f"api_key: expected a string, got {_describe(given)}", challenge)
+        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8")):
+            raise ApiError(401, "api_key: wrong API key", challenge)
+
+    def check_pair(self, data: dict[str, Any]) -> bool:
+        """Refuse a pair the model does not serve; True when the source was "auto"."""
+        pair = f"this model translates {self.source} to {self.target}"
+        for name, default in (("source", self.source), ("target", self.target)):
+            v = data.get(name)
+            if v is None or v == "":
+                v = default
+            if not isinstance(v, str):
+                raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+            data[name] = v.strip().lower()
+        if data["source"] not in ("auto", self.source):
+            raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
+        if data["target"] != self.target:
+            raise ApiError(400, f"target: {data['target']!r} is not served; {pair}")
+        fmt = data.get("format")
+        if fmt is not None and fmt != "":
+            if not isinstance(fmt, str):
+                raise ApiError(422, f"format: expected 'text', got {_describe(fmt)}")
+            if fmt.strip().lower() != "text":
+                raise ApiError(
+                    400,
+                    f"format: {fmt!r} is not supported; this server translates plain text ('text')",
+                )
+        return data["source"] == "auto"
+
+    def decoding(self, data: dict[str, Any]) -> tuple[int, int]:
+        """``(beam, n_best)`` of a request."""
+        cfg = self.cfg
+        alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
+        beam = _int_field(data, "beam", 1, cfg.max_beam)
+        n_best = alternatives + 1
+        if beam is None:
+            beam = max(self.beam, n_best)
+        elif beam < n_best:
+            raise ApiError(
+                422,
+                f"beam: {alternatives} alternatives need a beam of at least {n_best}, got {beam}",
+            )
+        return beam, n_best
+
+    def tokens(self, texts: list[str], beam: int) -> int:
+        return sum(len(self.translator.encode(t)) for t in texts) * beam
+
+    async def wait(self, job: Any) -> Any:
+        return await asyncio.wrap_future(job.future)
+
+
+def create_app(translator: Translator, config: ServeConfig | None = None) -> Starlette:
+    """The ASGI app serving ``translator`` with ``config``'s settings.
+
+    Its lifespan starts the batch worker and, at shutdown, lets it finish every queued job.
+    The app's ``state.qkv`` holds the shared state (batcher, metrics).
+
+    Raises:
+        ValueError: a bad setting, or languages that neither ``config`` nor the model give.
+    """
+    if not isinstance(translator, Translator):
+        raise TypeError(
+            f"translator: expected a qkv.translate.Translator, got {type(translator).__name__}"
+        )
+    cfg = config or ServeConfig()
+    if not isinstance(cfg, ServeConfig):
+        raise TypeError(f"config: expected a ServeConfig, got {type(cfg).__name__}")
+    st = _State(translator, cfg)
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        body = await _read_body(request, cfg.max_body_bytes)
+        data, _ = _parse_body(body, request.headers.get("content-type", ""))
+        return data
+
+    async def translate(request: Request) -> Response:
+        st.arriving += 1  # the batcher may wait for this request's company
+        try:
+            data = await body_of(request)
+            st.check_key(request, data)
+            texts, single = _texts(data, cfg)
+            auto = st.check_pair(data)
+            beam, n_best = st.decoding(data)
+            job = None
+            if texts:
+                tokens = st.tokens(texts, beam)
+                try:
+                    job = st.batcher.submit(texts, beam=beam, n_best=n_best, tokens=tokens)
+                except QueueFull as e:
+                    raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
+        finally:
+            st.arriving -= 1
+        results: list[Any] = []
+        if job is not None:
+            try:
+                results = await st.wait(job)
+            except (ValueError, TypeError) as e:
+                raise ApiError(422, f"q: cannot be translated: {e}") from None
+        if n_best == 1:
+            best, alts = results, None
+        else:
+            best, alts = [r[0] for r in results], [r[1:] for r in results]
+        out: dict[str, Any] = {"translatedText": best[0] if single else best}
+        if alts is not None:
+            out["alternatives"] = alts[0] if single else alts
+        if auto:  # qkv detects nothing: the model's one source language is assumed
+            detected = {"language": st.source, "confidence": 0.0}
+            out["detectedLanguage"] = detected if single else [detected] * len(texts)
+        return _Json(out)
+
+    async def attention(request: Request) -> Response:
+        data = await body_of(request)
+        st.check_key(request, data)
+        (text,), _ = _texts(data, cfg, one=True)
+        st.check_pair(data)
+        beam, n_best = st.decoding(data)
+        choice = _int_or(data, "choice", 0, 0, n_best - 1)
+        decimals = _int_or(data, "decimals", 4, 1, 6)
+        tr = translator
+        mc = tr.model.config
+        if mc is not None and tr.kind == "transformer":  # the encoder's part alone, before decoding
+            S, H = len(tr.encode(text)), mc.num_heads
+            enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
+            if enc > cfg.max_attention_cells:
+                raise ApiError(413, st._too_many_cells(enc))
+        try:
+            job = st.batcher.call(lambda: st._attention(text, beam, n_best, choice, decimals))
+        except QueueFull as e:
+            raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
+        try:
+            body = await st.wait(job)
+        except (ValueError, TypeError) as e:
+            raise ApiError(422, f"q: cannot be translated: {e}") from None
+        return _Json(body)
+
+    async def languages(request: Request) -> Response:
+        out = [
+            {
+                "code": st.source,
+                "name": LANGUAGE_NAMES.get(st.source, st.source),
+                "targets": [st.target],
+            }
+        ]
+        if st.target != st.source:
+            out.append(
+                {"code": st.target, "name": LANGUAGE_NAMES.get(st.target, st.target), "targets": []}
+            )
+        return _Json(out)
+
+    async def health(request: Request) -> Response:
+        dec = translator.decoding
+        return _Json(
+            {
+                "status": "ok",
+                "model": {
+                    "loaded": True,
+                    "model_dir": cfg.model_dir,
+                    "path": None if translator.path is None else str(translator.path),
+                    "step": st.step,
+                    "kind": translator.kind,
+                    "device": str(translator.device),
+                    "source": st.source,
+                    "target": st.target,
+                    "beam": st.beam,
+                    "length_penalty": dec["length_penalty"],
+                },
+                "batching": {
+                    "enabled": cfg.batching,
+                    "max_batch_tokens": cfg.max_batch_tokens,
+                    "max_wait_ms": cfg.max_wait_ms,
+                    "worker_running": st.batcher.running,
+                },
+                "queue_depth": st.batcher.queue_depth,
+                "decoding_sentences": st.batcher.in_progress,
+                "uptime_seconds": round(time.monotonic() - st.started, 3),
+            }
+        )
+
+    async def metrics(request: Request) -> Response:
+        text = st.metrics.render(
+            queue_depth=st.batcher.queue_depth,
+            in_progress=st.batcher.in_progress,
+            in_flight=st.in_flight,
+        )
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def page(request: Request) -> Response:
+        nonce = secrets.token_urlsafe(16)
+        html = page_html(
+            nonce=nonce,
+            source=st.source,
+            target=st.target,
+            key_required=cfg.api_key is not None,
+            max_alternatives=cfg.max_alternatives,
+            max_chars=cfg.max_chars,
+        )
+        csp = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+            "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'"
+        )
+        return Response(
+            html, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": csp}
+        )
+
+    async def openapi(request: Request) -> Response:
+        return _Json(openapi_schema(st.source, st.target, cfg))
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, ApiError):  # registered for ApiError only
+            return await internal(request, exc)
+        return _error(exc.status, exc.message, exc.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, HTTPException):  # registered for HTTPException only
+            return await internal(request, exc)
+        if exc.status_code == 404:
+            return _error(
+                404,
+                f"path: no route {request.method} {request.url.path}; the routes are "
+                + ", ".join(ROUTES),
+            )
+        if exc.status_code == 405:
+            return _error(
+                405,
+                f"method: {request.method} is not allowed on {request.url.path}",
+                dict(exc.headers or {}),
+            )
+        return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("qkv serve: %s %s failed: %r", request.method, request.url.path, exc)
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        st.batcher.start()
+        try:
+            yield
+        finally:  # let the worker finish what is queued, off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, st.batcher.stop)
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/translate", translate, methods=["POST"]),
+        Route("/attention", attention, methods=["POST"]),
+        Route("/languages", languages, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: internal},
+        lifespan=lifespan,
+    )
+    app.state.qkv = st
+    app.add_middleware(_Observe, state=st)
+    return app
+
+
+class _Observe:
+    """Pure ASGI middleware: counts each request by route and status, times it, and adds the
+    headers every answer carries."""
+
+    HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"))
+
+    def __init__(self, app: Any, state: _State) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+        st = self.state
+        st.in_flight += 1
+
+        async def send_with(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), *self.HEADERS]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with)
+        finally:
+            st.in_flight -= 1
+            path = scope.get("path", "")
+            route = path if path in ROUTES else "other"
+            st.metrics.request(route, scope.get("method", ""), status, time.perf_counter() - t0)

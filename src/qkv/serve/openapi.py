@@ -1,0 +1,287 @@
+"""The OpenAPI 3.1 description of the server, served at ``/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+
+__all__ = ["openapi_schema"]
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _body(ref: str) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{ref}"}
+    return {
+        "required": True,
+        "content": {
+            "application/json": {"schema": schema},
+            "application/x-www-form-urlencoded": {"schema": schema},
+        },
+    }
+
+
+def openapi_schema(source: str, target: str, cfg: Any) -> dict[str, Any]:
+    """The schema, with this server's languages and limits (``cfg``: a ServeConfig)."""
+    lang = {"type": "string", "description": "a language code"}
+    common = {
+        "source": {
+            **lang,
+            "default": source,
+            "description": f"the source language: {source!r} or 'auto' (assumed {source!r}; "
+            "nothing is detected; the answer's detectedLanguage says so)",
+        },
+        "target": {**lang, "default": target, "description": f"the target language: {target!r}"},
+        "format": {
+            "type": "string",
+            "enum": ["text"],
+            "default": "text",
+            "description": "plain text only ('html' is refused)",
+        },
+        "alternatives": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": cfg.max_alternatives,
+            "default": 0,
+            "description": "how many other translations (the n-best of beam search) to return",
+        },
+        "beam": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": cfg.max_beam,
+            "description": "beam size (default: the server's; at least alternatives + 1)",
+        },
+        "api_key": {"type": "string", "description": "the API key, when the server has one"},
+    }
+    text = {"type": "string", "maxLength": cfg.max_chars}
+    key_note = (
+        " Needs the API key (the api_key field, an Authorization: Bearer header or an "
+        "X-API-Key header)."
+        if cfg.api_key is not None
+        else ""
+    )
+    errors = {
+        "400": _error("malformed body, or a language pair or format not served"),
+        "401": _error("missing or wrong API key"),
+        "413": _error(
+            f"body over {cfg.max_body_bytes} bytes, over {cfg.max_sentences} sentences, a "
+            f"sentence over {cfg.max_chars} characters, or an attention over "
+            f"{cfg.max_attention_cells} weights"
+        ),
+        "415": _error("a body that is neither JSON nor a URL-encoded form"),
+        "422": _error("a field of the wrong type or out of range, or q missing"),
+        "503": _error(f"more than {cfg.max_queue} sentences are waiting; retry later"),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "qkv serve",
+            "version": __version__,
+            "description": "Translation with a qkv model, LibreTranslate-compatible, with the "
+            'attention of each translation. Every error is {"error": "field: ..."}.',
+        },
+        "paths": {
+            "/translate": {
+                "post": {
+                    "summary": "Translate one text or a list of texts (LibreTranslate's shape)."
+                    + key_note,
+                    "requestBody": _body("TranslateRequest"),
+                    "responses": {
+                        "200": {
+                            "description": "the translations",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/TranslateResponse"}
+                                }
+                            },
+                        },
+                        **errors,
+                    },
+                }
+            },
+            "/attention": {
+                "post": {
+                    "summary": "One sentence's translation and every attention weight of it."
+                    + key_note,
+                    "requestBody": _body("AttentionRequest"),
+                    "responses": {
+                        "200": {
+                            "description": "the translation and its attention",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/AttentionResponse"}
+                                }
+                            },
+                        },
+                        **errors,
+                    },
+                }
+            },
+            "/languages": {
+                "get": {
+                    "summary": "The languages served (LibreTranslate's shape).",
+                    "responses": {
+                        "200": {
+                            "description": "one entry per language",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/Language"},
+                                    }
+                                }
+                            },
+                        }
+                    },
+                }
+            },
+            "/health": {
+                "get": {
+                    "summary": "The model loaded (its folder, step, languages) and the queue.",
+                    "responses": {
+                        "200": {
+                            "description": "the server is up",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus text: requests by route and status, latency, batch "
+                    "sizes, queue depth.",
+                    "responses": {
+                        "200": {
+                            "description": "text format 0.0.4",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            "/": {
+                "get": {
+                    "summary": "The page: translate, and see the attention of a translation.",
+                    "responses": {
+                        "200": {
+                            "description": "HTML",
+                            "content": {"text/html": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This description.",
+                    "responses": {
+                        "200": {
+                            "description": "OpenAPI 3.1",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "TranslateRequest": {
+                    "type": "object",
+                    "required": ["q"],
+                    "properties": {
+                        "q": {
+                            "description": "a text, or a list of at most "
+                            f"{cfg.max_sentences} texts",
+                            "oneOf": [
+                                text,
+                                {"type": "array", "items": text, "maxItems": cfg.max_sentences},
+                            ],
+                        },
+                        **common,
+                    },
+                },
+                "TranslateResponse": {
+                    "type": "object",
+                    "required": ["translatedText"],
+                    "properties": {
+                        "translatedText": {
+                            "description": "a string for a string q, a list for a list",
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "string"}},
+                            ],
+                        },
+                        "alternatives": {
+                            "description": "with alternatives > 0: the other translations, "
+                            "best first (a list of lists for a list q)",
+                            "type": "array",
+                        },
+                        "detectedLanguage": {
+                            "description": "with source 'auto': the model's source language "
+                            "(assumed, confidence 0)",
+                        },
+                    },
+                },
+                "AttentionRequest": {
+                    "type": "object",
+                    "required": ["q"],
+                    "properties": {
+                        "q": text,
+                        **common,
+                        "choice": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "default": 0,
+                            "description": "which translation: 0 the best, i the i-th of the "
+                            "alternatives (at most alternatives)",
+                        },
+                        "decimals": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 6,
+                            "default": 4,
+                            "description": "weights are sent times 10**decimals, rounded",
+                        },
+                    },
+                },
+                "AttentionResponse": {
+                    "type": "object",
+                    "properties": {
+                        "translatedText": {"type": "string"},
+                        "choice": {"type": "integer"},
+                        "srcTokens": {"type": "array", "items": {"type": "string"}},
+                        "tgtTokens": {"type": "array", "items": {"type": "string"}},
+                        "attention": {
+                            "description": "the viewer's data (qkv.viz.attention_payload): "
+                            "{title, scale, kinds: [{name, q, k, layers: [{heads, mean}]}]}; "
+                            "each matrix a flat row-major list of len(q) * len(k) integers, "
+                            "the weights times scale",
+                            "type": "object",
+                        },
+                    },
+                },
+                "Language": {
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string"},
+                        "name": {"type": "string"},
+                        "targets": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "string",
+                            "description": "names the field, what was expected and what came",
+                        }
+                    },
+                },
+            }
+        },
+    }

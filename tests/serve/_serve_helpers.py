@@ -1,0 +1,100 @@
+"""A tiny saved model (random weights, word tokenizers trained on the bundled corpus) and an
+in-process client for the serve tests."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from qkv.data import Normalizer, WordTokenizer, bundled_pairs
+from qkv.inference import save_model
+from qkv.nn import Seq2SeqConfig, build_model
+from qkv.serve import ServeConfig, create_app
+from qkv.serve.server import bind, make_server
+from qkv.translate import Translator
+
+PAIRS = bundled_pairs()[:600]
+SOURCES = [s for s, _ in PAIRS[:60]]
+
+
+def tiny_model_folder(out: Path) -> Path:
+    """Save a 1+1-layer, 2-head Transformer (random weights, seeded) to ``out``: a model folder
+    as ``qkv export`` writes, which ``Translator.load`` and ``qkv serve`` read."""
+    norm = Normalizer.book()
+    src = WordTokenizer.train([s for s, _ in PAIRS], normalizer=norm)
+    tgt = WordTokenizer.train([t for _, t in PAIRS], normalizer=norm)
+    torch.manual_seed(0)
+    cfg = Seq2SeqConfig(
+        src_vocab_size=src.vocab_size,
+        tgt_vocab_size=tgt.vocab_size,
+        num_hiddens=32,
+        ffn_num_hiddens=64,
+        num_heads=2,
+        num_enc_layers=1,
+        num_dec_layers=1,
+        dropout=0.0,
+    )
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        # most sentences stop before the length limit, at different lengths
+        model.decoder.dense.bias[tgt.eos_id] += 1.8
+    return save_model(model, src, tgt, out)
+
+
+@dataclass
+class Live:
+    """A server running in a thread: its URL, its app and a client."""
+
+    url: str
+    app: Any
+    client: Any
+    server: Any = None  # the uvicorn server
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.qkv
+
+    def post(self, path: str, **kw: Any) -> Any:
+        return self.client.post(self.url + path, **kw)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.client.get(self.url + path, **kw)
+
+
+@contextlib.contextmanager
+def live_server(translator: Translator, **settings: Any) -> Iterator[Live]:
+    """Serve ``translator`` with ``ServeConfig(source_lang="en", target_lang="fr", **settings)``
+    on 127.0.0.1 (any free port) until the block ends; the server is stopped gracefully."""
+    cfg = ServeConfig(**{"source_lang": "en", "target_lang": "fr", **settings})
+    app = create_app(translator, cfg)
+    sock = bind("127.0.0.1", 0)
+    ready = threading.Event()
+    server = make_server(app, log_level="warning", on_ready=ready.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    if not ready.wait(30):
+        server.should_exit = True
+        raise RuntimeError("the test server did not start")
+    port = sock.getsockname()[1]
+    try:
+        with httpx.Client(timeout=60) as client:
+            yield Live(f"http://127.0.0.1:{port}", app, client, server)
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def wait_until(condition, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:g} s for {what}")
+        time.sleep(0.01)

@@ -1,0 +1,74 @@
+"""Fixtures for tests/serve: a tiny saved model, a real server on the loopback (uvicorn in a
+thread, a port the system picks), and the headless Chromium of tests/viz for the page."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="qkv serve needs the serve extra")
+pytest.importorskip("uvicorn", reason="qkv serve needs the serve extra")
+pytest.importorskip("httpx", reason="the serve tests talk HTTP with httpx (dev extra)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "viz"))  # _viz_chromium
+
+from _serve_helpers import Live, live_server, tiny_model_folder
+
+from qkv.translate import Translator
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tiny models: one intra-op thread is faster, far faster on a busy machine (as
+    tests/models); the servers' worker threads share the setting."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model_folder(tmp_path_factory.mktemp("serve") / "model")
+
+
+@pytest.fixture(scope="session")
+def translator(model_dir) -> Translator:
+    return Translator.load(model_dir)
+
+
+@pytest.fixture(scope="module")
+def live(translator) -> Iterator[Live]:
+    """One server for a test module, batching on (20 ms wait)."""
+    with live_server(translator, max_wait_ms=20) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's Chromium, or a skip saying why not (as tests/viz)."""
+    from _viz_chromium import find_chromium
+
+    path, why = find_chromium()
+    if path is None:
+        if os.environ.get("QKV_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"headless Chromium unavailable and QKV_REQUIRE_CHROMIUM=1: {why}")
+        pytest.skip(f"headless Chromium unavailable: {why}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path):
+    from _viz_chromium import Browser
+
+    b = Browser(chromium_path)
+    try:
+        yield b
+    finally:
+        b.close()

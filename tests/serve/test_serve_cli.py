@@ -1,0 +1,213 @@
+"""``qkv serve``: one-line errors before serving, the serve extra checked up front, and a real
+process that stops on SIGTERM or Ctrl-C after answering what was in flight, exiting 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from qkv.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def one_line_error(capsys, flag: str) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith(f"qkv serve: error: {flag}: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_missing_model_dir(tmp_path, capsys):
+    rc = main(["serve", "--model-dir", str(tmp_path / "none"), "--quiet"])
+    assert "does not exist" in one_line_error(capsys, "model dir")
+    # the status qkv translate gives the same folder
+    assert rc == main(["translate", "--model-dir", str(tmp_path / "none"), "go ."]) != 0
+
+
+def test_languages_the_model_does_not_record_must_be_given(model_dir, capsys):
+    assert main(["serve", "--model-dir", str(model_dir), "--quiet"]) == 2
+    err = one_line_error(capsys, "--source-lang")
+    assert "--target-lang" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--max-chars", "0"], "--max-chars"),
+        (["--max-batch-tokens", "-3"], "--max-batch-tokens"),
+        (["--max-wait-ms", "-1"], "--max-wait-ms"),
+        (["--max-alternatives", "9"], "--max-alternatives"),
+        (["--beam", "0"], "--beam"),
+        (["--port", "70000"], "--port"),
+        (["--threads", "-1"], "--threads"),
+        (["--api-key", ""], "--api-key"),
+        (["--quantize", "int8", "--device", "cuda"], "--quantize"),
+    ],
+)
+def test_bad_flags_are_one_line(model_dir, capsys, args, flag):
+    argv = ["serve", "--model-dir", str(model_dir), "--source-lang", "en", "--target-lang", "fr"]
+    assert main([*argv, *args, "--quiet"]) == 2
+    one_line_error(capsys, flag)
+
+
+def test_a_port_in_use(model_dir, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["serve", "--model-dir", str(model_dir), "--source-lang", "en"]
+        argv += ["--target-lang", "fr", "--port", str(port), "--quiet"]
+        assert main(argv) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in one_line_error(capsys, "--host")
+
+
+#: a base install in a subprocess: starlette and uvicorn cannot be found (as tests/test_deps.py)
+BLOCKER = """
+import sys
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("starlette", "uvicorn"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Blocker())
+from qkv.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_serve_extra_one_line_before_loading(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    res = subprocess.run(
+        [sys.executable, "-c", BLOCKER, "serve", "--model-dir", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == ("qkv serve needs starlette, uvicorn: pip install 'qkv[serve]'")
+
+
+# ---------------------------------------------------------------------------- a real process
+def start(model_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "qkv.cli", "serve", "--model-dir", str(model_dir)),
+            *("--port", "0", "--source-lang", "en", "--target-lang", "fr", "--quiet", *extra),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines = []
+    deadline = time.monotonic() + 90
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r" on (http://127\.0\.0\.1:\d+/)$", line.strip())
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError("the server did not start: " + "".join(lines))
+
+
+def post(url: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def refused(url: str) -> bool:
+    host, port = url.split("//")[1].rstrip("/").split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGTERM, id="SIGTERM"),
+        pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
+    ],
+)
+def test_a_signal_finishes_the_requests_in_flight_then_exits_0(model_dir, translator, sig):
+    """Two requests in flight when the signal comes: one half-received (its body still coming),
+    one queued (the batcher waits for the first's company, up to 5 s). The server stops
+    accepting connections, answers both, and exits 0."""
+    proc, url = start(model_dir, "--max-wait-ms", "5000")
+    try:
+        assert post(url + "translate", {"q": "go ."})[0] == 200  # the server works
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"q": "hello ."}).encode()
+        slow.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:5]
+        )
+        out: dict = {}
+        t = threading.Thread(
+            target=lambda: out.update(r=post(url + "translate", {"q": "i lost ."}))
+        )
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # "i lost ." waits in the batcher for "hello ."
+            with urllib.request.urlopen(url + "health", timeout=10) as r:
+                if json.loads(r.read())["queue_depth"] == 1:
+                    break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the request never reached the queue")
+        proc.send_signal(sig)
+        deadline = time.monotonic() + 30
+        while not refused(url):  # it stops accepting new connections
+            assert time.monotonic() < deadline, "still accepting connections after the signal"
+            time.sleep(0.05)
+        slow.sendall(body[5:])  # the rest of the half-received request
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = slow.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        slow.close()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), answer
+        assert json.loads(payload) == {"translatedText": translator.translate("hello .")}
+        t.join(60)
+        assert out["r"] == (200, {"translatedText": translator.translate("i lost .")})
+        assert proc.wait(60) == 0
+        err = proc.stderr.read()
+        assert "qkv serve: stopped" in err and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
