@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--data": ("data", str, "parallel text in any qkv.data format"),
     "--format": ("data_format", str, "the data file's format"),
+    "--src-column": (
+        "src_column",
+        str,
+        "the source column of a tsv/csv file with a header row, or a jsonl field",
+    ),
+    "--tgt-column": (
+        "tgt_column",
+        str,
+        "the target column of a tsv/csv file with a header row, or a jsonl field",
+    ),
     "--max-skipped": (
         "max_skipped",
         float,
@@ -61,6 +71,8 @@ _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
 _AUTO_MEANS: dict[str, str] = {
     "data": "the bundled corpus",
     "data_format": "guessed from the file",
+    "src_column": "src or source",
+    "tgt_column": "tgt or target",
     "preset": "from the corpus, budget and device",
     "max_steps": "{max_steps}; with --max-minutes, no limit but the clock",
     "max_minutes": "no time limit",
@@ -475,6 +487,15 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- evaluate
+#: read_pairs' argument names -> the flags of qkv evaluate that give them
+_READ_FLAGS = {
+    "path": "--data",
+    "format": "--format",
+    "src_column": "--src-column",
+    "tgt_column": "--tgt-column",
+}
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
     from .inference import CheckpointError, verify_checkpoint
@@ -485,7 +506,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         tr = _load_translator(args)
         _set_no_repeat(tr, args)
         if args.data is not None:
-            pairs, report = read_pairs(args.data, args.format)
+            try:
+                pairs, report = read_pairs(
+                    args.data, args.format, src_column=args.src_column, tgt_column=args.tgt_column
+                )
+            except (ValueError, TypeError, FileNotFoundError) as err:  # named as the flags
+                key, _, rest = str(err).partition(": ")
+                flag = _READ_FLAGS.get(key)
+                raise (type(err)(f"{flag}: {rest}") if flag else err) from None
             if report.n_skipped:
                 log.warning("%s", report)
             what = args.data
@@ -782,6 +810,17 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(e)
     e.add_argument("--data", help="parallel text (default: the run's own test split)")
     e.add_argument("--format", help="the data file's format (default: guessed)")
+    e.add_argument(
+        "--src-column",
+        metavar="NAME",
+        help="with --data: the source column of a tsv/csv header row, or a jsonl field "
+        "(default: src or source)",
+    )
+    e.add_argument(
+        "--tgt-column",
+        metavar="NAME",
+        help="with --data: the target column (default: tgt or target)",
+    )
     e.add_argument(
         "--split",
         choices=("test", "valid", "train"),
