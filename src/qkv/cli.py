@@ -174,6 +174,7 @@ def _as_flag(err: BaseException, args: argparse.Namespace) -> BaseException:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .inference.writing import NoSpaceError
     from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
@@ -198,6 +199,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         CheckpointError,
         ImportError,
         RunLockedError,
+        NoSpaceError,
     ) as e:
         return _fail("train", _as_flag(e, args))
     except TrainingError as e:
@@ -572,6 +574,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- average
 def _cmd_average(args: argparse.Namespace) -> int:
+    from .inference.writing import NoSpaceError
     from .train import CheckpointError
     from .train.checkpoint import average_checkpoints, find_checkpoints
 
@@ -589,7 +592,14 @@ def _cmd_average(args: argparse.Namespace) -> int:
                 raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")
             folders = found[-args.last :]
         path = average_checkpoints(folders, args.out)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        NoSpaceError,
+    ) as e:
         return _fail("average", e)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0
@@ -598,6 +608,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- export
 def _cmd_export(args: argparse.Namespace) -> int:
     from .inference import CheckpointError, load_model
+    from .inference.writing import NoSpaceError
 
     try:
         if args.quantize is not None and args.format != "ctranslate2":
@@ -625,7 +636,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
             from .export import export_model
 
             path = export_model(saved, out, force=args.force)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        NoSpaceError,
+    ) as e:
         return _fail("export", _as_flag(e, args))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")

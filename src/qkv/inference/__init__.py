@@ -30,13 +30,21 @@ from .saved import (
     verify_checkpoint,
 )
 from .scores import Evaluation, corpus_scores
-from .writing import model_card, run_card, save_model, write_model_folder
+from .writing import (
+    NoSpaceError,
+    model_card,
+    remove_stale_folders,
+    run_card,
+    save_model,
+    write_model_folder,
+)
 
 __all__ = [
     "QUANTIZATIONS",
     "CheckpointError",
     "Evaluation",
     "LoadedCheckpoint",
+    "NoSpaceError",
     "SavedModel",
     "best_checkpoint",
     "check_decoding",
@@ -55,6 +63,7 @@ __all__ = [
     "pick_device",
     "quantize_model",
     "read_weights",
+    "remove_stale_folders",
     "resolve_model_dir",
     "run_card",
     "save_model",

@@ -67,6 +67,7 @@ from .checkpoint import (
     read_weights,
     remove_stale_temporaries,
     resume_checkpoint,
+    run_lock_in_use,
     save_checkpoint,
     write_model_folder,
 )
@@ -726,6 +727,8 @@ def _finish(
             },
             "decoding.json": decoding,
         },
+        in_use=run_lock_in_use(out),
+        remedy=f"then finish the run: {resume_command(out)}",
     )
     say(
         f"final model ({source['kind']} of updates {source['steps']}, "
