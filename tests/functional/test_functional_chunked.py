@@ -188,7 +188,7 @@ def test_dispatch_memory_budget_and_errors():
     assert c.backend == "chunked" and "memory budget" in str(c)
     assert qf.explain(q, k, v, score="normalized").backend == "reference"
     # weights asked for keep the budget (issue 17): refused over it, computed within it
-    with pytest.raises(qf.AttentionMemoryError, match="need_weights=True .* over the memory"):
+    with pytest.raises(qf.AttentionMemoryError, match=r"need_weights=True .* over the memory"):
         qf.explain(q, k, v, need_weights=True, memory_budget=weights)
     assert qf.explain(q, k, v, need_weights=True, memory_budget=2 * weights).backend == "reference"
     c = qf.explain(q, k, v, score=alibi, dropout_p=0.1, memory_budget=weights)

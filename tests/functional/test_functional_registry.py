@@ -136,7 +136,7 @@ def test_additive_attention_uses_the_memory_budget(monkeypatch):
         qf.set_memory_budget(budget)
     assert ran == [scores.ADDITIVE] * 2
     # weights asked for keep the budget, as attention()'s do
-    with pytest.raises(qf.AttentionMemoryError, match="need_weights=True .* over the memory"):
+    with pytest.raises(qf.AttentionMemoryError, match=r"need_weights=True .* over the memory"):
         qf.additive_attention(q, k, v, w_v, memory_budget=need - 1, need_weights=True)
     _, w = qf.additive_attention(q, k, v, w_v, memory_budget=need, need_weights=True)
     assert w is not None and len(ran) == 2

@@ -142,6 +142,10 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
                 f"{name}: expected batch size {query.shape[0]} like query, got shape "
                 f"{tuple(t.shape)}"
             )
+    if query.shape[-1] == 0:  # q . k would be 0 for every pair, and its scale 1/sqrt(0)
+        raise ValueError(
+            f"query: expected a width d >= 1 (last axis), got shape {tuple(query.shape)}"
+        )
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(
             f"key: expected width d={query.shape[-1]} like query (last axis), got shape "
