@@ -13,6 +13,7 @@ any later server import these; this package imports nothing above it (no ``train
 
 from .decode import decode_texts, default_max_len, generate_ids, never_generated
 from .device import pick_device
+from .limits import position_limits
 from .quantize import QUANTIZATIONS, check_quantize, quantize_model
 from .saved import (
     CheckpointError,
@@ -61,6 +62,7 @@ __all__ = [
     "model_card",
     "never_generated",
     "pick_device",
+    "position_limits",
     "quantize_model",
     "read_weights",
     "remove_stale_folders",
