@@ -26,6 +26,16 @@ log = logging.getLogger(__name__)
 _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--data": ("data", str, "parallel text in any qkv.data format"),
     "--format": ("data_format", str, "the data file's format"),
+    "--src-column": (
+        "src_column",
+        str,
+        "the source column of a tsv/csv file with a header row, or a jsonl field",
+    ),
+    "--tgt-column": (
+        "tgt_column",
+        str,
+        "the target column of a tsv/csv file with a header row, or a jsonl field",
+    ),
     "--max-skipped": (
         "max_skipped",
         float,
@@ -62,6 +72,8 @@ _TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
 _AUTO_MEANS: dict[str, str] = {
     "data": "the bundled corpus",
     "data_format": "guessed from the file",
+    "src_column": "src or source",
+    "tgt_column": "tgt or target",
     "preset": "from the corpus, budget and device",
     "max_steps": "{max_steps}; with --max-minutes, no limit but the clock",
     "max_minutes": "no time limit",
@@ -163,6 +175,7 @@ def _as_flag(err: BaseException, args: argparse.Namespace) -> BaseException:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .inference.writing import NoSpaceError
     from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
@@ -187,6 +200,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         CheckpointError,
         ImportError,
         RunLockedError,
+        NoSpaceError,
     ) as e:
         return _fail("train", _as_flag(e, args))
     except TrainingError as e:
@@ -481,6 +495,15 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- evaluate
+#: read_pairs' argument names -> the flags of qkv evaluate that give them
+_READ_FLAGS = {
+    "path": "--data",
+    "format": "--format",
+    "src_column": "--src-column",
+    "tgt_column": "--tgt-column",
+}
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
     from .inference import CheckpointError, verify_checkpoint
@@ -491,7 +514,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         tr = _load_translator(args)
         _set_no_repeat(tr, args)
         if args.data is not None:
-            pairs, report = read_pairs(args.data, args.format)
+            try:
+                pairs, report = read_pairs(
+                    args.data, args.format, src_column=args.src_column, tgt_column=args.tgt_column
+                )
+            except (ValueError, TypeError, FileNotFoundError) as err:  # named as the flags
+                key, _, rest = str(err).partition(": ")
+                flag = _READ_FLAGS.get(key)
+                raise (type(err)(f"{flag}: {rest}") if flag else err) from None
             if report.n_skipped:
                 log.warning("%s", report)
             what = args.data
@@ -550,6 +580,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- average
 def _cmd_average(args: argparse.Namespace) -> int:
+    from .inference.writing import NoSpaceError
     from .train import CheckpointError
     from .train.checkpoint import average_checkpoints, find_checkpoints
 
@@ -567,7 +598,14 @@ def _cmd_average(args: argparse.Namespace) -> int:
                 raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")
             folders = found[-args.last :]
         path = average_checkpoints(folders, args.out)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        NoSpaceError,
+    ) as e:
         return _fail("average", e)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0
@@ -576,6 +614,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- export
 def _cmd_export(args: argparse.Namespace) -> int:
     from .inference import CheckpointError, load_model
+    from .inference.writing import NoSpaceError
 
     try:
         if args.quantize is not None and args.format != "ctranslate2":
@@ -603,7 +642,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
             from .export import export_model
 
             path = export_model(saved, out, force=args.force)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        CheckpointError,
+        ImportError,
+        NoSpaceError,
+    ) as e:
         return _fail("export", _as_flag(e, args))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
@@ -898,6 +944,17 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(e)
     e.add_argument("--data", help="parallel text (default: the run's own test split)")
     e.add_argument("--format", help="the data file's format (default: guessed)")
+    e.add_argument(
+        "--src-column",
+        metavar="NAME",
+        help="with --data: the source column of a tsv/csv header row, or a jsonl field "
+        "(default: src or source)",
+    )
+    e.add_argument(
+        "--tgt-column",
+        metavar="NAME",
+        help="with --data: the target column (default: tgt or target)",
+    )
     e.add_argument(
         "--split",
         choices=("test", "valid", "train"),

@@ -23,6 +23,8 @@ text or many, the run's decoding by default, attention pictures). ``generate_ids
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +43,17 @@ from .inference import (
     generate_ids,
     load_model,
     never_generated,
+    position_limits,
     run_card,
     save_model,
     verify_checkpoint,
 )
+from .inference.limits import SETTING as POSITION_SETTING
+from .inference.limits import too_long
 from .inference.quantize import check_quantize, quantize_model
 from .nn.seq2seq import EncoderDecoder
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Evaluation",
@@ -340,6 +347,12 @@ class Translator:
         beam), sorted by length; ``progress`` is called with the number of texts done after
         each batch. A text that normalises to nothing is not decoded (the model would make a
         sentence up from ``<eos>`` alone): ``[]``, with n-best ``[([], 0.0), ([], -inf), ...]``.
+
+        A model with learned positions (``model.max_len``) cannot read or write past its table:
+        every translation stops at the table (``max_len`` included), and a text whose source is
+        longer than the table is not translated: ``[]`` (n-best: ``n_best`` empty hypotheses
+        scored ``-inf``), with a warning naming it (``input 3``, 1-based) and the setting; the
+        other texts are translated as they would be alone.
         """
         if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
             raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
@@ -347,9 +360,27 @@ class Translator:
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError(f"text: expected a str, got {type(t).__name__}")
-        return decode_texts(
+        src_limit, tgt_limit = position_limits(self.model)
+        if tgt_limit is not None and max_len is not None and max_len > tgt_limit:
+            log.warning(
+                "max_len (--max-len) %d is more than the model's %d learned target positions (%s): "
+                "translations stop at %d tokens",
+                max_len, tgt_limit, POSITION_SETTING, tgt_limit,
+            )  # fmt: skip
+            max_len = tgt_limit
+        skip = too_long([len(self.encode(t)) for t in texts], src_limit) if src_limit else []
+        if skip:
+            shown = ", ".join(str(i + 1) for i in skip[:10]) + (", ..." if len(skip) > 10 else "")
+            log.warning(
+                "input%s %s: more source tokens than the model's %d learned positions (%s): "
+                "not translated (empty)",
+                "s" if len(skip) > 1 else "", shown, src_limit, POSITION_SETTING,
+            )  # fmt: skip
+        skipped = set(skip)
+        todo = [i for i in range(len(texts)) if i not in skipped]
+        done = decode_texts(
             self.model,
-            texts,
+            [texts[i] for i in todo],
             self.src_tokenizer,
             self.tgt_tokenizer,
             device=self.device,
@@ -357,10 +388,17 @@ class Translator:
             n_best=n_best,
             length_penalty=length_penalty,
             max_len=max_len,
+            max_len_cap=tgt_limit,
             no_repeat_ngram=self.decoding["no_repeat_ngram"],
             max_tokens=max_tokens,
-            progress=progress,
+            progress=None if progress is None else (lambda k: progress(k + len(skip))),
         )
+        if not skip:
+            return done
+        out: list[Any] = [[] if n_best == 1 else [([], -math.inf)] * n_best for _ in texts]
+        for i, r in zip(todo, done):
+            out[i] = r
+        return out
 
     def attention(
         self,
@@ -379,14 +417,31 @@ class Translator:
         teacher-forced pass over ``<bos>`` + its tokens materialises the weights, which are
         exactly those of the incremental decoding.
         """
+        src_ids = self.encode(text)
+        src_limit, tgt_limit = position_limits(self.model)
+
+        def check(what: str, n: int, limit: int | None) -> None:
+            if limit is not None and n > limit:
+                raise ValueError(
+                    f"text: its {what} has {n} tokens (<eos> counted), more than the model's "
+                    f"{limit} learned positions ({POSITION_SETTING}): it cannot be shown"
+                )
+
+        check("source", len(src_ids), src_limit)
         if ids is None:
             ids = self.translate_ids(
                 text, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
             )
         ids = [int(i) for i in ids]
-        src = torch.tensor([self.encode(text)], dtype=torch.long, device=self.device)
+        check("translation", len(ids), tgt_limit)
+        src = torch.tensor([src_ids], dtype=torch.long, device=self.device)
         bos, eos = self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
-        dec_in = torch.tensor([[bos, *ids]], dtype=torch.long, device=self.device)
+        # a translation cut at the learned table ends without <eos>: its rows are those that
+        # produced its tokens (the row after them, which would need one more position, is not)
+        cut = tgt_limit is not None and len(ids) == tgt_limit
+        produced = ids if cut else [*ids, eos]
+        read = [bos, *ids[:-1]] if cut else [bos, *ids]
+        dec_in = torch.tensor([read], dtype=torch.long, device=self.device)
         S, T = src.shape[1], dec_in.shape[1]
         training = self.model.training
         self.model.eval()
@@ -399,8 +454,8 @@ class Translator:
             self.model.train(training)
         one = maps.sentence(0, src_len=S, tgt_len=T)
         src_tokens = _token_strings(self.src_tokenizer, src[0].tolist())
-        out_tokens = _token_strings(self.tgt_tokenizer, [*ids, eos])
-        in_tokens = _token_strings(self.tgt_tokenizer, [bos, *ids])
+        out_tokens = _token_strings(self.tgt_tokenizer, produced)
+        in_tokens = _token_strings(self.tgt_tokenizer, read)
         return SentenceAttention(
             source=text,
             translation=self.tgt_tokenizer.decode(ids),

@@ -122,7 +122,7 @@ def test_tsv_custom_column_names_and_missing_column(tmp_path):
     assert pairs == [("Go.", "Va !")]
     with pytest.raises(ValueError, match="src_column: none of the default names"):
         read_pairs(p, format="tsv")
-    with pytest.raises(ValueError, match="tgt_column='de' is not among"):
+    with pytest.raises(ValueError, match="tgt_column: 'de' is not among"):
         read_pairs(p, format="tsv", src_column="en", tgt_column="de")
 
 

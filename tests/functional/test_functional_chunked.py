@@ -187,15 +187,20 @@ def test_dispatch_memory_budget_and_errors():
     c = qf.explain(q, k, v, score="normalized", memory_budget=weights)
     assert c.backend == "chunked" and "memory budget" in str(c)
     assert qf.explain(q, k, v, score="normalized").backend == "reference"
-    # over the budget but well within memory: weights asked for are still computed
-    assert qf.explain(q, k, v, need_weights=True, memory_budget=weights).backend == "reference"
+    # weights asked for keep the budget: refused over it, computed within it
+    with pytest.raises(qf.AttentionMemoryError, match=r"need_weights=True .* over the memory"):
+        qf.explain(q, k, v, need_weights=True, memory_budget=weights)
+    assert qf.explain(q, k, v, need_weights=True, memory_budget=2 * weights).backend == "reference"
     # dropout over the budget: the chunked backend drops weights too
     c = qf.explain(q, k, v, score=alibi, dropout_p=0.1, memory_budget=weights)
     assert c.backend == "chunked" and "memory budget" in str(c)
     # more than the machine has: a clear error instead of dying
     huge = torch.randn(1, 1, 1 << 20, 1)
-    with pytest.raises(qf.AttentionMemoryError, match=r"needs about 8\.0 TiB .* available"):
+    with pytest.raises(qf.AttentionMemoryError, match=r"needs about 8\.0 TiB .* budget"):
         qf.attention(huge, huge, huge, need_weights=True)
+    with pytest.raises(qf.AttentionMemoryError, match=r"needs about 8\.0 TiB .* available"):
+        qf.attention(huge, huge, huge, need_weights=True, memory_budget=1 << 50)
+    # dropout too big to materialise: the chunked backend drops weights in O(L) memory
     assert qf.explain(huge, huge, huge, score=alibi, dropout_p=0.1).backend == "chunked"
     assert qf.explain(huge, huge, huge, score=alibi).backend == "chunked"
     old = qf.set_memory_budget(weights)

@@ -135,8 +135,10 @@ def test_additive_attention_uses_the_memory_budget(monkeypatch):
     finally:
         qf.set_memory_budget(budget)
     assert ran == [scores.ADDITIVE] * 2
-    # weights asked for over the budget: the reference, as attention() does (the memory is there)
-    _, w = qf.additive_attention(q, k, v, w_v, memory_budget=need - 1, need_weights=True)
+    # weights asked for keep the budget, as attention()'s do
+    with pytest.raises(qf.AttentionMemoryError, match=r"need_weights=True .* over the memory"):
+        qf.additive_attention(q, k, v, w_v, memory_budget=need - 1, need_weights=True)
+    _, w = qf.additive_attention(q, k, v, w_v, memory_budget=need, need_weights=True)
     assert w is not None and len(ran) == 2
     with pytest.raises(ValueError, match="backend: 'chunked' cannot run this call: need_weights"):
         qf.additive_attention(q, k, v, w_v, need_weights=True, backend="chunked")

@@ -20,6 +20,7 @@ from qkv.train.checkpoint import (
     remove_stale_temporaries,
     verify_checkpoint,
 )
+from qkv.train.runlock import RunLock
 from qkv.translate import Translator
 
 
@@ -84,7 +85,8 @@ def test_unfinished_folders_are_not_checkpoints(tmp_path, trained):
     (root / "step-00000050" / "manifest.json").unlink()  # never finalised
     shutil.copytree(good, root / "step-00000030")
     assert latest_checkpoint(root).name == "step-00000030"
-    assert len(remove_stale_temporaries(root)) == 3
+    with RunLock(tmp_path):  # as a run's start: the run's lock held, no one else writes there
+        assert len(remove_stale_temporaries(root)) == 3
     assert sorted(p.name for p in root.iterdir()) == ["step-00000030", "step-00000050"]
 
 

@@ -90,7 +90,12 @@ def test_a_clean_file_trains(tmp_path, corpus_file, caplog):
     [
         (["--data", "missing.txt"], "--data: no such file '/.+/missing.txt'"),
         (["--data", "sub"], "--data: expected a file, got the directory '/.+/sub'"),
-        (["--data", "HEADER", "--format", "tsv"], "--data: '/.+/HEADER': src_column: none of"),
+        (
+            ["--data", "HEADER", "--format", "tsv"],
+            r"src_column: none of .* pass --src-column NAME \(src_column\) \(data '/.+/HEADER'\)",
+        ),
+        (["--data", "HEADER", "--src-column", "x"], "--src-column: 'x' is not among"),
+        (["--data", "/dev/null"], "--data: '/dev/null' is a character device"),
         (["--data", "CLEAN", "--format", "xml"], "--format: expected one of"),
         (["--data", "CLEAN", "--max-skipped", "2"], "--max-skipped: expected a fraction"),
     ],
@@ -104,3 +109,102 @@ def test_data_errors_name_the_flag(tmp_path, monkeypatch, args, message, capsys)
     err = capsys.readouterr().err
     assert re.match(f"qkv train: error: {message}", err), err
     assert "path:" not in err and "Traceback" not in err and err.count("\n") == 1
+
+
+# -- issue 17: named columns from the CLI, non-files, data that changed under a run --
+
+
+def _args(*argv):
+    from qkv.cli import _train_config, build_parser
+
+    return _train_config(build_parser().parse_args(["train", *argv]))[0]
+
+
+def test_named_columns_from_the_cli(tmp_path):
+    import json
+
+    pairs = bundled_pairs()[:60]
+    tsv = tmp_path / "data.tsv"
+    tsv.write_text(
+        "id\ten\tfr\n" + "".join(f"{i}\t{s}\t{t}\n" for i, (s, t) in enumerate(pairs)),
+        encoding="utf-8",
+    )
+    jsonl = tmp_path / "data.jsonl"
+    jsonl.write_text(
+        "".join(json.dumps({"fr": t, "en": s, "n": i}) + "\n" for i, (s, t) in enumerate(pairs)),
+        encoding="utf-8",
+    )
+    for path in (tsv, jsonl):
+        config = _args("--data", str(path), "--src-column", "en", "--tgt-column", "fr")
+        assert (config.src_column, config.tgt_column) == ("en", "fr")
+        assert read_run_pairs(config)[0] == pairs
+    # the other way round: French to English
+    config = _args("--data", str(tsv), "--src-column", "fr", "--tgt-column", "en")
+    assert read_run_pairs(config)[0] == [(t, s) for s, t in pairs]
+    # in a config file or with --set too
+    assert _args("--set", "src_column=en").src_column == "en"
+    with pytest.raises(ValueError, match="src_column: expected a column or field name"):
+        TrainConfig(src_column="")
+
+
+def test_a_run_trains_on_named_jsonl_fields(tmp_path, capsys):
+    import json
+
+    data = tmp_path / "d.jsonl"
+    rows = [{"de": t, "en": s} for s, t in bundled_pairs()[:300]]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["--data", str(data), "--src-column", "en", "--tgt-column", "de", "--out", str(out)]
+    assert _train(*argv, "--set", "tokenizer=word", "--set", "tune_decoding=false") == 0
+    saved = json.loads(next((out / "checkpoints").glob("step-*/train.json")).read_text())
+    assert (saved["src_column"], saved["tgt_column"]) == ("en", "de")
+
+
+def test_a_fifo_is_refused_naming_the_flag(tmp_path, capsys):
+    import os
+    import threading
+    import time
+
+    fifo = tmp_path / "data.fifo"
+    os.mkfifo(fifo)
+
+    def writer():  # feeds a reader if one opens it (the old code did, and would hang without)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.01)
+                continue
+            os.write(fd, b"\n".join(f"{s}\t{t}".encode() for s, t in bundled_pairs()[:300]))
+            os.close(fd)  # and serves the next open, until the deadline
+
+    threading.Thread(target=writer, daemon=True).start()
+    assert _train("--data", str(fifo), "--out", str(tmp_path / "run")) == 2
+    err = capsys.readouterr().err
+    assert "--data: '" in err and "is a FIFO (named pipe); expected a regular file" in err
+    assert err.count("\n") == 1
+
+
+def test_data_that_changed_under_a_run_names_the_file_and_the_way_out(tmp_path, capsys):
+    from qkv.train import saved_run_pairs
+
+    data = _fra(tmp_path / "d.txt", good=300)
+    out = tmp_path / "run"
+    common = ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
+    assert _train("--data", str(data), "--out", str(out), *common) == 0
+    capsys.readouterr()
+    _fra(data, good=299)  # a line lost
+    assert _train("--data", str(data), "--out", str(out), "--resume", *common) == 2
+    err = capsys.readouterr().err
+    assert f"'{data}' changed since the run was split (it gives 299 pairs, the run was " in err
+    assert "split from 300" in err and "--out NEW_DIR" in err and "--init-from" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    lines = _fra(data, good=300).read_text(encoding="utf-8").splitlines()
+    data.write_text("\n".join(["Changed.\tChangé.", *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"are not the text the run was split from.*evaluate"):
+        saved_run_pairs(out)
+    assert main(["evaluate", "--model-dir", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"qkv evaluate: error: data: '{data}' changed" in err
+    assert "qkv evaluate --model-dir RUN --data FILE" in err

@@ -28,22 +28,36 @@ Formats (``format=``):
     Two files with one sentence per line, line ``i`` of one translating line ``i`` of the other:
     pass ``path=("train.en", "train.fr")``.
 
-Any file whose name ends in ``.gz`` is decompressed on the fly. Bytes are decoded as UTF-8
-(a leading byte-order mark is ignored); a line that does not decode is reported, not guessed.
-Lines end at ``\n``, ``\r\n`` or a bare ``\r`` (old Mac files), so no line break is ever read
-as part of a sentence.
+Any file whose name ends in ``.gz`` is decompressed on the fly (a file that is not gzip, or
+is truncated, is refused with the reason). Files are read as a stream of lines, never loaded
+whole, and must be regular files (a FIFO or a device is refused: a data file is read more than
+once). Bytes are decoded as UTF-8; a UTF-8 byte-order mark is dropped, and a UTF-16 or UTF-32
+file that starts with its byte-order mark is decoded as what the mark says. A line that is not
+UTF-8 is reported (``undecodable``, with a guess at its encoding), never guessed; a NUL byte (a
+UTF-16 or UTF-32 file without its mark, or a binary file) refuses the file, naming the line and
+the encoding it looks like. Lines end at ``\n``, ``\r\n`` or a bare ``\r`` (old Mac files),
+so no line break is ever read as part of a sentence.
+
+In the ``fra`` format a first line whose columns are language codes or names or column names
+(``en<TAB>fr``, ``English<TAB>French``, ``source<TAB>target``) is a header, not a pair: it is
+skipped and reported (``header_row``).
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+import stat
+import zlib
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Union
 
@@ -63,10 +77,11 @@ _TGT_NAMES = ("tgt", "target")
 # Reasons a line is skipped; the order is the order of the report.
 REASONS = {
     "blank_line": "blank line",
+    "header_row": "a header row (the fra format has none: not a pair)",
     "wrong_column_count": "wrong number of columns",
     "empty_source": "empty source side",
     "empty_target": "empty target side",
-    "undecodable": "bytes that are not valid UTF-8",
+    "undecodable": "bytes that are not valid UTF-8 (convert the file: iconv -f ENCODING -t UTF-8)",
     "invalid_json": "not a JSON object",
     "missing_field": "source or target field missing or not a string",
     "unterminated_quote": "CSV quote not closed (at the end of the file or after too many lines)",
@@ -107,8 +122,11 @@ class ReadReport:
 
     @property
     def n_unreadable(self) -> int:
-        """Lines (CSV: records) skipped for a reason other than being blank: data lost."""
-        return self.n_skipped - self.skipped.get("blank_line", 0)
+        """Lines (CSV: records) skipped for a reason other than being blank or a header row:
+        data lost."""
+        return (
+            self.n_skipped - self.skipped.get("blank_line", 0) - self.skipped.get("header_row", 0)
+        )
 
     @property
     def unreadable_fraction(self) -> float:
@@ -170,33 +188,187 @@ class ReadReport:
         return "\n".join(rows)
 
 
-def _open_bytes(path: Path) -> bytes:
-    if not path.exists():
-        raise FileNotFoundError(f"path: no such file {str(path)!r}")
-    if path.is_dir():
+_CHUNK = 1 << 18  # bytes read at a time: files are streamed, never loaded whole
+
+# byte-order marks, the 4-byte ones first (UTF-32-LE's starts with UTF-16-LE's)
+_BOMS = (
+    (codecs.BOM_UTF32_BE, "UTF-32-BE"),
+    (codecs.BOM_UTF32_LE, "UTF-32-LE"),
+    (codecs.BOM_UTF8, "UTF-8"),
+    (codecs.BOM_UTF16_BE, "UTF-16-BE"),
+    (codecs.BOM_UTF16_LE, "UTF-16-LE"),
+)
+
+
+def _check_file(path: Path) -> None:
+    """A regular file, or FileNotFoundError/ValueError naming ``path`` and what it is."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"path: no such file {str(path)!r}") from None
+    except OSError as e:
+        raise ValueError(f"path: cannot read {str(path)!r}: {e.strerror or e}") from None
+    if stat.S_ISDIR(mode):
         raise ValueError(f"path: expected a file, got the directory {str(path)!r}")
-    data = path.read_bytes()
-    if path.name.endswith(".gz"):
-        data = gzip.decompress(data)
-    return data
+    if not stat.S_ISREG(mode):
+        what = (
+            "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
+        raise ValueError(
+            f"path: {str(path)!r} is {what}; expected a regular file (a data file is read more "
+            "than once: to guess its format, to split it, to resume): save it to a file first"
+        )
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file's bytes, ``_CHUNK`` at a time, decompressed when its name ends in ``.gz``; a
+    bad or truncated gzip file is a ValueError naming it."""
+    _check_file(path)
+    gz = path.name.endswith(".gz")
+    try:
+        with path.open("rb") as raw:
+            f = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+    except EOFError:
+        raise ValueError(
+            f"path: {str(path)!r} is truncated: its gzip stream ends before its end marker "
+            "(an interrupted download or copy?); get the file again"
+        ) from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise ValueError(f"path: {str(path)!r} is not a valid gzip file ({e})") from None
+    except OSError as e:
+        raise ValueError(f"path: cannot read {str(path)!r}: {e.strerror or e}") from None
+
+
+def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines of a stream of bytes, split at ``\n``, ``\r\n`` or a bare ``\r`` (old Mac files,
+    which would otherwise be one long line); a final line break opens no new line."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        if b"\n" not in chunk and b"\r" not in chunk:
+            pending.append(chunk)
+            continue
+        buf = b"".join((*pending, chunk)) if pending else chunk
+        pending = []
+        hold = buf.endswith(b"\r")  # perhaps the first half of a \r\n split between chunks
+        if hold:
+            buf = buf[:-1]
+        parts = buf.split(b"\n") if b"\r" not in buf else _LINE_BREAK.split(buf)
+        rest = parts.pop()
+        yield from parts
+        if rest or hold:
+            pending = [rest + (b"\r" if hold else b"")]
+    rest = b"".join(pending)
+    if rest:
+        parts = _LINE_BREAK.split(rest)
+        if parts[-1] == b"":
+            parts.pop()
+        yield from parts
+
+
+def _transcoded(chunks: Iterator[bytes], encoding: str, path: Path) -> Iterator[bytes]:
+    """``chunks`` of a UTF-16/32 file (its mark dropped) as UTF-8; a ValueError naming the
+    encoding when they do not decode."""
+    decoder = codecs.getincrementaldecoder(encoding.lower())()
+    done = 0  # bytes decoded so far, for the error's position
+    try:
+        for chunk in chunks:
+            yield decoder.decode(chunk).encode("utf-8")
+            done += len(chunk)
+        yield decoder.decode(b"", final=True).encode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"path: {str(path)!r} starts with a {encoding} byte-order mark but is not valid "
+            f"{encoding} ({e.reason} near byte {done + e.start}); convert it to UTF-8"
+        ) from None
+
+
+def _nul_encoding(line: bytes) -> str:
+    """What a line holding NUL bytes looks like: UTF-16/32 without a byte-order mark (their
+    ASCII characters have zero bytes on one side), else binary data."""
+    n = len(line)
+    if n >= 4 and line[1::4].count(0) + line[2::4].count(0) > n // 2 - 1:
+        return "UTF-32 without a byte-order mark"
+    odd, even = line[1::2].count(0), line[0::2].count(0)
+    if odd >= max(1, (n // 2) * 3 // 4) and odd > even:
+        return "UTF-16-LE without a byte-order mark"
+    if even >= max(1, (n // 2) * 3 // 4) and even > odd:
+        return "UTF-16-BE without a byte-order mark"
+    return "binary data, not text"
+
+
+def _read_lines(path: Path, first_line: int = 1) -> Iterator[bytes]:
+    """The lines of ``path`` as UTF-8 bytes (undecodable ones as they are), streamed.
+
+    A UTF-8 byte-order mark is dropped; a UTF-16/32 mark makes the rest be decoded as that
+    encoding. A NUL byte stops the reading with a ValueError naming the line and the encoding
+    the line looks like (text is never trained on as garbage).
+    """
+    chunks = _chunks(path)
+    head = b""
+    for chunk in chunks:  # enough bytes to read a mark (a chunk is 256 KiB, or the file's end)
+        head += chunk
+        if len(head) >= 4:
+            break
+    encoding = "UTF-8"
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            head, encoding = head[len(bom) :], name
+            break
+    stream: Iterator[bytes] = _prepend(head, chunks)
+    if encoding != "UTF-8":
+        stream = _transcoded(stream, encoding, path)
+    for n, line in enumerate(_split_lines(stream), start=first_line):
+        if b"\x00" in line:
+            what = _nul_encoding(line) if encoding == "UTF-8" else f"{encoding} holding NULs"
+            raise ValueError(
+                f"path: line {n} of {str(path)!r} holds NUL bytes: it looks like {what}; qkv "
+                "reads UTF-8 text (or UTF-16/UTF-32 starting with a byte-order mark): convert "
+                "it, e.g. iconv -f UTF-16 -t UTF-8"
+            )
+        yield line
+
+
+def _prepend(head: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if head:
+        yield head
+    yield from rest
 
 
 _LINE_BREAK = re.compile(rb"\r\n?|\n")
 
 
 def _lines(data: bytes) -> list[bytes]:
-    """Split raw bytes into lines at ``\\n``, ``\\r\\n`` or a bare ``\\r`` (old Mac files, which
-    would otherwise be one long line); a final line break opens no new line."""
-    if data.startswith(b"\xef\xbb\xbf"):
+    """Split raw bytes into lines at ``\\n``, ``\\r\\n`` or a bare ``\\r``; a final line break
+    opens no new line (a leading UTF-8 byte-order mark is dropped)."""
+    if data.startswith(codecs.BOM_UTF8):
         data = data[3:]
-    lines = data.split(b"\n") if b"\r" not in data else _LINE_BREAK.split(data)
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
+    return list(_split_lines([data]))
+
+
+def _not_utf8(b: bytes, e: UnicodeDecodeError) -> str:
+    """Why ``b`` is not UTF-8, with a guess at what it is."""
+    guess = ""
+    bad = b[e.start : e.start + 1]
+    if bad and 0x80 <= bad[0] <= 0xFF:
+        guess = "; Latin-1 or Windows-1252?" if bad[0] >= 0xA0 else "; Windows-1252?"
+    return f"{b!r} ({e.reason} at byte {e.start}{guess})"
 
 
 def _decoded(
-    raw: list[bytes], report: ReadReport, first_line: int = 1
+    raw: Iterable[bytes], report: ReadReport, first_line: int = 1
 ) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for every line that decodes; report the others."""
     for i, b in enumerate(raw, start=first_line):
@@ -204,7 +376,7 @@ def _decoded(
             text = b.decode("utf-8")
         except UnicodeDecodeError as e:
             report.lines += 1
-            report.skip("undecodable", i, f"{b!r} ({e.reason} at byte {e.start})")
+            report.skip("undecodable", i, _not_utf8(b, e))
             continue
         yield i, text
 
@@ -226,10 +398,10 @@ def _pick(
             return hits[0]
         if hits:
             raise ValueError(
-                f"{arg}={wanted!r} matches several of the {where} when case is ignored: "
+                f"{arg}: {wanted!r} matches several of the {where} when case is ignored: "
                 f"{[names[i] for i in hits]}; pass the exact name"
             )
-        raise ValueError(f"{arg}={wanted!r} is not among the {where}: {list(names)}")
+        raise ValueError(f"{arg}: {wanted!r} is not among the {where}: {list(names)}")
     for name in defaults:
         if name.casefold() in folded:
             return folded.index(name.casefold())
@@ -253,9 +425,57 @@ def _keep(
         pairs.append((src, tgt))
 
 
-def _read_fra(data: bytes, report: ReadReport) -> list[tuple[str, str]]:
+# A header row in a file without one: language codes (ISO 639-1, and common 639-2/3 ones) or
+# names, optionally with a region or script (en-US, pt_BR, zh-Hans), or the usual column names.
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_LANG_CODES = _words(
+    "aa ab af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy "
+    "da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht "
+    "hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky "
+    "la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl nn no nr nv ny "
+    "oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss "
+    "st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo "
+    "za zh zu ara ben bul cat ces cmn cze dan deu dut ell eng epo est eus fas fin fra fre ger "
+    "gre heb hin hrv hun ind isl ita jpn kor lat lit lav nld nob nor per pol por ron rum rus "
+    "slk slv spa srp swe tha tur ukr urd vie yue zho chi"
+)
+_LANG_NAMES = _words(
+    "arabic bengali bulgarian catalan chinese croatian czech danish dutch english esperanto "
+    "estonian finnish french german greek hebrew hindi hungarian icelandic indonesian irish "
+    "italian japanese korean latin latvian lithuanian norwegian persian polish portuguese "
+    "romanian russian serbian slovak slovenian spanish swedish thai turkish ukrainian urdu "
+    "vietnamese welsh"
+)
+_COLUMN_NAMES = _words(
+    " ".join((*_SRC_NAMES, *_TGT_NAMES))
+    + " text sentence sentences translation translations original reference references"
+    " input output src_text tgt_text source_text target_text source_sentence"
+    " target_sentence src_lang tgt_lang lang1 lang2 text1 text2 sentence1 sentence2"
+)
+_REGION = re.compile(r"^([a-z]{2,3})(?:[-_][a-z]{2,4})?$")
+
+
+def _header_word(word: str) -> bool:
+    w = word.strip().casefold()
+    m = _REGION.match(w)
+    return (m is not None and m.group(1) in _LANG_CODES) or w in _LANG_NAMES or w in _COLUMN_NAMES
+
+
+def _looks_like_header(cols: Sequence[str]) -> bool:
+    """Whether the first line of a fra file is a header row: its first two columns are two
+    different header words (``en``/``fr``, ``English``/``French``, ``source``/``target``)."""
+    if len(cols) not in (2, 3):
+        return False
+    a, b = cols[0].strip().casefold(), cols[1].strip().casefold()
+    return a != b and _header_word(a) and _header_word(b)
+
+
+def _read_fra(lines: Iterator[bytes], report: ReadReport) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
-    for n, line in _decoded(_lines(data), report):
+    for n, line in _decoded(lines, report):
         report.lines += 1
         if not line.strip():
             report.skip("blank_line", n, line)
@@ -264,16 +484,27 @@ def _read_fra(data: bytes, report: ReadReport) -> list[tuple[str, str]]:
         if len(cols) not in (2, 3):
             report.skip("wrong_column_count", n, f"{len(cols)} columns: {line}")
             continue
+        if n == 1 and _looks_like_header(cols):
+            report.skip("header_row", n, line)
+            continue
         _keep(pairs, report, n, cols[0], cols[1], line)
     return pairs
 
 
 def _header(
-    raw: list[bytes], delimiter: str, src_column: str | None, tgt_column: str | None, path: str
-) -> tuple[int, int, int]:
-    """``(source index, target index, number of columns)`` from the header row ``raw[0]``."""
+    lines: Iterator[bytes],
+    delimiter: str,
+    src_column: str | None,
+    tgt_column: str | None,
+    path: str,
+) -> tuple[int, int, int] | None:
+    """``(source index, target index, number of columns)`` from the header row (the first of
+    ``lines``, consumed); None for an empty file."""
+    first = next(lines, None)
+    if first is None:
+        return None
     try:
-        header_text = raw[0].decode("utf-8")
+        header_text = first.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(
             f"path: the header row of {path!r} is not valid UTF-8 ({e.reason})"
@@ -309,80 +540,82 @@ def _row(
 
 
 def _read_tsv(
-    data: bytes, report: ReadReport, src_column: str | None, tgt_column: str | None
+    lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
 ) -> list[tuple[str, str]]:
     """One record per physical line, split on tabs; no quoting (``"`` is ordinary text)."""
-    raw = _lines(data)
-    if not raw:
+    head = _header(lines, "\t", src_column, tgt_column, report.path)
+    if head is None:
         return []
-    s, t, width = _header(raw, "\t", src_column, tgt_column, report.path)
+    s, t, width = head
     pairs: list[tuple[str, str]] = []
-    for n, line in _decoded(raw[1:], report, first_line=2):
+    for n, line in _decoded(lines, report, first_line=2):
         report.lines += 1
         _row(pairs, report, n, line.split("\t"), s, t, width, "\t")
     return pairs
 
 
 def _read_csv(
-    data: bytes, report: ReadReport, src_column: str | None, tgt_column: str | None
+    lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
 ) -> list[tuple[str, str]]:
-    """CSV with quoting; every physical line is counted, and a quote left open is reported."""
-    raw = _lines(data)
-    if not raw:
+    """CSV with quoting; every physical line is counted, and a quote left open is reported.
+
+    Streamed: only the lines of the record being read are held (at most
+    :data:`MAX_RECORD_LINES`), so a record that cannot be read costs its first line and the
+    reading goes on one line after it.
+    """
+    head = _header(lines, ",", src_column, tgt_column, report.path)
+    if head is None:
         return []
-    s, t, width = _header(raw, ",", src_column, tgt_column, report.path)
+    s, t, width = head
     pairs: list[tuple[str, str]] = []
-    decoded = list(_decoded(raw[1:], report, first_line=2))
-    numbers = [n for n, _ in decoded]
-    texts = [text for _, text in decoded]
-    total = len(texts)
-    # the record being read (index into texts), and whether the reader asked for a line past
-    # the end of the file (or past MAX_RECORD_LINES of that record) while inside it
-    cur = {"start": 0, "ran_out": False}
+    source = _decoded(lines, report, first_line=2)
+    pending: deque[tuple[int, str]] = deque()  # lines to read again (after a broken record)
+    record: list[tuple[int, str]] = []  # the lines the reader took for the record it reads
+    state = {"ran_out": False}
 
-    def feed(base: int) -> Iterator[str]:
-        for j in range(base, total):
-            if j - cur["start"] >= MAX_RECORD_LINES:
+    def feed() -> Iterator[str]:
+        while len(record) < MAX_RECORD_LINES:
+            item = pending.popleft() if pending else next(source, None)
+            if item is None:
                 break
-            yield texts[j] + "\n"
-        cur["ran_out"] = True
+            record.append(item)
+            yield item[1] + "\n"
+        state["ran_out"] = True  # asked for a line past the end (or past the cap)
 
-    pos = 0  # index into texts of the first line not read yet
-    while pos < total:
-        # One csv.reader from ``pos`` on; it is rebuilt one line past the start of a record it
-        # could not read, so a broken record costs its first line and nothing after it.
-        base = pos
-        cur["ran_out"] = False
-        reader = csv.reader(feed(base), delimiter=",", strict=False)
-        pos = total
-        while True:
-            start = cur["start"] = base + reader.line_num
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as e:
-                reason = "field_too_large" if "field limit" in str(e) else "csv_error"
-                report.lines += 1
-                report.skip(reason, numbers[start], f"{e}: {texts[start]}")
-                pos = start + 1
-                break
-            if cur["ran_out"]:  # the end (or the cap) came inside an open quote
-                report.lines += 1
-                report.skip("unterminated_quote", numbers[start], texts[start])
-                pos = start + 1
-                break
-            report.lines += base + reader.line_num - start
-            _row(pairs, report, numbers[start], row, s, t, width, ",")
-    return pairs
+    reader = None
+    while True:
+        if reader is None:  # one reader until a record breaks, then one from the next line
+            state["ran_out"] = False
+            reader = csv.reader(feed(), delimiter=",", strict=False)
+        try:
+            row = next(reader)
+            broken = "unterminated_quote" if state["ran_out"] else None
+            error = ""
+        except StopIteration:
+            if not record:
+                return pairs
+            row, broken, error = [], "unterminated_quote", ""
+        except csv.Error as e:
+            row, error = [], f"{e}: "
+            broken = "field_too_large" if "field limit" in str(e) else "csv_error"
+        n, text = record[0]
+        if broken is not None:  # costs the record's first line; the others are read again
+            report.lines += 1
+            report.skip(broken, n, error + text)
+            pending.extendleft(reversed(record[1:]))
+            reader = None
+        else:
+            report.lines += len(record)
+            _row(pairs, report, n, row, s, t, width, ",")
+        record.clear()
 
 
 def _read_jsonl(
-    data: bytes, report: ReadReport, src_column: str | None, tgt_column: str | None
+    lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
 ) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     src_key, tgt_key = src_column, tgt_column
-    for n, line in _decoded(_lines(data), report):
+    for n, line in _decoded(lines, report):
         report.lines += 1
         if not line.strip():
             report.skip("blank_line", n, line)
@@ -408,14 +641,12 @@ def _read_jsonl(
 
 
 def _read_aligned(a: Path, b: Path, report: ReadReport) -> list[tuple[str, str]]:
-    la, lb = _lines(_open_bytes(a)), _lines(_open_bytes(b))
-    if len(la) != len(lb):
-        raise ValueError(
-            f"path: aligned files must have the same number of lines, got {len(la)} in "
-            f"{str(a)!r} and {len(lb)} in {str(b)!r}; the pairs cannot be trusted"
-        )
     pairs: list[tuple[str, str]] = []
-    for n, (ra, rb) in enumerate(zip(la, lb), start=1):
+    na = nb = 0
+    for n, (ra, rb) in enumerate(zip_longest(_read_lines(a), _read_lines(b)), start=1):
+        na, nb = na + (ra is not None), nb + (rb is not None)
+        if ra is None or rb is None:  # one file ended: count the other's lines, then refuse
+            continue
         report.lines += 1
         try:
             sa, sb = ra.decode("utf-8"), rb.decode("utf-8")
@@ -424,6 +655,11 @@ def _read_aligned(a: Path, b: Path, report: ReadReport) -> list[tuple[str, str]]
             report.skip("undecodable", n, f"{which}: {e.reason} at byte {e.start}")
             continue
         _keep(pairs, report, n, sa, sb, f"{sa}\t{sb}")
+    if na != nb:
+        raise ValueError(
+            f"path: aligned files must have the same number of lines, got {na} in "
+            f"{str(a)!r} and {nb} in {str(b)!r}; the pairs cannot be trusted"
+        )
     return pairs
 
 
@@ -453,9 +689,10 @@ def guess_format(path: PathLike | tuple[PathLike, PathLike] | list[PathLike]) ->
         return "jsonl"
     if name.endswith(".csv"):
         return "csv"
-    data = _open_bytes(Path(path))
-    first = _lines(data[:4096])[:1]
-    head = first[0].decode("utf-8", errors="replace").strip() if first else ""
+    lines = _read_lines(Path(path))
+    first = next(lines, b"")
+    lines.close()  # only the first line is read
+    head = first.decode("utf-8", errors="replace").strip()
     if head.startswith("{"):
         return "jsonl"
     cols = [c.strip().lower() for c in head.split("\t")]
@@ -474,10 +711,13 @@ def read_pairs(
 ) -> tuple[list[tuple[str, str]], ReadReport]:
     """Read ``(source, target)`` sentence pairs from a file in any supported format.
 
+    The file is read as a stream of lines (never loaded whole); it must be a regular file.
+
     Args:
         path: a file, or a pair ``(source_file, target_file)`` (tuple or list) of aligned
             files. Names ending in ``.gz`` are decompressed.
-        format: one of :data:`FORMATS`, or None to guess it (see :func:`guess_format`).
+        format: one of :data:`FORMATS`, or None to guess it (see :func:`guess_format`; a
+            tab-separated file guessed ``"fra"`` is read as ``"tsv"`` when a column is named).
         src_column, tgt_column: column (tsv/csv header) or field (jsonl) names; default the
             first present of ``src``/``source`` and ``tgt``/``target``. Header names match
             regardless of case; jsonl field names exactly.
@@ -489,13 +729,27 @@ def read_pairs(
 
     Raises:
         ValueError: an unknown format, a missing column, aligned files of different lengths,
-            or a file from which no pair could be read (the message says why).
+            a file that is not a regular file, a bad or truncated ``.gz``, a NUL byte (UTF-16
+            or UTF-32 without its byte-order mark, binary data), or a file from which no pair
+            could be read (the message says why).
         FileNotFoundError: ``path`` does not exist.
     """
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"format: expected one of {FORMATS} or None, got {format!r}")
+    for name, col in (("src_column", src_column), ("tgt_column", tgt_column)):
+        if col is not None and (not isinstance(col, str) or not col.strip()):
+            raise ValueError(f"{name}: expected a column name, got {col!r}")
+    named = src_column is not None or tgt_column is not None
     if format is None:
         format = guess_format(path)
-    if format not in FORMATS:
-        raise ValueError(f"format: expected one of {FORMATS} or None, got {format!r}")
+        if format == "fra" and named:  # the columns are named: the first line names them
+            format = "tsv"
+    if named and format in ("fra", "aligned"):
+        arg = "src_column" if src_column is not None else "tgt_column"
+        raise ValueError(
+            f"{arg}: the {format} format has no named columns (source first, then target); "
+            "name columns in a tsv, csv or jsonl file"
+        )
     if not isinstance(max_examples, int) or max_examples < 0:
         raise ValueError(f"max_examples must be an int >= 0, got {max_examples!r}")
     if format == "aligned":
@@ -515,14 +769,14 @@ def read_pairs(
             )
         p = Path(path)
         report = ReadReport(str(p), format, max_examples=max_examples)
-        data = _open_bytes(p)
+        lines = _read_lines(p)
         if format == "fra":
-            pairs = _read_fra(data, report)
+            pairs = _read_fra(lines, report)
         elif format == "jsonl":
-            pairs = _read_jsonl(data, report, src_column, tgt_column)
+            pairs = _read_jsonl(lines, report, src_column, tgt_column)
         else:
             read = _read_tsv if format == "tsv" else _read_csv
-            pairs = read(data, report, src_column, tgt_column)
+            pairs = read(lines, report, src_column, tgt_column)
     report.pairs = len(pairs)
     if not pairs:
         if report.lines == 0:

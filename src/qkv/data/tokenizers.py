@@ -140,7 +140,13 @@ def _read_config(d: Path) -> dict:
     path = d / _CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"directory: no {_CONFIG} in {str(d)!r}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"directory: {str(path)!r} is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"directory: {str(path)!r} holds {type(cfg).__name__}, not an object")
+    return cfg
 
 
 def _check_texts(texts: Iterable[str]) -> Iterable[str]:
@@ -404,10 +410,37 @@ class SentencePieceTokenizer(Tokenizer):
     def _from_config(
         cls, d: Path, cfg: dict, normalizer: Normalizer | None
     ) -> SentencePieceTokenizer:
-        path = d / cfg.get("model_file", cls.model_file)
+        name = cfg.get("model_file", cls.model_file)
+        # a file name beside tokenizer.json, nothing else: never an absolute path, a path out
+        # of the folder (../), or a link leading out of it
+        if (
+            not isinstance(name, str)
+            or not name
+            or name in (".", "..")
+            or "/" in name
+            or "\\" in name
+            or "\x00" in name
+            or Path(name).is_absolute()
+        ):
+            raise ValueError(
+                f"directory: {_CONFIG} in {str(d)!r} names the SentencePiece model {name!r}; "
+                "expected a file name in that folder (never a path out of it)"
+            )
+        path = d / name
+        if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(d.resolve())):
+            raise ValueError(
+                f"directory: the SentencePiece model {str(path)!r} is a link; expected the file "
+                "itself (a tokenizer folder reads nothing out of itself)"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"directory: the SentencePiece model {str(path)!r} is missing")
-        return cls(path.read_bytes(), normalizer)
+        try:
+            return cls(path.read_bytes(), normalizer)
+        except RuntimeError as e:  # SentencePiece's parser: "could not parse ModelProto"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ValueError(
+                f"directory: the SentencePiece model {str(path)!r} is corrupt ({first})"
+            ) from None
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"

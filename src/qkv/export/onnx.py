@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from .._deps import require
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import SavedModel, default_max_len, load_model, never_generated
+from ..inference.writing import is_no_space, no_space_error
 
 __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
 
@@ -223,8 +224,10 @@ def export_onnx(model: SavedModel | str | os.PathLike, out: str | os.PathLike) -
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and is_no_space(e):
+            raise no_space_error(e, out.parent, out.name) from None
         raise
     finally:
         net.to(device=device, dtype=dtype).train(was_training)

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._memory import available_memory
 from .chunked import run_chunked
 from .masks import MaskSpec, check_masks
 from .scores import ADDITIVE, Score, ScoreKind, grouped_wv, nonfinite_rows, score_kind
@@ -69,10 +70,12 @@ class AttentionMemoryError(MemoryError):
 def set_memory_budget(nbytes: int) -> int:
     """Set the global memory budget (bytes) for materialised attention weights; returns the old.
 
-    Calls whose weights would exceed it run on the chunked backend; when the weights are asked
-    for (``need_weights=True``) they are materialised if the device has the memory, else
-    :class:`AttentionMemoryError` is raised; a forced ``backend="reference"`` (or ``"fused"``
-    with a mask to build) over it raises :class:`AttentionMemoryError` before allocating.
+    Calls whose weights would exceed it (or the memory available: the least of the free
+    memory, the cgroup limits and ``ulimit -v``) run on the chunked backend; weights asked for
+    (``need_weights=True``) over it, or over the memory available, raise
+    :class:`AttentionMemoryError`, and so does a forced ``backend="reference"`` (or ``"fused"``
+    with a mask to build, or an eager ``"export"`` that materialises the scores), before
+    anything is allocated.
     """
     global _MEMORY_BUDGET
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -139,6 +142,10 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
                 f"{name}: expected batch size {query.shape[0]} like query, got shape "
                 f"{tuple(t.shape)}"
             )
+    if query.shape[-1] == 0:  # q . k would be 0 for every pair, and its scale 1/sqrt(0)
+        raise ValueError(
+            f"query: expected a width d >= 1 (last axis), got shape {tuple(query.shape)}"
+        )
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(
             f"key: expected width d={query.shape[-1]} like query (last axis), got shape "
@@ -233,24 +240,39 @@ def _export_choice(
 
 
 def _available_memory(device: torch.device) -> int | None:
-    """Bytes the device can still allocate (None when unknown)."""
-    try:
-        if device.type == "cuda":
-            return int(torch.cuda.mem_get_info(device)[0])
-        if device.type == "cpu":
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-    except (OSError, RuntimeError, ValueError):  # pragma: no cover - platform dependent
-        return None
-    return None
+    """Bytes the device can still allocate for this process (None when unknown): on the CPU
+    the least of the free memory, the cgroup limits (v1 and v2) and ``ulimit -v``."""
+    return available_memory(device)
+
+
+# a materialisation smaller than this is not checked against the available memory (reading
+# it costs ~0.2 ms; a process that cannot spare this much has other problems)
+_CHECK_AVAILABLE_ABOVE = 1 << 24
+
+
+def _available_for(nbytes: int, device: torch.device) -> int | None:
+    """The available memory when ``nbytes`` is worth checking against it, else None."""
+    return _available_memory(device) if nbytes > _CHECK_AVAILABLE_ABOVE else None
 
 
 def _needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(
         t is not None and isinstance(t, Tensor) and t.requires_grad for t in tensors
     )
+
+
+def _reference_bytes(query: Tensor, spec: MaskSpec, kind: ScoreKind, grad: bool) -> int:
+    """Bytes the materialised computation holds: the scores and the weights, a float32 softmax
+    temporary for half precision, and in training the weights' gradient; a kind whose pairs
+    hold several values (additive attention's tanh(q + k)) holds them twice (the sum and its
+    tanh)."""
+    elem = query.element_size()
+    n = spec.B * spec.H * spec.Lq * spec.Lk
+    nbytes = n * (2 * elem + (4 if elem < 4 else 0) + (elem if grad else 0))
+    pair_values = kind.pair_values(query.shape[-1])
+    if pair_values > 1:
+        nbytes += 2 * n * pair_values * elem
+    return nbytes
 
 
 def _choose(
@@ -271,14 +293,7 @@ def _choose(
     params = [t for t in (scale, arg) if isinstance(t, Tensor)]
     grad = _needs_grad(query, key, value, *params)
     elem = query.element_size()
-    n = B * H * Lq * Lk
-    # the reference path holds the scores and the weights, a float32 softmax temporary for half
-    # precision, and in training the weights' gradient; a kind whose pairs hold several values
-    # (additive attention's tanh(q + k)) holds them twice (the sum and its tanh)
-    reference_bytes = n * (2 * elem + (4 if elem < 4 else 0) + (elem if grad else 0))
-    pair_values = kind.pair_values(query.shape[-1])
-    if pair_values > 1:
-        reference_bytes += 2 * n * pair_values * elem
+    reference_bytes = _reference_bytes(query, spec, kind, grad)
     not_fused = _why_not_fused(query, key, kind, scale, need_weights)
     not_chunked = []
     if need_weights:
@@ -297,34 +312,52 @@ def _choose(
             f"(memory budget {_fmt_bytes(budget)})"
         )
 
+    way_out = "raise the budget (memory_budget= bytes, or qkv.functional.set_memory_budget()) or "
     if backend != "auto":
         blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
         if blockers:
             raise ValueError(f"backend: {backend!r} cannot run this call: {'; '.join(blockers)}")
-        # a forced backend keeps the budget: refused before anything is allocated
+        # a forced backend keeps the budget and the available memory: refused before anything
+        # is allocated
         held = {
             "reference": (reference_bytes, f"the {B}x{H}x{Lq}x{Lk} scores and weights"),
             "fused": (spec.built_mask_elements() * (1 + elem), "the mask it needs built"),
         }.get(backend)
-        if held is not None and held[0] > budget:
-            raise AttentionMemoryError(
-                f"backend: {backend!r} would materialise {held[1]}, about {_fmt_bytes(held[0])}, "
-                f"over the memory budget of {_fmt_bytes(budget)}; raise the budget "
-                "(memory_budget= bytes, or qkv.functional.set_memory_budget()) or pass "
-                "backend='auto'"
-                + ("" if need_weights else " (the chunked backend runs in O(L) memory)")
-            )
+        if held is not None:
+            chunked_too = "" if need_weights else " (the chunked backend runs in O(L) memory)"
+            if held[0] > budget:
+                raise AttentionMemoryError(
+                    f"backend: {backend!r} would materialise {held[1]}, about "
+                    f"{_fmt_bytes(held[0])}, over the memory budget of {_fmt_bytes(budget)}; "
+                    f"{way_out}pass backend='auto'{chunked_too}"
+                )
+            avail = _available_for(held[0], query.device)
+            if avail is not None and held[0] > avail:
+                raise AttentionMemoryError(
+                    f"backend: {backend!r} would materialise {held[1]}, about "
+                    f"{_fmt_bytes(held[0])}, more than the {_fmt_bytes(avail)} available on "
+                    f"{query.device} (free memory, cgroup and ulimit -v limits); pass "
+                    f"backend='auto'{chunked_too}"
+                )
         return BackendChoice(backend, ("requested by the caller",))
 
     if need_weights:
-        # within the budget the weights are materialised without asking (as without weights)
-        avail = _available_memory(query.device) if reference_bytes > budget else None
+        # the weights are materialised within the budget and the memory available, else refused
+        if reference_bytes > budget:
+            raise AttentionMemoryError(
+                f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
+                f"{_fmt_bytes(reference_bytes)} for the weights and scores, over the memory "
+                f"budget of {_fmt_bytes(budget)}; {way_out}pass need_weights=False (the "
+                "chunked backend then runs in O(L) memory)"
+            )
+        avail = _available_for(reference_bytes, query.device)
         if avail is not None and reference_bytes > avail:
             raise AttentionMemoryError(
                 f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
                 f"{_fmt_bytes(reference_bytes)} for the weights and scores, more than the "
-                f"{_fmt_bytes(avail)} available on {query.device}; pass need_weights=False "
-                f"(the chunked backend then runs in O(L) memory)"
+                f"{_fmt_bytes(avail)} available on {query.device} (free memory, cgroup and "
+                "ulimit -v limits); pass need_weights=False (the chunked backend then runs in "
+                "O(L) memory)"
             )
         return BackendChoice("reference", tuple(not_fused))
     if not not_fused:
@@ -342,15 +375,24 @@ def _choose(
                 ),
             )
         return BackendChoice("fused")
-    if reference_bytes > budget:
+    avail = _available_for(reference_bytes, query.device)
+    over_avail = avail is not None and reference_bytes > avail
+    if reference_bytes > budget or over_avail:
         if not_chunked:
-            avail = _available_memory(query.device)
+            if avail is None:  # dropout: the reference only, if the memory is there
+                avail = _available_memory(query.device)
             if avail is None or reference_bytes > avail:
                 raise AttentionMemoryError(
                     f"{too_big()}, more than is available, and the chunked backend cannot run "
                     f"this call: {'; '.join(not_chunked)}"
                 )
             return BackendChoice("reference", (*not_fused, *not_chunked))
+        if over_avail and reference_bytes <= budget:
+            why = (
+                f"materialised weights would take about {_fmt_bytes(reference_bytes)}, more "
+                f"than the {_fmt_bytes(avail)} available on {query.device}"
+            )
+            return BackendChoice("chunked", (*not_fused, why))
         return BackendChoice("chunked", (*not_fused, too_big()))
     return BackendChoice("reference", tuple(not_fused))
 
@@ -445,6 +487,23 @@ class _Plan(NamedTuple):
     choice: BackendChoice
 
 
+def _check_export_budget(query, key, value, spec, kind, arg, scale, choice, budget) -> None:
+    """A forced ``backend="export"`` called eagerly (shapes known) that materialises the scores
+    keeps the memory budget, as the other forced backends do."""
+    if _MATERIALISES not in choice.reasons:
+        return
+    budget = _MEMORY_BUDGET if budget is None else budget
+    params = [t for t in (scale, arg) if isinstance(t, Tensor)]
+    nbytes = _reference_bytes(query, spec, kind, _needs_grad(query, key, value, *params))
+    if nbytes > budget:
+        raise AttentionMemoryError(
+            f"backend: 'export' would materialise the {spec.B}x{spec.H}x{spec.Lq}x{spec.Lk} "
+            f"scores and weights, about {_fmt_bytes(nbytes)}, over the memory budget of "
+            f"{_fmt_bytes(budget)}; raise the budget (memory_budget= bytes, or "
+            "qkv.functional.set_memory_budget())"
+        )
+
+
 def _plan_kind(
     query, key, value, masks, kind: ScoreKind, arg, scale, dropout_p, need_weights, backend, budget
 ) -> _Plan:
@@ -463,6 +522,8 @@ def _plan_kind(
     inputs = (key, value)
     if sync_free:
         choice = _export_choice(query, key, kind, scale, need_weights, backend)
+        if backend == "export" and not torch.compiler.is_compiling():
+            _check_export_budget(query, key, value, spec, kind, arg, scale, choice, budget)
         return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
     if not need_weights:
         end = spec.key_extent()
@@ -594,14 +655,16 @@ def attention(
             ``torch.export``, the ONNX exporter and ``torch.compile`` need, taken by itself
             whenever :func:`torch.compiler.is_compiling`; see the module's notes).
         memory_budget: bytes the materialised weights may take before ``"auto"`` turns to the
-            chunked backend (default: :func:`get_memory_budget`, 1 GiB).  A forced backend
-            stays within it: ``"reference"`` (its scores and weights) or ``"fused"`` (a mask it
-            would build) over the budget raises instead of allocating.
+            chunked backend (default: :func:`get_memory_budget`, 1 GiB).  Weights asked for
+            and a forced backend stay within it: ``need_weights=True``, ``"reference"`` (its
+            scores and weights), ``"fused"`` (a mask it would build) or an eager ``"export"``
+            over the budget raises instead of allocating.
 
     Raises:
-        AttentionMemoryError: ``need_weights=True`` (or dropout) on a problem whose weights
-            exceed the memory available, or a forced backend over the budget, with the memory
-            it would need.
+        AttentionMemoryError: ``need_weights=True`` over the budget or the memory available
+            (the least of the free memory, the cgroup limits and ``ulimit -v``), dropout on a
+            problem whose weights exceed the memory available, or a forced backend over the
+            budget or the memory available, with the memory it would need.
 
     NaN and infinities, the same on every backend: a row whose own query holds a NaN or an
     infinity, or whose sequence's keys or values do (batch element ``b``, key/value head

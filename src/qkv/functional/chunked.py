@@ -118,6 +118,14 @@ def _segment_bias(spec: MaskSpec, dtype, q0, q1, seg: Segment) -> Tensor | None:
     return spec.bias(dtype, q0, q1, seg.k0, seg.k1, index=seg.index)
 
 
+def _kernel_layout(t: Tensor) -> Tensor:
+    """``t`` as torch's CPU flash kernel reads it: that kernel assumes the last axis is
+    contiguous (stride 1) and silently reads garbage otherwise (a transposed ``(B, d, L)``
+    feature map, a sliced or expanded last axis).  Any other stride (expanded batch or heads,
+    sliced positions, heads-first views) it handles; a tensor already fine is not copied."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan):
     """``k``/``v`` already carry ``H`` heads.  Returns the output and the log-sum-exp."""
     B, H, Lq, _ = q.shape
@@ -146,6 +154,8 @@ def _flash_forward(q, k, v, spec: MaskSpec, scale: float, plan):
 class _FlashChunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec, scale, plan, G, poison):
+        # the one place tensors enter the kernel (forward here, backward from what is saved)
+        q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
         # grouped-query heads: expanded once per call, not once per block
         ke, ve = _expand_heads(k, G), _expand_heads(v, G)
         out, lse = _flash_forward(q, ke, ve, spec, scale, plan)

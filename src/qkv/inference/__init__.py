@@ -13,6 +13,7 @@ any later server import these; this package imports nothing above it (no ``train
 
 from .decode import decode_texts, default_max_len, generate_ids, never_generated
 from .device import pick_device
+from .limits import position_limits
 from .quantize import QUANTIZATIONS, check_quantize, quantize_model
 from .saved import (
     CheckpointError,
@@ -33,7 +34,9 @@ from .scores import Evaluation, corpus_scores
 from .writing import (
     BUNDLED_DATA,
     BUNDLED_LANGUAGES,
+    NoSpaceError,
     model_card,
+    remove_stale_folders,
     run_card,
     save_model,
     write_model_folder,
@@ -46,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "Evaluation",
     "LoadedCheckpoint",
+    "NoSpaceError",
     "SavedModel",
     "best_checkpoint",
     "check_decoding",
@@ -62,8 +66,10 @@ __all__ = [
     "model_card",
     "never_generated",
     "pick_device",
+    "position_limits",
     "quantize_model",
     "read_weights",
+    "remove_stale_folders",
     "resolve_model_dir",
     "run_card",
     "save_model",

@@ -17,8 +17,9 @@ def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> tor
 
     Raises:
         TypeError: ``device`` is neither a string nor a :class:`torch.device`.
-        ValueError: not a device name, or CUDA asked for where it is not available (one line,
-            naming the argument).
+        ValueError: not a device name, a device qkv does not run on (``mps``, ``meta``, ...),
+            an index the machine does not have (``cpu:1``, ``cuda:7`` on a 2-GPU machine), or
+            CUDA asked for where it is not available (one line, naming the argument).
     """
     if isinstance(device, torch.device):
         device = str(device)
@@ -28,15 +29,27 @@ def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> tor
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
         return torch.device("cpu")
+    expected = "expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
     try:
         dev = torch.device(device)
     except RuntimeError:
+        raise ValueError(f"device: {expected}, got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):  # mps, meta, xpu, ...: not what qkv runs or tests on
         raise ValueError(
-            f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} was asked for, but CUDA is not available")
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+            f"device: {expected}, got {device!r} (qkv runs on the CPU and on CUDA GPUs)"
+        )
+    if dev.type == "cpu":
+        if dev.index not in (None, 0):
+            raise ValueError(f"device: {expected}, got {device!r} (the CPU has no index: 'cpu')")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} was asked for, but CUDA is not available")
+    count = torch.cuda.device_count()
+    if dev.index is None:
+        dev = torch.device("cuda", local_rank % count)
+    elif dev.index >= count:
+        raise ValueError(
+            f"device: {device!r} was asked for, but this machine has {count} CUDA "
+            f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})"
+        )
     return dev

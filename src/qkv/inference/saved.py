@@ -22,7 +22,9 @@ Every file read is verified first, and only what is read: it must be listed in t
 (a file the manifest leaves out is refused, never read unchecked) and have the listed size and
 SHA-256. Translating reads the model, its tokenizers and ``decoding.json``, so a damaged
 ``trainer.pt`` stops a resume but not a translation. ``best.json`` is followed only to a
-``step-*`` folder beside it.
+``step-*`` folder beside it. A checkpoint that a running trainer prunes while it is read (it
+keeps its newest few and its best) is a :class:`CheckpointError` saying it is in use, naming the
+trainer from the run's lock file, never a ``FileNotFoundError``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +77,46 @@ _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 class CheckpointError(ValueError):
     """A checkpoint folder that cannot be used: missing, corrupt, foreign or mismatched."""
+
+
+#: the lock file a running ``qkv train`` holds in its run folder (``qkv.train.runlock``)
+_LOCK_NAME = ".lock"
+
+
+def _trainer_of(folder: Path) -> str | None:
+    """The trainer a run's lock file names for a folder of that run (``OUT/final``,
+    ``OUT/checkpoints/step-*``): ``"pid N on HOST (lock OUT/.lock)"``, or None without one."""
+    for run in (folder.parent, folder.parent.parent):
+        lock = run / _LOCK_NAME
+        try:
+            holder = json.loads(lock.read_text(encoding="utf-8"))
+            pid, host = int(holder["pid"]), str(holder["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if host == socket.gethostname() and os.name == "posix":
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:  # a lock left by a killed trainer: nobody runs
+                return None
+            except PermissionError:  # another user's process: running
+                pass
+        return f"pid {pid} on {host} (lock {lock})"
+    return None
+
+
+def _in_use(folder: Path) -> CheckpointError | None:
+    """The error for a checkpoint removed while it was read (its folder or its manifest is
+    gone): a running trainer prunes its old checkpoints. None while it is still there."""
+    if (folder / MANIFEST).is_file():
+        return None
+    who = _trainer_of(folder)
+    by = f"the trainer running in that run folder ({who})" if who else "another process"
+    return CheckpointError(
+        f"checkpoint: {str(folder)!r} is in use: {by} removed it while it was being read "
+        "(a run keeps only its newest and best checkpoints); read the run folder itself (its "
+        "final model, or its best checkpoint, which is never pruned), or a newer checkpoint, "
+        "or wait for the run to end"
+    )
 
 
 # ---------------------------------------------------------------------------- the format
@@ -195,6 +239,8 @@ class _Verified:
     def __init__(self, folder: str | Path) -> None:
         self.dir = d = Path(folder)
         mpath = d / MANIFEST
+        if not mpath.is_file() and _STEP_DIR.match(d.name) and _trainer_of(d) is not None:
+            raise _in_use(d) or CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
         if not d.is_dir():
             raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
         if not mpath.is_file():
@@ -207,7 +253,9 @@ class _Verified:
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"checkpoint: {mpath} is corrupt (not JSON: {e})") from None
         except OSError as e:
-            raise CheckpointError(f"checkpoint: {mpath} is unreadable ({e.strerror})") from None
+            raise _in_use(d) or CheckpointError(
+                f"checkpoint: {mpath} is unreadable ({e.strerror})"
+            ) from None
         if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(
                 f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
@@ -241,12 +289,21 @@ class _Verified:
         if rel in self._checked:
             return p
         if not p.is_file():
-            raise CheckpointError(f"checkpoint: {str(d)!r} is incomplete: {rel} is missing")
+            raise self.gone() or CheckpointError(
+                f"checkpoint: {str(d)!r} is incomplete: {rel} is missing"
+            )
+        if any(q.is_symlink() for q in (p, *p.parents) if q != d and q.is_relative_to(d)) or (
+            not p.resolve().is_relative_to(d.resolve())
+        ):
+            raise CheckpointError(
+                f"checkpoint: {rel} in {str(d)!r} is a link; a checkpoint's files are its own "
+                "(qkv follows no link out of a model folder)"
+            )
         try:  # a file can vanish or fail between the check above and its reading
             size = p.stat().st_size
             digest = sha256_file(p) if size == meta.get("bytes") else None
         except OSError as e:
-            raise CheckpointError(
+            raise self.gone() or CheckpointError(
                 f"checkpoint: {rel} in {str(d)!r} is unreadable ({e.strerror})"
             ) from None
         if size != meta.get("bytes"):
@@ -261,6 +318,10 @@ class _Verified:
             )
         self._checked.add(rel)
         return p
+
+    def gone(self) -> CheckpointError | None:
+        """The "in use" error when the folder was removed since it was opened, else None."""
+        return _in_use(self.dir)
 
     def _unlisted(self, rel: str) -> CheckpointError:
         return CheckpointError(
@@ -278,7 +339,13 @@ class _Verified:
         """The path of folder ``rel``, every file under it listed and verified."""
         base = self.dir / rel
         if base.is_dir():
-            for p in sorted(base.rglob("*")):
+            try:
+                found = sorted(base.rglob("*"))
+            except OSError as e:  # removed while listed
+                raise self.gone() or CheckpointError(
+                    f"checkpoint: {rel} in {str(self.dir)!r} is unreadable ({e.strerror})"
+                ) from None
+            for p in found:
                 name = p.relative_to(self.dir).as_posix()
                 if not p.is_dir() and name not in self.files:
                     raise self._unlisted(name)
@@ -300,6 +367,10 @@ class _Verified:
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(
                 f"checkpoint: {rel} in {str(self.dir)!r} is corrupt: {e}"
+            ) from None
+        except OSError as e:  # removed since it was verified
+            raise self.gone() or CheckpointError(
+                f"checkpoint: {rel} in {str(self.dir)!r} is unreadable ({e.strerror})"
             ) from None
 
 
@@ -438,6 +509,10 @@ def _read_state(v: _Verified) -> dict:
     path = v.file("trainer.pt")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise v.gone() or CheckpointError(
+            f"checkpoint: trainer.pt in {str(v.dir)!r} is unreadable ({e.strerror})"
+        ) from None
     except Exception as e:  # torch raises several kinds on a bad file
         # torch's message may advise loading with weights_only=False, which runs any code a
         # pickle holds: never repeat it. What the file holds is named, not how to unpickle it.
@@ -471,10 +546,18 @@ def _read_weights(v: _Verified) -> dict[str, torch.Tensor]:
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
+        raise v.gone() or CheckpointError(
             f"checkpoint: model.safetensors in {str(d)!r} is unreadable: {e}"
         ) from None
     aliases = meta.get("aliases") if isinstance(meta, dict) else None
+    if aliases is not None and (
+        not isinstance(aliases, dict)
+        or not all(isinstance(k, str) and isinstance(t, str) for k, t in aliases.items())
+    ):
+        raise CheckpointError(
+            f"checkpoint: model.json in {str(d)!r} is invalid: aliases must map weight names "
+            f"to weight names, got {type(aliases).__name__}"
+        )
     for alias, target in (aliases or {}).items():
         if target in tensors:
             tensors[alias] = tensors[target]
@@ -525,6 +608,18 @@ class SavedModel:
     device: torch.device
 
 
+def _build(folder: Path, config: dict) -> EncoderDecoder:
+    """The model ``model.json`` describes; a CheckpointError for any config it cannot build (a
+    tampered file whose manifest was rewritten to match: negative sizes, wrong types, ...)."""
+    try:
+        return build_model(config)
+    except Exception as e:  # whatever torch raises on an impossible size, named once
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"checkpoint: model.json in {str(folder)!r} is invalid: {text}"
+        ) from None
+
+
 def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> SavedModel:
     """Read a saved model: a ``qkv train --out`` folder (its final model, else its best
     checkpoint by validation BLEU, else its newest; see :func:`resolve_model_dir`) or one
@@ -547,17 +642,12 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     meta = v.json("model.json")
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")
-    try:
-        model = build_model(meta["config"])
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"checkpoint: model.json in {str(folder)!r} is invalid: {e}"
-        ) from None
+    model = _build(folder, meta["config"])
     _fit_weights(folder, _read_weights(v), model)
     try:
         src, tgt = load_tokenizers(v.tree("tokenizers"))
     except (OSError, ValueError, KeyError) as e:
-        raise CheckpointError(
+        raise v.gone() or CheckpointError(
             f"checkpoint: the tokenizers in {str(folder)!r} cannot be loaded: {e}"
         ) from None
     cfg = model.config

@@ -20,8 +20,10 @@ folder it was exported from.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -45,7 +47,9 @@ from .saved import (
 __all__ = [
     "BUNDLED_DATA",
     "BUNDLED_LANGUAGES",
+    "NoSpaceError",
     "model_card",
+    "remove_stale_folders",
     "run_card",
     "save_model",
     "write_model_folder",
@@ -58,6 +62,101 @@ BUNDLED_LANGUAGES = ("en", "fr")
 
 #: the prefixes of qkv's temporary names (a folder being written, a folder being replaced)
 _TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
+#: a folder being written or replaced by process PID: ``.qkv-tmp-NAME-PID``, ``.qkv-old-NAME-PID``
+_TEMP_FOLDER = re.compile(r"^\.qkv-(?:tmp|old)-(.+)-(\d+)$")
+#: what a folder qkv writes holds (a temporary one is removed only when it holds no more)
+FOLDER_NAMES = frozenset(
+    {
+        MANIFEST,
+        "model.safetensors",
+        "model.json",
+        "train.json",
+        "split.json",
+        "trainer.json",
+        "trainer.pt",
+        "decoding.json",
+        "tokenizers",
+        "README.md",
+        "card.json",
+        "ctranslate2",
+    }
+)
+
+
+class NoSpaceError(OSError):
+    """A folder could not be written: the disk (or the user's quota) is full.  Nothing of it
+    is left behind, and what was written before is intact.  ``str(err)`` is the message."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+#: errno values that mean "the device is full"
+_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+def is_no_space(err: BaseException) -> bool:
+    """Whether ``err`` says the disk is full (an OSError with ENOSPC/EDQUOT, or a library's
+    error that only carries the text, as safetensors' does)."""
+    if isinstance(err, OSError) and err.errno in _NO_SPACE:
+        return True
+    text = str(err)
+    return any(s in text for s in ("No space left on device", "StorageFull", "Disk quota"))
+
+
+def no_space_error(err: BaseException, folder: Path, what: str, remedy: str = "") -> NoSpaceError:
+    """The :class:`NoSpaceError` for ``err``: "no space left" with the folder and what was
+    being written, the free space, and ``remedy``."""
+    try:
+        free = f"; {shutil.disk_usage(folder).free / 1e6:.1f} MB free there now"
+    except OSError:
+        free = ""
+    return NoSpaceError(
+        errno.ENOSPC,
+        f"no space left on the device of {str(folder)!r} while writing {what}{free}: nothing "
+        f"of it was kept, and what was written there before is intact; free some space"
+        + (f", {remedy}" if remedy else ", then try again"),
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":  # pragma: no cover - cannot tell: in use
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_folders(
+    root: str | Path, in_use: Callable[[int], bool] | None = None
+) -> list[Path]:
+    """Remove the temporary folders a killed writer left in ``root`` (``.qkv-tmp-NAME-PID``,
+    ``.qkv-old-NAME-PID``), and only those: holding nothing but what a model folder holds, and
+    not in use. ``in_use(pid)`` says whether process ``pid`` may still be writing one
+    (default: this process, or any live process on this host). Returns what was removed."""
+    root = Path(root)
+    in_use = in_use or (lambda pid: pid == os.getpid() or _pid_alive(pid))
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _TEMP_FOLDER.match(p.name)
+        if m is None or p.is_symlink() or not p.is_dir() or in_use(int(m.group(2))):
+            continue
+        try:
+            names = {c.name for c in p.iterdir()}
+        except OSError:
+            continue
+        if names <= FOLDER_NAMES:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 # ---------------------------------------------------------------------------- the writer
@@ -93,6 +192,8 @@ def write_model_folder(
     tensors: dict | None = None,
     texts: dict[str, str] | None = None,
     extra: Callable[[Path], None] | None = None,
+    in_use: Callable[[int], bool] | None = None,
+    remedy: str = "",
 ) -> Path:
     """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
     once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
@@ -101,14 +202,56 @@ def write_model_folder(
     last (see :mod:`qkv.inference.saved`).
 
     The folder is built beside ``final`` under a temporary name and renamed into place; an
-    existing ``final`` is replaced. Returns ``final``.
+    existing ``final`` is replaced. Returns ``final``. Temporary folders a killed writer left
+    beside it are removed first (:func:`remove_stale_folders` with ``in_use``). On any error the
+    temporary folder is removed and an existing ``final`` stays as it was; a full disk is a
+    :class:`NoSpaceError` ("no space left", the folder, ``remedy``).
     """
-    from safetensors.torch import save_file
-
     final = Path(final)
     root, name = final.parent, final.name
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if is_no_space(e):
+            raise no_space_error(e, root, name, remedy) from None
+        raise
+    remove_stale_folders(root, in_use)  # what a killed writer left, on the next write
     tmp = root / f"{_TMP}{name}-{os.getpid()}"
+    old = root / f"{_OLD}{name}-{os.getpid()}"
+    try:
+        _write_folder(
+            tmp, final, old, step, state_dict, model_config, write_tokenizers, documents,
+            tensors, texts, extra,
+        )  # fmt: skip
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left
+        if old.exists() and not final.exists():  # the old folder goes back where it was
+            os.replace(old, final)
+        if isinstance(e, Exception) and is_no_space(e):
+            raise no_space_error(e, root, name, remedy) from None
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(root)
+    return final
+
+
+def _write_folder(
+    tmp: Path,
+    final: Path,
+    old: Path,
+    step: int,
+    state_dict: dict[str, torch.Tensor],
+    model_config: dict,
+    write_tokenizers: Callable[[Path], None],
+    documents: dict[str, Any],
+    tensors: dict | None,
+    texts: dict[str, str] | None,
+    extra: Callable[[Path], None] | None,
+) -> None:
+    """:func:`write_model_folder`'s work: ``tmp`` written, then renamed to ``final`` (an
+    existing ``final`` set aside as ``old`` first)."""
+    from safetensors.torch import save_file
+
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -138,8 +281,11 @@ def write_model_folder(
     for fname, text in (texts or {}).items():
         _write_synced(tmp / fname, text.encode("utf-8"))
     if tensors is not None:
-        torch.save(tensors, tmp / "trainer.pt")
-        with open(tmp / "trainer.pt", "rb+") as f:
+        # through a Python file: a full disk is an OSError with its errno, not torch's
+        # "file write failed"
+        with open(tmp / "trainer.pt", "wb") as f:
+            torch.save(tensors, f)
+            f.flush()
             os.fsync(f.fileno())
     write_tokenizers(tmp / "tokenizers")
     if extra is not None:
@@ -166,14 +312,8 @@ def write_model_folder(
     for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
         _fsync_dir(d)
     if final.exists():  # the same step written again (a resumed run that stopped right here)
-        old = root / f"{_OLD}{name}-{os.getpid()}"
         os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    _fsync_dir(root)
-    return final
+    os.replace(tmp, final)
 
 
 # ---------------------------------------------------------------------------- an inference-only folder

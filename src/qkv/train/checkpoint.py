@@ -61,12 +61,22 @@ from ..inference.saved import (
     sha256_file,
     verify_checkpoint,
 )
-from ..inference.writing import _TMP, _fsync_dir, write_model_folder
+from ..inference.writing import (
+    _TMP,
+    NoSpaceError,
+    _fsync_dir,
+    is_no_space,
+    no_space_error,
+    remove_stale_folders,
+    write_model_folder,
+)
+from .runlock import LOCK_NAME, LockHolder
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CheckpointError",
     "LoadedCheckpoint",
+    "NoSpaceError",
     "atomic_write_bytes",
     "atomic_write_json",
     "average_checkpoints",
@@ -89,37 +99,46 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: qkv's temporary names (_TMP, _OLD: a folder being written, a folder being replaced) are
-#: recognisable, so that clean-up never takes a user's ``.tmp-*`` file for one
-_STALE_DIR = re.compile(r"^\.qkv-(?:tmp|old)-(?:step-\d{8,}|final)-\d+$")
+#: qkv's temporary files (atomic_write_bytes) are recognisable, so that clean-up never takes a
+#: user's ``.tmp-*`` file for one
 _STALE_FILE = re.compile(r"^\.(?:best|latest)\.json\.qkv-tmp-\d+$")
-#: what a model folder qkv writes holds (a temporary one is removed only when it holds no more)
-_FOLDER_NAMES = frozenset(
-    {
-        MANIFEST,
-        "model.safetensors",
-        "model.json",
-        "train.json",
-        "split.json",
-        "trainer.json",
-        "trainer.pt",
-        "decoding.json",
-        "tokenizers",
-    }
-)
+
+
+def run_lock_in_use(folder: str | Path) -> Callable[[int], bool] | None:
+    """Which temporary folders in ``folder`` (a run's ``OUT`` or ``OUT/checkpoints``) may still
+    be written: when this process holds the run's lock (``OUT/.lock``), no other process
+    writes there, so only its own are; else None (any live process's are, see
+    :func:`qkv.inference.remove_stale_folders`)."""
+    folder = Path(folder)
+    for run in (folder, folder.parent):
+        try:
+            holder = LockHolder.parse((run / LOCK_NAME).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if holder is not None and holder.pid == os.getpid() and holder.alive() is not False:
+            me = os.getpid()
+            return lambda pid: pid == me
+    return None
 
 
 # ---------------------------------------------------------------------------- atomic files
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync,
-    ``os.replace``. Readers see the old content or the new one, never a part."""
+    ``os.replace``. Readers see the old content or the new one, never a part; on an error the
+    temporary file is removed (a full disk: :class:`NoSpaceError`)."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}{_TMP}{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and is_no_space(e):
+            raise no_space_error(e, p.parent, p.name) from None
+        raise
     _fsync_dir(p.parent)
 
 
@@ -158,6 +177,10 @@ def save_checkpoint(
 
     Returns:
         The final checkpoint folder ``root/step-XXXXXXXX``.
+
+    Raises:
+        NoSpaceError: the disk is full ("no space left", the folder); the temporary folder is
+            removed and the checkpoints written before are intact.
     """
     root = Path(root)
     name = f"step-{step:08d}"
@@ -169,6 +192,11 @@ def save_checkpoint(
         write_tokenizers=write_tokenizers,
         documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
         tensors=tensors,
+        in_use=run_lock_in_use(root),
+        remedy=(
+            "then resume (qkv train --resume, from the newest checkpoint kept); --keep-last "
+            "keeps fewer checkpoints"
+        ),
     )
     return final
 
@@ -245,21 +273,16 @@ def prune_checkpoints(
 
 def remove_stale_temporaries(root: str | Path) -> list[Path]:
     """Remove what a killed writer left in ``root`` (``OUT/checkpoints``), and only that:
-    a ``.qkv-tmp-*``/``.qkv-old-*`` folder holding nothing but the files of a model folder, a
-    ``.best.json.qkv-tmp-PID`` file. A user's file is never touched, whatever its name (a
+    a ``.qkv-tmp-*``/``.qkv-old-*`` folder holding nothing but the files of a model folder and
+    not being written (:func:`run_lock_in_use`: with the run's lock held, any other process's),
+    a ``.best.json.qkv-tmp-PID`` file. A user's file is never touched, whatever its name (a
     ``.tmp-*`` of theirs included). Returns what was removed."""
     root = Path(root)
     if not root.is_dir():
         return []
-    removed = []
+    removed = remove_stale_folders(root, run_lock_in_use(root))
     for p in root.iterdir():
-        if p.is_symlink():
-            continue
-        if _STALE_DIR.match(p.name) and p.is_dir():
-            if {c.name for c in p.iterdir()} <= _FOLDER_NAMES:
-                shutil.rmtree(p, ignore_errors=True)
-                removed.append(p)
-        elif _STALE_FILE.match(p.name) and p.is_file():
+        if _STALE_FILE.match(p.name) and p.is_file() and not p.is_symlink():
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed

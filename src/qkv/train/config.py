@@ -87,6 +87,9 @@ class TrainConfig:
         data: a parallel-text file in any :func:`qkv.data.read_pairs` format (``fra`` ``tsv``
             ``csv`` ``jsonl``, optionally ``.gz``); None for the bundled English-French corpus.
         data_format: the file's format, or None to guess.
+        src_column, tgt_column: the source and target columns of a tsv or csv file with a
+            header row, or fields of a jsonl file; None: ``src``/``source`` and
+            ``tgt``/``target``. Naming one reads a tab-separated file as tsv (its header row).
         max_pairs: use only the first N pairs of the file (quick experiments), or None.
         max_skipped: the largest fraction of the file's lines (blank lines aside) that may be
             unreadable (wrong columns, an empty side, bad UTF-8, ...); a file with more is
@@ -165,6 +168,8 @@ class TrainConfig:
 
     data: str | None = None
     data_format: str | None = None
+    src_column: str | None = None
+    tgt_column: str | None = None
     max_pairs: int | None = None
     max_skipped: float = 0.1
     valid: float | int = 0.05
@@ -229,6 +234,13 @@ class TrainConfig:
             "data_format",
             "a format name or None",
         )
+        for name in ("src_column", "tgt_column"):
+            v = getattr(self, name)
+            need(
+                v is None or (isinstance(v, str) and bool(v.strip())),
+                name,
+                "a column or field name, or None",
+            )
         need(
             self.max_pairs is None or (_is_int(self.max_pairs) and self.max_pairs >= 10),
             "max_pairs",

@@ -50,7 +50,9 @@ from ..data import (
     save_tokenizers,
     split_pairs,
 )
-from ..inference import Evaluation, corpus_scores, decode_texts, load_model
+from ..inference import Evaluation, corpus_scores, decode_texts, load_model, position_limits
+from ..inference.limits import SETTING as POSITION_SETTING
+from ..inference.limits import too_long
 from ..nn.seq2seq import EncoderDecoder, build_model
 from . import distributed as D
 from .checkpoint import (
@@ -67,6 +69,7 @@ from .checkpoint import (
     read_weights,
     remove_stale_temporaries,
     resume_checkpoint,
+    run_lock_in_use,
     save_checkpoint,
     write_model_folder,
 )
@@ -262,10 +265,22 @@ def validation_bleu(
     ``max_len``: its model never saw longer targets), so an untrained model's validation does
     not decode every sentence to ``2 * source + 10`` tokens. The translations are decoded by
     :func:`qkv.inference.decode_texts`, as :class:`qkv.translate.Translator` decodes them.
+    A model with learned positions (``model.max_len``) translates at most that many tokens, and
+    a source longer than its table is not translated (an empty hypothesis, as translating
+    gives it), never a crash in the middle of a run.
     """
-    out = decode_texts(
+    src_limit, tgt_limit = position_limits(model)
+    if tgt_limit is not None:
+        max_len = tgt_limit if max_len is None else min(max_len, tgt_limit)
+    sources = [s for s, _ in pairs]
+    skip = set(
+        too_long([len(src_tok.encode_normalized(s)) + 1 for s in sources], src_limit)
+    )  # fmt: skip
+    todo = [i for i in range(len(sources)) if i not in skip]
+    out: list[Any] = [[] for _ in sources]
+    decoded = decode_texts(
         model,
-        [s for s, _ in pairs],
+        [sources[i] for i in todo],
         src_tok,
         tgt_tok,
         device=device,
@@ -275,6 +290,8 @@ def validation_bleu(
         no_repeat_ngram=no_repeat_ngram,
         pre_normalized=True,
     )
+    for i, ids in zip(todo, decoded):
+        out[i] = ids
     refs = list(references) if references is not None else [t for _, t in pairs]
     return corpus_scores([tgt_tok.decode(ids) for ids in out], refs)
 
@@ -726,6 +743,8 @@ def _finish(
             },
             "decoding.json": decoding,
         },
+        in_use=run_lock_in_use(out),
+        remedy=f"then finish the run: {resume_command(out)}",
     )
     say(
         f"final model ({source['kind']} of updates {source['steps']}, "
@@ -1148,6 +1167,16 @@ class _Run:
         data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks)
         return run_cfg, preset_info, data
 
+    @staticmethod
+    def _length_limit(model: nn.Module, max_len: int) -> tuple[int, str]:
+        """The longest pair (in tokens, ``<eos>`` counted) the run trains on: ``max_len``, or
+        the model's learned positional table when it is smaller (pairs longer than it could
+        not be encoded: dropped before the first update, and counted), with its name."""
+        table = min((n for n in position_limits(model) if n is not None), default=None)
+        if table is not None and table < max_len:
+            return table, f"the model's learned positions ({POSITION_SETTING}={table})"
+        return max_len, f"max_len={max_len}"
+
     def _build(self, data: RunData) -> _Model:
         """The model (the checkpoint's weights when resuming), the batches, the optimizer and
         the schedule, in the order that draws the same random numbers on every start."""
@@ -1168,20 +1197,20 @@ class _Run:
         src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
         if run_cfg.max_tokens is None:  # pragma: no cover - resolve_config always sets it
             raise ValueError("max_tokens: expected a resolved token budget, got None")
-        kept = sum(
-            1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= run_cfg.max_len
-        )
+        limit, why = self._length_limit(model, run_cfg.max_len)
+        kept = sum(1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= limit)
         if kept == 0:
             raise ValueError(
-                f"data: every one of the {len(data.train)} training pairs is longer than max_len="
-                f"{run_cfg.max_len} tokens (with <eos>); nothing to train on: raise max_len "
-                "(--set max_len=N) or check the data"
-            )
+                f"data: every one of the {len(data.train)} training pairs is longer than "
+                f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
+                f"({'--set max_len=N' if limit == run_cfg.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
+                "or check the data"
+            )  # fmt: skip
         batcher = TokenBatcher(
             src_ids,
             tgt_ids,
             max_tokens=run_cfg.max_tokens,
-            max_len=run_cfg.max_len,
+            max_len=limit,
             shuffle=True,
             seed=run_cfg.seed,
             rank=info.rank,
@@ -1195,7 +1224,7 @@ class _Run:
             shuffle=False,
             rank=0,
             world_size=1,
-            max_len=max(run_cfg.max_len, 2),
+            max_len=max(limit, 2),
             truncate=True,
         )
         n_bleu = run_cfg.eval_sentences or len(data.valid)
@@ -1356,7 +1385,8 @@ class _Run:
         self.say(
             f"{what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
             f"{len(data.train)} training pairs ({self.m.batcher.n_dropped} longer than "
-            f"{run_cfg.max_len} dropped), {len(data.valid)} valid, {len(data.test)} test, "
+            f"{self._length_limit(self.m.model, run_cfg.max_len)[1]} dropped), "
+            f"{len(data.valid)} valid, {len(data.test)} test, "
             f"{run_cfg.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
             f"{' (joint)' if src_tok is tgt_tok else ''}, {run_cfg.normalizer} text; "
             f"device {self.device}"

@@ -72,7 +72,12 @@ def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
     else:
         source = config.data
         try:
-            pairs, report = read_pairs(config.data, config.data_format)
+            pairs, report = read_pairs(
+                config.data,
+                config.data_format,
+                src_column=config.src_column,
+                tgt_column=config.tgt_column,
+            )
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise type(e)(_as_data_error(str(e), source)) from None
         _check_skipped(report, config.max_skipped)
@@ -87,7 +92,40 @@ def _as_data_error(text: str, source: str) -> str:
         return "data: " + text[len("path: ") :]
     if text.startswith("format: "):
         return "data_format: " + text[len("format: ") :]
+    for key in ("src_column", "tgt_column"):  # named as the setting and its flag
+        if text.startswith(f"{key}: "):
+            flag = "--" + key.replace("_", "-")
+            text = text.replace(f"pass {key}= to choose one", f"pass {flag} NAME ({key})")
+            return f"{text} (data {source!r})"
     return f"data: {source!r}: {text}"
+
+
+def apply_split(split: Split, pairs: list[tuple[str, str]], source: str, remedy: str) -> tuple:
+    """``split.apply(pairs)``, or a ValueError that names the data file, what changed and
+    ``remedy`` (what to run instead) when the pairs are not the ones the run was split from."""
+    try:
+        return split.apply(pairs)
+    except ValueError:
+        if len(pairs) != split.n:
+            what = f"it gives {len(pairs)} pairs, the run was split from {split.n}"
+        else:
+            what = f"its {len(pairs)} pairs are not the text the run was split from"
+        raise ValueError(
+            f"data: {source!r} changed since the run was split ({what}; split.json "
+            f"fingerprint {split.fingerprint}): {remedy}"
+        ) from None
+
+
+#: what to do when a resumed run's data changed
+RESUME_REMEDY = (
+    "put back the file the run was trained on, or start a new run in a new folder "
+    "(qkv train --data FILE --out NEW_DIR; add --init-from OLD_RUN to keep its weights)"
+)
+#: what to do when the data of a run being scored changed
+EVALUATE_REMEDY = (
+    "put back the file the run was trained on, or score another file with "
+    "qkv evaluate --model-dir RUN --data FILE"
+)
 
 
 def _check_skipped(report: ReadReport, max_skipped: float) -> None:
@@ -120,8 +158,8 @@ def raw_run_pairs(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
     """The run's train, valid and test pairs exactly as the data file holds them (not
     normalised): what translations are scored against."""
-    pairs, _ = read_run_pairs(config)
-    train, valid, test = split.apply(pairs)
+    pairs, source = read_run_pairs(config)
+    train, valid, test = apply_split(split, pairs, source, EVALUATE_REMEDY)
     return list(train), list(valid), list(test)
 
 
@@ -179,7 +217,7 @@ def load_run_data(
         split = split_pairs(
             pairs_read, valid=config.valid, test=config.test, seed=config.split_seed
         )
-    train, valid, test = split.apply(pairs_read)
+    train, valid, test = apply_split(split, pairs_read, source, RESUME_REMEDY)
     if not train or not valid:
         raise ValueError(
             f"data: {source} gives {len(train)} training and {len(valid)} validation pairs; "
