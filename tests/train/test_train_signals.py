@@ -24,6 +24,16 @@ from qkv.train.interrupt import StopSignals
 from qkv.train.runlock import LOCK_NAME
 
 
+@pytest.fixture(autouse=True)
+def _sigint_as_in_a_terminal():
+    """Python's own SIGINT handler for each test: a test run started in the background by a
+    shell (``cmd &``, ``nohup``) inherits SIGINT ignored, which qkv rightly leaves alone."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before if before is not None else signal.SIG_DFL)
+
+
 def _signal_at(monkeypatch, update: int, *signums: int) -> None:
     """Deliver ``signums`` to this process right after the optimizer update ``update``."""
     import qkv.train.loop as loop

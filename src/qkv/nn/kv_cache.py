@@ -27,6 +27,12 @@ from ..functional.scores import all_finite, mark_finite
 __all__ = ["KVCache", "TensorKVCache"]
 
 
+def _checked_finite(k: Tensor, v: Tensor) -> bool:
+    """Whether ``k`` and ``v`` are known finite (read back on the CPU); never under
+    ``torch.compile``/``torch.export``, where reading a value back breaks the graph."""
+    return not torch.compiler.is_compiling() and bool(all_finite(k, v))
+
+
 class KVCache:
     """Projected keys and values of one attention layer.
 
@@ -99,7 +105,7 @@ class KVCache:
         """Store ``k (B, H, L, d)`` and ``v (B, H, L, dv)`` as the whole cache."""
         self._check(k, v)
         self._k, self._v, self.length = k, v, k.shape[2]
-        self._finite = bool(all_finite(k, v))
+        self._finite = _checked_finite(k, v)
         if self._finite:
             mark_finite(k, v)
         return k, v
@@ -122,7 +128,7 @@ class KVCache:
             self._k, self._v = nk, nv
         self._k[:, :, self.length : end] = k
         self._v[:, :, self.length : end] = v
-        self._finite = bool(all_finite(k, v)) and (self.length == 0 or self._finite)
+        self._finite = _checked_finite(k, v) and (self.length == 0 or self._finite)
         self.length = end
         keys, values = self.keys, self.values
         if self._finite:
