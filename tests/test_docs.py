@@ -208,11 +208,15 @@ def test_readme_rows_quote_the_json_they_name():
     the data pipeline's stages."""
     section = _figures_section()
     named = sorted(set(re.findall(r"benchmarks/results/([\w-]+)\.json", section)))
-    assert {"mha", "train", "data"} <= set(named), named
+    assert {"mha", "seq2seq", "train", "data", "demo"} <= set(named), named
     for name in named:
         data = json.loads((ROOT / f"benchmarks/results/{name}.json").read_text(encoding="utf-8"))
         if name == "data":
             assert f"| {data['total_s']:.2f} s |" in section, "data.json's total"
+            continue
+        if name == "demo":
+            quoted = f"test BLEU {data['test_bleu']:.2f}, chrF {data['test_chrf']:.2f}"
+            assert quoted in section, f"demo.json: {quoted}"
             continue
         results = data.get("results")
         if not isinstance(results, list) or not results or "ratio" not in results[0]:
