@@ -110,6 +110,16 @@ def _train_help(key: str, text: str) -> str:
     return f"{text} (default: {train_flag_default(key)})".replace("%", "%%")
 
 
+def _user_errors(*extra: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """What a command reports as one line: bad input, a missing file or package, a damaged
+    checkpoint, a full disk, and ``extra`` (imported when a command runs, not for ``--help``)."""
+    from .inference import CheckpointError
+    from .inference.writing import NoSpaceError
+
+    base = (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError, NoSpaceError)
+    return (*base, *extra)
+
+
 def _fail(command: str, err: BaseException) -> int:
     print(f"qkv {command}: error: {err}", file=sys.stderr)
     return 1 if not isinstance(err, (ValueError, TypeError, FileNotFoundError)) else 2
@@ -175,8 +185,7 @@ def _as_flag(err: BaseException, args: argparse.Namespace) -> BaseException:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .inference.writing import NoSpaceError
-    from .train import CheckpointError, RunLockedError, TrainingError, TrainingInterrupted, train
+    from .train import RunLockedError, TrainingError, TrainingInterrupted, train
 
     try:
         if args.init_from is not None and args.resume:
@@ -193,15 +202,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             init_from=args.init_from,
             progress=not args.quiet,
         )
-    except (
-        ValueError,
-        TypeError,
-        FileNotFoundError,
-        CheckpointError,
-        ImportError,
-        RunLockedError,
-        NoSpaceError,
-    ) as e:
+    except _user_errors(RunLockedError) as e:
         return _fail("train", _as_flag(e, args))
     except TrainingError as e:
         print(f"qkv train: stopped: {e}", file=sys.stderr)
@@ -506,7 +507,7 @@ _READ_FLAGS = {
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import read_pairs
-    from .inference import CheckpointError, verify_checkpoint
+    from .inference import verify_checkpoint
     from .train import saved_run_pairs
 
     try:
@@ -547,7 +548,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             max_tokens=args.batch_tokens,
         )
         beam, lp = tr.resolve_decoding(args.beam, args.length_penalty)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except _user_errors() as e:
         return _fail("evaluate", e)
     if args.json:
         print(
@@ -580,7 +581,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- average
 def _cmd_average(args: argparse.Namespace) -> int:
-    from .inference.writing import NoSpaceError
     from .train import CheckpointError
     from .train.checkpoint import average_checkpoints, find_checkpoints
 
@@ -598,14 +598,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
                 raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")
             folders = found[-args.last :]
         path = average_checkpoints(folders, args.out)
-    except (
-        ValueError,
-        TypeError,
-        FileNotFoundError,
-        CheckpointError,
-        ImportError,
-        NoSpaceError,
-    ) as e:
+    except _user_errors() as e:
         return _fail("average", e)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0
@@ -613,8 +606,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- export
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .inference import CheckpointError, load_model
-    from .inference.writing import NoSpaceError
+    from .inference import load_model
 
     try:
         if args.quantize is not None and args.format != "ctranslate2":
@@ -642,14 +634,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             from .export import export_model
 
             path = export_model(saved, out, force=args.force)
-    except (
-        ValueError,
-        TypeError,
-        FileNotFoundError,
-        CheckpointError,
-        ImportError,
-        NoSpaceError,
-    ) as e:
+    except _user_errors() as e:
         return _fail("export", _as_flag(e, args))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
@@ -683,7 +668,6 @@ def _serve_flag(err: BaseException) -> BaseException:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .inference import CheckpointError
     from .serve import ServeConfig, create_app
     from .serve.server import bind, run
 
@@ -730,7 +714,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             tr.decoding["length_penalty"] = float(args.length_penalty)
         app = create_app(tr, cfg)
         sock = bind(args.host, args.port)
-    except (ValueError, TypeError, FileNotFoundError, CheckpointError, ImportError) as e:
+    except _user_errors() as e:
         return _fail("serve", _serve_flag(e))
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"

@@ -3,7 +3,6 @@ thread, a port the system picks), and the headless Chromium of tests/viz for the
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,23 +51,16 @@ def live(translator) -> Iterator[Live]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    """Debian's Chromium, or a skip saying why not (as tests/viz)."""
-    from _viz_chromium import find_chromium
+    """Debian's Chromium, or a skip (a failure with QKV_REQUIRE_CHROMIUM=1) saying why not."""
+    from _viz_chromium import chromium_or_skip
 
-    path, why = find_chromium()
-    if path is None:
-        if os.environ.get("QKV_REQUIRE_CHROMIUM") == "1":
-            pytest.fail(f"headless Chromium unavailable and QKV_REQUIRE_CHROMIUM=1: {why}")
-        pytest.skip(f"headless Chromium unavailable: {why}")
-    return path
+    return chromium_or_skip()
 
 
 @pytest.fixture(scope="module")
 def browser(chromium_path):
-    from _viz_chromium import Browser
+    """One headless Chromium page, shared by a test module."""
+    from _viz_chromium import opened_browser
 
-    b = Browser(chromium_path)
-    try:
+    with opened_browser(chromium_path) as b:
         yield b
-    finally:
-        b.close()

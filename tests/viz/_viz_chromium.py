@@ -292,3 +292,28 @@ class Browser:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- fixtures' bodies
+def chromium_or_skip() -> str:
+    """Debian's Chromium, or a skip saying why not: no test installs it (`make test` does).
+    With ``QKV_REQUIRE_CHROMIUM=1`` (CI) a missing browser is a failure, not a skip.  The
+    ``chromium_path`` fixtures of tests/viz and tests/serve."""
+    import pytest
+
+    path, why = find_chromium()
+    if path is None:
+        if os.environ.get("QKV_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"headless Chromium unavailable and QKV_REQUIRE_CHROMIUM=1: {why}")
+        pytest.skip(f"headless Chromium unavailable: {why}")
+    return path
+
+
+@contextlib.contextmanager
+def opened_browser(path: str):
+    """One headless Chromium page for a test module, closed after it (the ``browser`` fixtures)."""
+    b = Browser(path)
+    try:
+        yield b
+    finally:
+        b.close()

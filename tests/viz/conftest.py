@@ -12,27 +12,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    """Debian's Chromium, or a skip saying why not: no test installs it (`make test` does).
+    """Debian's Chromium, or a skip (a failure with QKV_REQUIRE_CHROMIUM=1) saying why not."""
+    from _viz_chromium import chromium_or_skip
 
-    With ``QKV_REQUIRE_CHROMIUM=1`` (CI) a missing browser is a failure, not a skip.
-    """
-    from _viz_chromium import find_chromium
-
-    path, why = find_chromium()
-    if path is None:
-        if os.environ.get("QKV_REQUIRE_CHROMIUM") == "1":
-            pytest.fail(f"headless Chromium unavailable and QKV_REQUIRE_CHROMIUM=1: {why}")
-        pytest.skip(f"headless Chromium unavailable: {why}")
-    return path
+    return chromium_or_skip()
 
 
 @pytest.fixture(scope="module")
 def browser(chromium_path):
     """One headless Chromium page, shared by a test module."""
-    from _viz_chromium import Browser
+    from _viz_chromium import opened_browser
 
-    b = Browser(chromium_path)
-    try:
+    with opened_browser(chromium_path) as b:
         yield b
-    finally:
-        b.close()
