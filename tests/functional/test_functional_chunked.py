@@ -330,3 +330,37 @@ def test_tensor_scale_is_validated():
         qf.attention(q, q, q, score="cosine", scale=torch.tensor(-1.0))
     out, _ = qf.attention(q, q, q, score="cosine", scale=torch.tensor([2.0], dtype=torch.float64))
     assert out.dtype == torch.float32
+
+
+def _book_additive64(q, k, v, w_v, vl):
+    """The book's formula in float64: w_v . tanh(q_i + k_j), masked softmax, weights @ v."""
+    s = torch.tanh(q[:, :, None].double() + k[:, None].double()) @ w_v.double()
+    keep = torch.arange(k.shape[1])[None, None, :] < vl[:, None, None]
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v.double()
+
+
+@pytest.mark.parametrize("backend", ["reference", "chunked"])
+@pytest.mark.parametrize("spread", [1.0, 30.0])
+def test_additive_float32_against_the_float64_tanh_formula(backend, spread):
+    # float32 additive scores go through w . tanh(x) = 2 w . sigmoid(2x) - sum(w): against the
+    # book's tanh in float64, on inputs whose sums saturate tanh (spread 30) or do not, forward
+    # and gradients
+    torch.manual_seed(int(spread))
+    B, Lq, Lk, h, dv = 3, 23, 19, 11, 7
+    q = (torch.randn(B, Lq, h) * spread).requires_grad_()
+    k = (torch.randn(B, Lk, h) * spread).requires_grad_()
+    v = torch.randn(B, Lk, dv, requires_grad=True)
+    w_v = torch.randn(h, requires_grad=True)
+    vl = torch.tensor([Lk, 5, 12])
+    out, _ = qf.additive_attention(q, k, v, w_v, valid_lens=vl, backend=backend)
+    q64, k64, v64, w64 = (t.detach().double().requires_grad_() for t in (q, k, v, w_v))
+    ref = _book_additive64(q64, k64, v64, w64, vl)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=2e-5)
+    go = torch.randn(out.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out, (q, k, v, w_v), go.float())
+    want = torch.autograd.grad(ref, (q64, k64, v64, w64), go)
+    for name, a, b in zip("qkvw", got, want):
+        assert torch.isfinite(a).all(), name
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4, msg=name)

@@ -38,7 +38,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import MaskSpec
-from .scores import ADDITIVE, Score, ScoreKind, acc_dtype, nonfinite_rows, score_kind
+from .scores import (
+    ADDITIVE,
+    Score,
+    ScoreKind,
+    acc_dtype,
+    block_scratch,
+    nonfinite_rows,
+    score_kind,
+)
 
 __all__ = ["Segment", "chunked_additive", "chunked_attention", "plan_blocks", "run_chunked"]
 
@@ -259,7 +267,8 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop=None):
 class _GenericChunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, score_fn, spec, plan, poison, drop, q, k, v, *params):
-        out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop)
+        with block_scratch():  # no autograd here: the blocks' temporaries reuse one buffer
+            out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop)
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.score_fn, ctx.spec, ctx.plan, ctx.strict = score_fn, spec, plan, poison is not None
         ctx.drop = drop
