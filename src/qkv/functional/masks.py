@@ -393,6 +393,30 @@ class MaskSpec:
             attn_mask=am,
         )
 
+    def select(self, b0: int, b1: int, h0: int = 0, h1: int | None = None) -> MaskSpec:
+        """This spec restricted to batch elements ``b0:b1`` and heads ``h0:h1`` (a backend that
+        runs the problem in slices that stay in cache); masks broadcast over an axis stay so."""
+        h1 = self.H if h1 is None else h1
+        if (b0, b1, h0, h1) == (0, self.B, 0, self.H):
+            return self
+
+        def cut(m: Tensor | None) -> Tensor | None:
+            if m is None:
+                return None
+            if m.shape[0] != 1:
+                m = m[b0:b1]
+            return m[:, h0:h1] if m.shape[1] != 1 else m
+
+        return replace(
+            self,
+            B=b1 - b0,
+            H=h1 - h0,
+            valid_lens=cut(self.valid_lens),
+            lens_range=None,  # the slice's lengths are read again if needed
+            key_padding_mask=cut(self.key_padding_mask),
+            attn_mask=cut(self.attn_mask),
+        )
+
     def sdpa_mask(self, dtype: torch.dtype) -> tuple[Tensor | None, bool]:
         """The mask for ``scaled_dot_product_attention`` and its ``is_causal`` flag.
 

@@ -332,13 +332,11 @@ class MultiheadAttention(_ScoredAttention):
                 "add_bias_kv/add_zero_attn append after the last one would fall out of it; "
                 "build the module without them to use window="
             )
-        if (
-            not need_weights
-            and not extra_keys
-            and (key_padding_mask is not None or valid_lens is not None)
-        ):
+        S_in = S  # the weights returned cover every key given
+        if not extra_keys and (key_padding_mask is not None or valid_lens is not None):
             # keys that every query has masked (padding shared by the whole batch) are never
-            # projected: their key/value rows would only be multiplied by zero weights
+            # projected: their key/value rows would only be multiplied by zero weights (and
+            # weights asked for get them back as zero columns, after the mean over heads)
             end = check_masks(
                 B=B,
                 H=1,
@@ -350,7 +348,10 @@ class MultiheadAttention(_ScoredAttention):
                 key_padding_mask=key_padding_mask,
             ).key_extent()
             if 0 < end < S:
-                key, value = key[:, :end], (key[:, :end] if value is key else value[:, :end])
+                # one slice for both when key is value: their projection stays one GEMM
+                trimmed = key[:, :end]
+                value = trimmed if value is key else value[:, :end]
+                key = trimmed
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask[:, :end]
                 if valid_lens is not None:
@@ -406,6 +407,8 @@ class MultiheadAttention(_ScoredAttention):
         if weights is not None:
             if average_attn_weights:
                 weights = weights.mean(dim=1)
+            if S_in > S:
+                weights = F.pad(weights, (0, S_in - S))
             if not batched:
                 weights = weights.squeeze(0)
         return out, weights
