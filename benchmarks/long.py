@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     ]  # fmt: skip
     if args.cases:
         pairs = [pairs[int(i) - 1] for i in args.cases.split(",")]
+    load_at_start = round(os.getloadavg()[0], 2)
     baseline = run_in_process("baseline", 1)["peak_mib"]
     rows = measure(pairs, 1 if args.quick else args.repeats)
     print_rows(rows, baseline)
@@ -212,9 +213,17 @@ def main(argv: list[str] | None = None) -> None:
         print("(--quick: lengths divided by 8; the targets apply to the full sizes)")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(
-                {"torch": torch.__version__, "baseline_mib": baseline, "rows": rows}, fh, indent=2
-            )
+            record = {
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "repeats": args.repeats,
+                "baseline_mib": baseline,
+                # 1-minute load averages: the run's own 2 threads count in the one at the end
+                "load_average_at_start": load_at_start,
+                "load_average_at_end": round(os.getloadavg()[0], 2),
+                "rows": rows,
+            }
+            json.dump(record, fh, indent=2)
 
 
 if __name__ == "__main__":

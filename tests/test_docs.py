@@ -257,3 +257,20 @@ def test_readme_quotes_the_serving_figures_of_the_json():
     soak = record["soak"]
     assert f"{soak['sentences']:,} sentences" in section
     assert f"{soak['rss_growth']:+.1%}" in section
+
+
+def test_readme_long_sequence_table_quotes_long_json():
+    """Each row of README's long-sequence table quotes benchmarks/results/long.json: the qkv
+    time and peak of every case, the peer's where it has one, and the 4k additive speedup."""
+    record = json.loads((ROOT / "benchmarks/results/long.json").read_text(encoding="utf-8"))
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Long sequences") :]
+    section = section[: section.index("\n## ")]
+    assert "benchmarks/results/long.json" in section
+    assert f"load {record['load_average_at_start']:.2f}" in section
+    for row in record["rows"]:
+        assert f"{row['qkv_s']:.2f} s, {row['qkv_peak_mib']:.0f} MiB" in section, row["case"]
+        if row["peer_s"] is not None:
+            assert f"{row['peer_s']:.2f} s, {row['peer_peak_mib']:.0f} MiB" in section, row["case"]
+            if "min_speedup" in row["targets"]:
+                assert f"{row['peer_s'] / row['qkv_s']:.2f}x faster" in section, row["case"]

@@ -481,8 +481,9 @@ def _reference(
 
 
 # heads of a sequence the reference path runs at once when it runs the problem in slices: the
-# slice's scores stay under this many values (~1 MiB in float32), in the CPU's cache
-_SLICE_ELEMENTS = 1 << 18
+# slice's scores stay under about this many values (~4 MiB in float32), in the CPU's cache;
+# larger slices are fewer parallel regions (each a barrier of the threads)
+_SLICE_ELEMENTS = 1 << 20
 # problems with fewer scores than this run in one piece (the slices' Python costs more)
 _SLICED_ABOVE = 1 << 21
 
@@ -500,7 +501,8 @@ def _reference_sliced(
     Hkv, Lk, dv = k.shape[1], k.shape[2], v.shape[-1]
     G = H // Hkv
     per_group = G * Lq * max(Lk, 1)  # query heads that share one key/value head go together
-    hc = G * max(1, min(Hkv, _SLICE_ELEMENTS // per_group))
+    n = -(-Hkv * per_group // _SLICE_ELEMENTS)  # slices per sequence, of equal size
+    hc = G * -(-Hkv // max(1, min(Hkv, n)))
     out = q.new_empty(B, H, Lq, dv)
     weights = q.new_empty(B, H, Lq, Lk)
     for b in range(B):
