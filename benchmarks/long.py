@@ -88,8 +88,8 @@ def measure(pairs, repeats: int) -> list[dict]:
     rows = []
     for name, L, peer, ours, targets in pairs:
         samples: dict[str, list[dict]] = {peer: [], ours: []} if peer else {ours: []}
-        # a case without a peer is there for its peak memory: one run is enough
-        for r in range(repeats if peer else 1):
+        # a case without a peer or a time target is there for its peak memory: one run is enough
+        for r in range(repeats if peer or "max_seconds" in targets else 1):
             order = [c for c in (peer, ours) if c]
             for c in order if r % 2 == 0 else order[::-1]:
                 samples[c].append(run_in_process(c, L))
@@ -108,6 +108,8 @@ def measure(pairs, repeats: int) -> list[dict]:
                 "qkv_s": med(ours, "seconds"),
                 "qkv_peak_mib": med(ours, "peak_mib"),
                 "targets": targets,
+                "peer_samples_s": [s["seconds"] for s in samples[peer]] if peer else [],
+                "qkv_samples_s": [s["seconds"] for s in samples[ours]],
                 "errors": [s.get("error") for c in samples for s in samples[c] if "error" in s],
             }
         )
