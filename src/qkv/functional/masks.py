@@ -270,7 +270,9 @@ class MaskSpec:
         for t in (self.key_padding_mask, self.attn_mask):
             if t is not None:
                 shapes.append((*t.shape[:2], 1, 1))
-        return math.prod(torch.broadcast_shapes(*shapes))
+        # the shapes are 4-D and broadcast-compatible (checked): the largest size per axis
+        # (torch.broadcast_shapes would import sympy, 0.4 s, on a process's first call)
+        return math.prod(max(sizes) for sizes in zip(*shapes))
 
     # ------------------------------------------------------------------ builders
     def blocked(

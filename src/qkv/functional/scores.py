@@ -366,7 +366,10 @@ def _tanh_features(q: Tensor, k: Tensor, q0: int, k0: int, mult: Any, w_v: Tenso
         # w . tanh(x) = 2 w . sigmoid(2x) - sum(w), exactly: torch's CPU sigmoid runs about 7x
         # faster than its tanh, and the (lq, lk, h) elementwise pass is this score's whole cost
         a, b = (2.0 * q).unsqueeze(-2), (2.0 * k).unsqueeze(-3)
-        buf = _scratch(torch.broadcast_shapes(a.shape, b.shape), q.dtype, q.device)
+        buf = None
+        if q.shape[:-2] == k.shape[:-2]:  # (not torch.broadcast_shapes: it imports sympy)
+            shape = (*q.shape[:-1], k.shape[-2], q.shape[-1])
+            buf = _scratch(torch.Size(shape), q.dtype, q.device)
         x = a + b if buf is None else torch.add(a, b, out=buf)
         return x.sigmoid_() @ (2.0 * w_v) - w_v.sum()
     # half precision: the difference above would cancel in 8-11 bits; tanh directly
