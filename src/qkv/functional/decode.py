@@ -15,12 +15,15 @@ planning done once:
 * :func:`cached_attention`: a query over keys and values with no mask at all (a decoder's
   self-attention cache).
 
-Both return exactly what :func:`~qkv.functional.attention` returns for the same arguments
-(``score="scaled_dot"``, default scale, no dropout): the same kernel on the same inputs.  The
-rule for NaN and infinities is kept by falling back: when the query is not finite, or when the
-keys or values are not known to be finite, the call goes through
-:func:`~qkv.functional.attention` itself.  On devices where reading a value back forces a sync
-(anything but the CPU) they always fall back.
+Both return what :func:`~qkv.functional.attention` returns for the same arguments
+(``score="scaled_dot"``, default scale, no dropout), up to float rounding: for one query per
+row (a decoding step) on the CPU they compute the scores, the softmax and the weighted values
+with three small tensor operations (what the reference backend computes), which is faster there
+than the fused kernel for so small a problem; for several queries they run the fused kernel as
+:func:`~qkv.functional.attention` does.  Rows that see no key are zero.  The rule for NaN and
+infinities is kept by falling back: when the query is not finite, or when the keys or values
+are not known to be finite, the call goes through :func:`~qkv.functional.attention` itself.  On
+devices where reading a value back forces a sync (anything but the CPU) they always fall back.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ def _fast_device(t: Tensor) -> bool:
     return t.device.type in _SYNC_FREE and not torch.compiler.is_compiling()
 
 
+_MATH_DTYPES = (torch.float32, torch.float64)
+
+
+def _one_query_math(
+    query: Tensor, key_t: Tensor, value: Tensor, mult: float, bias: Tensor | None
+) -> Tensor:
+    """Attention of ``query`` ``(B, H, 1, d)`` over ``key_t`` ``(B, H, d, Lk)`` (the keys
+    transposed) and ``value`` ``(B, H, Lk, dv)``; ``bias`` ``(B, 1, 1, Lk)`` is added to the
+    scores (-inf: masked).  Rows must see some key (callers zero the others)."""
+    scores = torch.matmul(query, key_t).mul_(mult)  # (B, H, 1, Lk)
+    if bias is not None:
+        scores.add_(bias)
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
 @dataclass(frozen=True)
 class PlannedKeys:
     """Fixed keys and values with :func:`~qkv.functional.attention`'s plan for them.
@@ -69,6 +87,9 @@ class PlannedKeys:
         dead: ``(B, 1, 1, 1)`` True for rows that see no key (their output is zero), or None.
         mult: the multiplier of ``q . k``.
         finite: every key and value is finite (checked once).
+        key_t, bias: for one query per row: the kernel's keys transposed ``(B, H, d, Lk')``
+            and the mask as ``-inf`` added to the scores ``(B, 1, 1, Lk')`` (or None); None
+            when that path does not apply (grouped heads, half precision).
     """
 
     key: Tensor
@@ -82,6 +103,8 @@ class PlannedKeys:
     dead: Tensor | None
     mult: float
     finite: bool
+    key_t: Tensor | None = None
+    bias: Tensor | None = None
 
 
 def plan_keys(
@@ -130,6 +153,12 @@ def plan_keys(
                 dead = no_key
                 mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     finite = fused and bool(all_finite(key, value))
+    key_t = bias = None
+    if finite and key.shape[1] == H and key.dtype in _MATH_DTYPES:
+        key_t = plan.key.transpose(-2, -1).contiguous()
+        if mask is not None:  # dead rows see every key here (as in the kernel's mask): zeroed
+            bias = torch.zeros(mask.shape, dtype=key.dtype, device=key.device)
+            bias.masked_fill_(~mask, float("-inf"))
     return PlannedKeys(
         key=key,
         value=value,
@@ -142,6 +171,8 @@ def plan_keys(
         dead=dead,
         mult=float(plan.mult) if fused else 0.0,
         finite=finite,
+        key_t=key_t,
+        bias=bias,
     )
 
 
@@ -165,10 +196,18 @@ def planned_attention(query: Tensor, keys: PlannedKeys) -> Tensor:
         and query.device == k.device
         and _finite(query)
     ):
-        gqa = {"enable_gqa": True} if keys.heads != k.shape[1] else {}
-        out = F.scaled_dot_product_attention(
-            query, keys.kernel_key, keys.kernel_value, attn_mask=keys.mask, scale=keys.mult, **gqa
-        )
+        if keys.key_t is not None and query.shape[2] == 1:
+            out = _one_query_math(query, keys.key_t, keys.kernel_value, keys.mult, keys.bias)
+        else:
+            gqa = {"enable_gqa": True} if keys.heads != k.shape[1] else {}
+            out = F.scaled_dot_product_attention(
+                query,
+                keys.kernel_key,
+                keys.kernel_value,
+                attn_mask=keys.mask,
+                scale=keys.mult,
+                **gqa,
+            )
         return out if keys.dead is None else out.masked_fill(keys.dead, 0.0)
     return attention(query, k, keys.value, valid_lens=keys.valid_lens)[0]
 
@@ -200,5 +239,7 @@ def cached_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     ):
         d, Lk = query.shape[-1], key.shape[2]
         mult = float(_SCALED_DOT.multiplier(None, d, Lk))
+        if query.shape[2] == 1 and query.dtype in _MATH_DTYPES:
+            return _one_query_math(query, key.transpose(-2, -1), value, mult, None)
         return F.scaled_dot_product_attention(query, key, value, scale=mult)
     return attention(query, key, value)[0]
