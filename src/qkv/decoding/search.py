@@ -180,6 +180,42 @@ def _block_repeats(scores: Tensor, tokens: Tensor, t: int, n: int) -> Tensor:
     return scores
 
 
+def _top_candidates(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``(scores.unsqueeze(-1) + logp).view(B, K * V).topk(n)`` (values best first, flat
+    indices ``k * V + v``) without adding and sorting all ``K * V`` candidates.
+
+    Shapes: scores ``(B, K)``, logp ``(B, K, V)``.  Each beam's log-probabilities are cut into
+    blocks of 64 columns; a block's best candidate is ``scores + amax(block)`` (the same float
+    sum, rounding being monotone), so the ``n`` best candidates lie in the ``n`` blocks with the
+    best maxima: only those (and the columns after the last whole block) are added and ranked.
+    The values are the same floats as the full sum's; only the order of exactly equal values
+    may differ, as ``topk`` leaves it unspecified.
+    """
+    B, K, V = logp.shape
+    nb = V // _ARGMAX_BLOCK
+    if nb * K < 2 * n or logp.stride(2) != 1 or logp.device.type != "cpu":
+        return (scores.unsqueeze(-1) + logp).view(B, K * V).topk(n, dim=1)
+    end = nb * _ARGMAX_BLOCK
+    blocks = logp[..., :end].view(B, K, nb, _ARGMAX_BLOCK)
+    best = (blocks.amax(dim=-1) + scores.unsqueeze(-1)).view(B, K * nb)  # (B, K*nb)
+    sel = best.topk(n, dim=1).indices  # (B, n) blocks k * nb + j
+    rows = torch.arange(B, device=logp.device).unsqueeze(1)
+    picked = blocks.reshape(B, K * nb, _ARGMAX_BLOCK)[rows, sel]  # (B, n, 64)
+    k_sel = torch.div(sel, nb, rounding_mode="floor")
+    cand = (scores.gather(1, k_sel).unsqueeze(-1) + picked).view(B, n * _ARGMAX_BLOCK)
+    # flat indices k * V + j * 64 + c of every picked candidate
+    start = k_sel * V + (sel - k_sel * nb) * _ARGMAX_BLOCK  # (B, n)
+    cols = torch.arange(_ARGMAX_BLOCK, device=logp.device)
+    flat = (start.unsqueeze(-1) + cols).view(B, n * _ARGMAX_BLOCK)
+    if end < V:  # every beam's last, partial block: all of its candidates
+        tail = (scores.unsqueeze(-1) + logp[..., end:]).view(B, K * (V - end))
+        tail_idx = torch.arange(K, device=logp.device).unsqueeze(1) * V
+        tail_idx = (tail_idx + torch.arange(end, V, device=logp.device)).view(1, -1).expand(B, -1)
+        cand, flat = torch.cat([cand, tail], dim=1), torch.cat([flat, tail_idx], dim=1)
+    top_v, where = cand.topk(n, dim=1)
+    return top_v, flat.gather(1, where)
+
+
 def _step(model, tokens: Tensor, t: int, state, state0, use_cache: bool):
     """Logits ``(rows, V)`` of the next token after ``tokens[:, :t + 1]``, and the new state."""
     if use_cache:
@@ -327,8 +363,8 @@ def beam_search(
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
             Bt = len(ids)  # sentences still in the batch
-            cand = (scores.unsqueeze(-1) + logp.view(Bt, K, V)).view(Bt, K * V)
-            top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
+            # the 2K best of scores + logp over (K, V), best first
+            top_v, top_i = _top_candidates(scores, logp.view(Bt, K, V), min(2 * K, K * V))
             top_beam, top_tok = top_i // V, top_i % V
             is_eos = top_tok == eos_id
             # EOS among the K best: a finished hypothesis

@@ -154,8 +154,11 @@ def plan_keys(
                 mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     finite = fused and bool(all_finite(key, value))
     key_t = bias = None
+    kernel_value = plan.value
     if finite and key.shape[1] == H and key.dtype in _MATH_DTYPES:
+        # laid out once for the two products of every step (no copy inside them)
         key_t = plan.key.transpose(-2, -1).contiguous()
+        kernel_value = kernel_value.contiguous()
         if mask is not None:  # dead rows see every key here (as in the kernel's mask): zeroed
             bias = torch.zeros(mask.shape, dtype=key.dtype, device=key.device)
             bias.masked_fill_(~mask, float("-inf"))
@@ -166,7 +169,7 @@ def plan_keys(
         heads=H,
         fused=fused,
         kernel_key=plan.key,
-        kernel_value=plan.value,
+        kernel_value=kernel_value,
         mask=mask,
         dead=dead,
         mult=float(plan.mult) if fused else 0.0,
