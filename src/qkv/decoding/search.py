@@ -348,8 +348,13 @@ def beam_search(
     finals: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
     with _EvalMode(model):
         state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
-        # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams
-        state = model.reorder_state(state, torch.arange(B, device=dev).repeat_interleave(K))
+        # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams; with a
+        # cache the first step runs on one row per sentence (its K beams are the same then:
+        # one live beam, the others -inf) and the rows are repeated after it
+        repeat = torch.arange(B, device=dev).repeat_interleave(K)
+        narrow = use_cache and K > 1
+        if not narrow:
+            state = model.reorder_state(state, repeat)
         state0 = state
         tokens = torch.full((B * K, T + 1), bos_id, dtype=torch.long, device=dev)
         scores = torch.full((B, K), float("-inf"), device=dev)
@@ -358,8 +363,12 @@ def beam_search(
         base = torch.arange(B, device=dev).unsqueeze(1) * K  # (B, 1)
         ids = list(range(B))  # the sentences still in the batch, by their index in src
         for t in range(T):
-            logits, state = _step(model, tokens, t, state, state0, use_cache)
+            rows_now = tokens[::K] if narrow and t == 0 else tokens
+            logits, state = _step(model, rows_now, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
+            if rows_now is not tokens:  # one row per sentence: its log-probabilities K times
+                state = model.reorder_state(state, repeat)
+                logp = logp.index_select(0, repeat)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
             Bt = len(ids)  # sentences still in the batch
