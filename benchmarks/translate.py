@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import tempfile
@@ -372,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         n, steps, repeats = 64, 16, 1
     torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
     model = make_model()
     srcs = make_sources(n, model.config.src_vocab_size)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}")
@@ -388,6 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         meta = {"torch": torch.__version__, "threads": args.threads, "sentences": n}
         meta |= {"out_len": steps, "batch": 32, "repeats": repeats, "machine": platform.machine()}
+        meta |= {"load_average_at_start": load_start, "load_average_at_end": os.getloadavg()}
         Path(args.json).write_text(json.dumps(meta | {"results": results}, indent=1) + "\n")
 
 

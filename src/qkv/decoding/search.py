@@ -111,18 +111,55 @@ def _banned(
     return sorted({i for i in (pad_id, bos_id, *extra) if i is not None and i != eos_id})
 
 
-def _suppress(scores: Tensor, banned: list[int]) -> Tensor:
+class _Banned:
+    """The ids never generated (:func:`_banned`), as a tensor made once per search."""
+
+    def __init__(self, banned: list[int], device: torch.device) -> None:
+        self.ids = banned
+        self.index = torch.tensor(banned, dtype=torch.long, device=device) if banned else None
+
+
+def _suppress(scores: Tensor, banned: _Banned) -> Tensor:
     """``scores`` ``(rows, V)`` with the ``banned`` columns set to -inf, in place (the search's
     own fresh logits or log-probabilities: no copy of a ``(rows, V)`` tensor per step)."""
-    if not banned:
+    if banned.index is None:
         return scores
     V = scores.shape[-1]
-    if banned[-1] >= V:
+    if banned.ids[-1] >= V:
         raise ValueError(
-            f"pad_id/bos_id: expected ids below the model's vocabulary size {V}, got {banned}"
+            f"pad_id/bos_id: expected ids below the model's vocabulary size {V}, got {banned.ids}"
         )
-    scores[:, banned] = float("-inf")
-    return scores
+    return scores.index_fill_(1, banned.index, float("-inf"))
+
+
+_ARGMAX_BLOCK = 64
+
+
+def _argmax(scores: Tensor) -> Tensor:
+    """``scores.argmax(-1)`` of ``(rows, V)`` scores, exactly (the first maximum; a NaN counts as
+    the maximum, as in ``torch.argmax``), faster on the CPU.
+
+    ``torch.argmax`` over a row of a large vocabulary is several times slower than ``amax``:
+    the maximum of each block of 64 columns is taken first (``amax``, vectorised), then the
+    argmax of the first block holding the row's maximum (or its first NaN); the columns after the
+    last whole block are compared on their own.
+    """
+    rows, V = scores.shape
+    n = V // _ARGMAX_BLOCK
+    if n < 2 or scores.stride(1) != 1 or scores.device.type != "cpu":
+        return scores.argmax(dim=-1)
+    end = n * _ARGMAX_BLOCK
+    blocks = scores[:, :end].view(rows, n, _ARGMAX_BLOCK)
+    best = blocks.amax(dim=-1).argmax(dim=-1)  # (rows,) the first block with the maximum / NaN
+    inner = blocks[torch.arange(rows, device=scores.device), best].argmax(dim=-1)
+    idx = best * _ARGMAX_BLOCK + inner
+    if end < V:  # the last, partial block: taken only when strictly greater (or the first NaN)
+        tail = scores[:, end:].argmax(dim=-1)
+        tail_v = scores[:, end:].gather(1, tail.unsqueeze(1)).squeeze(1)
+        main_v = scores.gather(1, idx.unsqueeze(1)).squeeze(1)
+        take = (tail_v > main_v) | (tail_v.isnan() & ~main_v.isnan())
+        idx = torch.where(take, tail + end, idx)
+    return idx
 
 
 def _block_repeats(scores: Tensor, tokens: Tensor, t: int, n: int) -> Tensor:
@@ -141,6 +178,42 @@ def _block_repeats(scores: Tensor, tokens: Tensor, t: int, n: int) -> Tensor:
     scores = scores.clone()
     scores[rows, windows[rows, where, -1]] = float("-inf")
     return scores
+
+
+def _top_candidates(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``(scores.unsqueeze(-1) + logp).view(B, K * V).topk(n)`` (values best first, flat
+    indices ``k * V + v``) without adding and sorting all ``K * V`` candidates.
+
+    Shapes: scores ``(B, K)``, logp ``(B, K, V)``.  Each beam's log-probabilities are cut into
+    blocks of 64 columns; a block's best candidate is ``scores + amax(block)`` (the same float
+    sum, rounding being monotone), so the ``n`` best candidates lie in the ``n`` blocks with the
+    best maxima: only those (and the columns after the last whole block) are added and ranked.
+    The values are the same floats as the full sum's; only the order of exactly equal values
+    may differ, as ``topk`` leaves it unspecified.
+    """
+    B, K, V = logp.shape
+    nb = V // _ARGMAX_BLOCK
+    if nb * K < 2 * n or logp.stride(2) != 1 or logp.device.type != "cpu":
+        return (scores.unsqueeze(-1) + logp).view(B, K * V).topk(n, dim=1)
+    end = nb * _ARGMAX_BLOCK
+    blocks = logp[..., :end].view(B, K, nb, _ARGMAX_BLOCK)
+    best = (blocks.amax(dim=-1) + scores.unsqueeze(-1)).view(B, K * nb)  # (B, K*nb)
+    sel = best.topk(n, dim=1).indices  # (B, n) blocks k * nb + j
+    rows = torch.arange(B, device=logp.device).unsqueeze(1)
+    picked = blocks.reshape(B, K * nb, _ARGMAX_BLOCK)[rows, sel]  # (B, n, 64)
+    k_sel = torch.div(sel, nb, rounding_mode="floor")
+    cand = (scores.gather(1, k_sel).unsqueeze(-1) + picked).view(B, n * _ARGMAX_BLOCK)
+    # flat indices k * V + j * 64 + c of every picked candidate
+    start = k_sel * V + (sel - k_sel * nb) * _ARGMAX_BLOCK  # (B, n)
+    cols = torch.arange(_ARGMAX_BLOCK, device=logp.device)
+    flat = (start.unsqueeze(-1) + cols).view(B, n * _ARGMAX_BLOCK)
+    if end < V:  # every beam's last, partial block: all of its candidates
+        tail = (scores.unsqueeze(-1) + logp[..., end:]).view(B, K * (V - end))
+        tail_idx = torch.arange(K, device=logp.device).unsqueeze(1) * V
+        tail_idx = (tail_idx + torch.arange(end, V, device=logp.device)).view(1, -1).expand(B, -1)
+        cand, flat = torch.cat([cand, tail], dim=1), torch.cat([flat, tail_idx], dim=1)
+    top_v, where = cand.topk(n, dim=1)
+    return top_v, flat.gather(1, where)
 
 
 def _step(model, tokens: Tensor, t: int, state, state0, use_cache: bool):
@@ -177,7 +250,7 @@ def greedy_search(
     limits, T = _limits(max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
-    banned = _banned(pad_id, bos_id, eos_id, suppress)
+    banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
     B = src.shape[0]
     with _EvalMode(model):
         state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
@@ -192,7 +265,7 @@ def greedy_search(
         for t in range(T):
             logits, state = _step(model, rows, t, state, state0, use_cache)
             logits = _block_repeats(_suppress(logits, banned), rows, t, no_repeat_ngram)
-            nxt = logits.argmax(dim=-1).masked_fill(finished, eos_id)
+            nxt = _argmax(logits).masked_fill(finished, eos_id)
             rows[:, t + 1] = nxt
             finished |= (nxt == eos_id) | (lim <= t + 1)  # EOS, or the row's own limit
             n_done = int(finished.sum())
@@ -259,7 +332,7 @@ def beam_search(
     limits, T = _limits(max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
-    banned = _banned(pad_id, bos_id, eos_id, suppress)
+    banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
     K = _int("beam_size", beam_size, 1)
     _int("n_best", n_best, 1)
     if n_best > K:
@@ -275,8 +348,13 @@ def beam_search(
     finals: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
     with _EvalMode(model):
         state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
-        # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams
-        state = model.reorder_state(state, torch.arange(B, device=dev).repeat_interleave(K))
+        # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams; with a
+        # cache the first step runs on one row per sentence (its K beams are the same then:
+        # one live beam, the others -inf) and the rows are repeated after it
+        repeat = torch.arange(B, device=dev).repeat_interleave(K)
+        narrow = use_cache and K > 1
+        if not narrow:
+            state = model.reorder_state(state, repeat)
         state0 = state
         tokens = torch.full((B * K, T + 1), bos_id, dtype=torch.long, device=dev)
         scores = torch.full((B, K), float("-inf"), device=dev)
@@ -285,13 +363,17 @@ def beam_search(
         base = torch.arange(B, device=dev).unsqueeze(1) * K  # (B, 1)
         ids = list(range(B))  # the sentences still in the batch, by their index in src
         for t in range(T):
-            logits, state = _step(model, tokens, t, state, state0, use_cache)
+            rows_now = tokens[::K] if narrow and t == 0 else tokens
+            logits, state = _step(model, rows_now, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
+            if rows_now is not tokens:  # one row per sentence: its log-probabilities K times
+                state = model.reorder_state(state, repeat)
+                logp = logp.index_select(0, repeat)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
             Bt = len(ids)  # sentences still in the batch
-            cand = (scores.unsqueeze(-1) + logp.view(Bt, K, V)).view(Bt, K * V)
-            top_v, top_i = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
+            # the 2K best of scores + logp over (K, V), best first
+            top_v, top_i = _top_candidates(scores, logp.view(Bt, K, V), min(2 * K, K * V))
             top_beam, top_tok = top_i // V, top_i % V
             is_eos = top_tok == eos_id
             # EOS among the K best: a finished hypothesis

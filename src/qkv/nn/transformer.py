@@ -15,6 +15,14 @@ whole target prefix from position 0 and its self-attention is causal.  With
 values are appended to a per-layer :class:`~qkv.nn.kv_cache.KVCache`, and the encoder's keys and
 values are projected once, on the first call.
 
+A decoding step in inference (``torch.no_grad``/``inference_mode``, eval mode, one new token
+per row, on the CPU, no weights asked for) takes a fast path with the same results: the
+self-attention's three projections are one product, the linear layers read transposed copies of
+their weights (:mod:`qkv.nn._inference`), and attention runs through
+:func:`qkv.functional.decode.cached_attention` and, over the encoder,
+:func:`qkv.functional.decode.planned_attention` with the plan made once per batch
+(``TransformerDecoderState.cross_plans``).  ``TransformerDecoder.fast_decode = False`` turns it off.
+
 For a graph of one decoding step (``torch.export``, ONNX), :meth:`TransformerDecoder.cross_kv`
 projects the encoder's keys and values of every layer once and :meth:`TransformerDecoder.step`
 takes the past keys and values as tensors and returns them with the new positions appended
@@ -25,13 +33,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
+from ..functional.decode import PlannedKeys, cached_attention, plan_keys, planned_attention
 from ._checks import positive_int as _positive_int
 from ._checks import probability
+from ._inference import fused_projection, linear
 from .attention import MultiHeadAttention
 from .kv_cache import KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
@@ -339,12 +349,16 @@ class TransformerDecoderState:
         self_caches: per layer, the growing self-attention :class:`KVCache`; None when decoding
             without a cache (then ``X`` is always the whole prefix).
         cross_caches: per layer, the static cross-attention :class:`KVCache` (None likewise).
+        cross_plans: per layer, the cross-attention planned once for the fast decoding step
+            (:func:`qkv.functional.decode.plan_keys`), or None; dropped whenever the rows of the
+            encoder's part change (:meth:`TransformerDecoder.reorder_state`).
     """
 
     enc_outputs: Tensor
     enc_valid_lens: Tensor | None = None
     self_caches: list[KVCache] | None = None
     cross_caches: list[KVCache] | None = None
+    cross_plans: list[PlannedKeys | None] | None = field(default=None, repr=False)
 
     @property
     def use_cache(self) -> bool:
@@ -437,6 +451,54 @@ class TransformerDecoderBlock(nn.Module):
         )
         return self.addnorm3(Z, self.ffn(self.addnorm3.pre(Z))), state
 
+    def _fast_ok(self) -> bool:
+        """Whether :meth:`_step_fast` computes what :meth:`forward` does for this block."""
+        a1, a2 = self.attention1, self.attention2
+        return (
+            a1.rotary is None
+            and a1.score == a2.score == "scaled_dot"
+            and a1.scale is None
+            and a2.scale is None
+            and type(self.ffn) is PositionWiseFFN
+        )
+
+    def _step_fast(self, X: Tensor, state: TransformerDecoderState) -> Tensor:
+        """:meth:`forward` of one new position per row, with a cache, in inference: ``X``
+        ``(B, D)`` -> ``(B, D)`` (see :class:`TransformerDecoder`'s fast path)."""
+        B, D = X.shape
+        a1, a2, i = self.attention1, self.attention2, self.i
+        H, d = a1.num_heads, a1.head_dim
+        # self-attention: the three projections in one product, the new key and value appended
+        Q = self.addnorm1.pre(X)
+        qkv = fused_projection(a1, (a1.W_q, a1.W_k, a1.W_v), Q)  # (B, 3D)
+        if qkv is None:  # e.g. quantized layers: one by one
+            q, k, v = a1.W_q(Q), a1.W_k(Q), a1.W_v(Q)
+        else:
+            q, k, v = qkv.split(D, dim=1)
+        # (B, D) -> (B, H, 1, d)
+        q, k, v = q.view(B, H, 1, d), k.view(B, H, 1, d), v.view(B, H, 1, d)
+        keys, values = state.self_caches[i].append(k, v)
+        out = cached_attention(q, keys, values)  # (B, H, 1, d)
+        Y = self.addnorm1(X, linear(a1.W_o, out.transpose(1, 2).reshape(B, D)))
+        # cross-attention over the encoder, planned once per batch
+        plan = state.cross_plans[i]
+        if plan is None:
+            cache = state.cross_caches[i]
+            if cache.empty:  # the first step: the encoder's keys and values, projected once
+                enc = state.enc_outputs
+                cache.set(
+                    a2.W_k(enc).unflatten(-1, (H, d)).transpose(1, 2),
+                    a2.W_v(enc).unflatten(-1, (H, d)).transpose(1, 2),
+                )
+            plan = plan_keys(cache.keys, cache.values, valid_lens=state.enc_valid_lens, heads=H)
+            state.cross_plans[i] = plan
+        q = linear(a2.W_q, self.addnorm2.pre(Y)).view(B, H, 1, d)
+        out = planned_attention(q, plan)
+        Z = self.addnorm2(Y, linear(a2.W_o, out.transpose(1, 2).reshape(B, D)))
+        ffn = self.ffn
+        hidden = ffn.activation(linear(ffn.dense1, self.addnorm3.pre(Z)))
+        return self.addnorm3(Z, linear(ffn.dense2, hidden))
+
 
 class TransformerDecoder(_Stack):
     """d2l 1.0's ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
@@ -451,7 +513,13 @@ class TransformerDecoder(_Stack):
 
     Keyword-only options: those of :class:`TransformerEncoder`, plus ``use_bias`` and
     ``tie_embeddings`` (the output projection shares the embedding's weight).
+
+    A decoding step with a cache in inference takes a fast path with the same results (see the
+    module's notes); set ``fast_decode = False`` (on the class or an instance) to turn it off.
     """
+
+    #: take the fast path for a decoding step in inference (same results; False: never)
+    fast_decode: bool = True
 
     def __init__(
         self,
@@ -548,7 +616,19 @@ class TransformerDecoder(_Stack):
                 f"state: expected a TransformerDecoderState (from init_state), got "
                 f"{type(state).__name__}"
             )
-        X = self._embed(_token_ids("X", X), state.offset)
+        X = _token_ids("X", X)
+        if self._fast_ok(X, state, need_weights):
+            B = X.shape[0]
+            Y = self._embed(X, state.offset).reshape(B, self.num_hiddens)
+            if state.cross_plans is None:
+                state.cross_plans = [None] * self.num_blks
+            for blk in self.blks:
+                Y = blk._step_fast(Y, state)
+            if self.norm is not None:
+                Y = self.norm(Y)
+            self.attention_weights = None
+            return linear(self.dense, Y).view(B, 1, -1), state
+        X = self._embed(X, state.offset)
         weights = [[], []] if need_weights else None
         for blk in self.blks:
             X, state = blk(X, state, need_weights=need_weights)
@@ -559,6 +639,23 @@ class TransformerDecoder(_Stack):
         if self.norm is not None:
             X = self.norm(X)
         return self.dense(X), state
+
+    def _fast_ok(self, X: Tensor, state: TransformerDecoderState, need_weights: bool) -> bool:
+        """Whether this call takes the fast decoding step: inference (no grad, eval mode), one
+        new token per row, a :class:`KVCache` (not a step graph's tensors), the CPU, no weights
+        asked for, and blocks it knows."""
+        return (
+            self.fast_decode
+            and not need_weights
+            and not self.training
+            and not torch.is_grad_enabled()
+            and X.shape[1] == 1
+            and X.device.type == "cpu"
+            and state.self_caches is not None
+            and type(state.self_caches[0]) is KVCache
+            and not torch.compiler.is_compiling()
+            and all(blk._fast_ok() for blk in self.blks)
+        )
 
     def cross_kv(self, enc_outputs: Tensor) -> tuple[Tensor, Tensor]:
         """Every layer's cross-attention keys and values of ``enc_outputs`` ``(B, Ls, D)``:
@@ -617,6 +714,7 @@ class TransformerDecoder(_Stack):
             for c in state.self_caches:
                 c.reorder(index)
         if include_encoder:
+            state.cross_plans = None  # planned for the old rows
             state.enc_outputs = state.enc_outputs.index_select(0, index)
             if state.enc_valid_lens is not None:
                 state.enc_valid_lens = state.enc_valid_lens.index_select(0, index)

@@ -1,0 +1,128 @@
+"""Linear layers at inference, as a decoding step runs them.
+
+A decoding step multiplies a few rows (the batch) by every weight of the decoder.  For so few
+rows the weight's layout decides the speed, so the weights are kept here in the layout the
+CPU's GEMM reads fastest: packed for oneDNN (the library CTranslate2 runs on CPUs) where
+PyTorch was built with it, for float32; otherwise transposed, ``(in, out)`` contiguous, which
+MKL reads faster than ``nn.Linear``'s ``(out, in)``.  The self-attention's three projections
+are one ``(in, 3 * out)`` matrix (one product instead of three).  The same numbers come out up
+to float rounding (the tests compare with ``nn.Linear``).
+
+The copies are made on first use and remade whenever a weight changes (a new tensor, or an
+in-place update: an optimizer step, ``load_state_dict``), and are held by weak reference to
+their module: a module freed frees them.  Autograd never flows through them: callers use them
+only without grad.  Anything but a plain ``nn.Linear`` (e.g. a dynamically quantized one) is
+called as it is.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["fused_projection", "linear"]
+
+Product = Callable[[Tensor], Tensor]  # x (N, in) -> (N, out)
+# module -> (the weights' identity and versions, the product with the kept weights)
+_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Product]] = weakref.WeakKeyDictionary()
+_FUSED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Product]] = weakref.WeakKeyDictionary()
+
+
+def _version(t: Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor (made under inference_mode) has no version
+        return None
+
+
+def _key(*tensors: Tensor | None) -> tuple | None:
+    """What identifies the tensors' contents; None when a change could go unseen (an inference
+    tensor has no version counter): then nothing is cached."""
+    key = []
+    for t in tensors:
+        if t is None:
+            key.append(None)
+            continue
+        version = _version(t)
+        if version is None:
+            return None
+        key.append((t.data_ptr(), version, t.shape, t.dtype, t.device))
+    return tuple(key)
+
+
+def _has_onednn() -> bool:
+    ops = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(ops, "_reorder_linear_weight")
+        and hasattr(ops, "_linear_pointwise")
+    )
+
+
+_ONEDNN = _has_onednn()
+
+
+def _product(weight: Tensor, bias: Tensor | None) -> Product:
+    """``x -> x @ weight.T + bias`` with the weight ``(out, in)`` kept in the fastest layout."""
+    weight = weight.detach()
+    bias = None if bias is None else bias.detach()
+    if _ONEDNN and weight.dtype == torch.float32 and weight.device.type == "cpu":
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        except RuntimeError:  # not for this build or this CPU: the transposed weight then
+            pass
+        else:
+            run = torch.ops.mkldnn._linear_pointwise
+            return lambda x: run(x, packed, bias, "none", [], "")
+    wt = weight.t().contiguous()  # (in, out)
+    if bias is None:
+        return lambda x: torch.mm(x, wt)
+    return lambda x: torch.addmm(bias, x, wt)
+
+
+def _fits(x: Tensor, weight: Tensor) -> bool:
+    return x.dtype == weight.dtype and x.device == weight.device and x.dim() == 2
+
+
+def linear(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` for ``x`` ``(N, in)``; a plain ``nn.Linear`` through its kept weight."""
+    if type(module) is not nn.Linear or not _fits(x, module.weight):
+        return module(x)
+    key = _key(module.weight, module.bias)
+    if key is None:
+        return module(x)
+    hit = _CACHE.get(module)
+    if hit is None or hit[0] != key:
+        hit = (key, _product(module.weight, module.bias))
+        _CACHE[module] = hit
+    return hit[1](x)
+
+
+def fused_projection(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor) -> Tensor | None:
+    """``cat([layer(x) for layer in layers], -1)`` for ``x`` ``(N, in)`` as one product, the
+    fused weight kept on ``owner``; None when a layer is not a plain ``nn.Linear`` (call them
+    one by one then)."""
+    if any(type(m) is not nn.Linear for m in layers) or not _fits(x, layers[0].weight):
+        return None
+    weights = [m.weight for m in layers]
+    biases = [m.bias for m in layers]
+    key = _key(*weights, *biases)
+    if key is None:
+        return None
+    hit = _FUSED.get(owner)
+    if hit is None or hit[0] != key:
+        weight = torch.cat([w.detach() for w in weights])  # (sum of outs, in)
+        bias = None
+        if any(b is not None for b in biases):
+            bias = torch.cat(
+                [
+                    b.detach() if b is not None else w.new_zeros(w.shape[0])
+                    for w, b in zip(weights, biases)
+                ]
+            )
+        hit = (key, _product(weight, bias))
+        _FUSED[owner] = hit
+    return hit[1](x)
