@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny_models import tiny_translator
 
 from qkv.cli import main
-from qkv.data import Normalizer, WordTokenizer, bundled_pairs, write_pairs
+from qkv.data import bundled_pairs, write_pairs
 from qkv.export import export_model, save_model
 from qkv.inference import CheckpointError, load_model
-from qkv.nn import Seq2SeqConfig, build_model
 from qkv.translate import Translator
 
 PAIRS = bundled_pairs()[:600]
@@ -36,24 +36,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def python_model():
     """A model built in Python (random weights) with word tokenizers trained here."""
-    norm = Normalizer.book()
-    src = WordTokenizer.train([s for s, _ in PAIRS], normalizer=norm)
-    tgt = WordTokenizer.train([t for _, t in PAIRS], normalizer=norm)
-    torch.manual_seed(0)
-    cfg = Seq2SeqConfig(
-        src_vocab_size=src.vocab_size,
-        tgt_vocab_size=tgt.vocab_size,
-        num_hiddens=32,
-        ffn_num_hiddens=64,
-        num_heads=2,
-        num_enc_layers=1,
-        num_dec_layers=1,
-        dropout=0.0,
-    )
-    model = build_model(cfg).eval()
-    with torch.no_grad():
-        model.decoder.dense.bias[2] += 3.0  # some sentences stop before the length limit
-    return model, src, tgt
+    return tiny_translator(PAIRS, eos_boost=3.0)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import torch
+from _tiny_models import tiny_translator
 
-from qkv.data import Normalizer, WordTokenizer, bundled_pairs
+from qkv.data import bundled_pairs
 from qkv.inference import save_model
-from qkv.nn import Seq2SeqConfig, build_model
 from qkv.serve import ServeConfig, create_app
 from qkv.serve.server import bind, make_server
 from qkv.translate import Translator
@@ -28,24 +27,7 @@ SOURCES = [s for s, _ in PAIRS[:60]]
 def tiny_model_folder(out: Path) -> Path:
     """Save a 1+1-layer, 2-head Transformer (random weights, seeded) to ``out``: a model folder
     as ``qkv export`` writes, which ``Translator.load`` and ``qkv serve`` read."""
-    norm = Normalizer.book()
-    src = WordTokenizer.train([s for s, _ in PAIRS], normalizer=norm)
-    tgt = WordTokenizer.train([t for _, t in PAIRS], normalizer=norm)
-    torch.manual_seed(0)
-    cfg = Seq2SeqConfig(
-        src_vocab_size=src.vocab_size,
-        tgt_vocab_size=tgt.vocab_size,
-        num_hiddens=32,
-        ffn_num_hiddens=64,
-        num_heads=2,
-        num_enc_layers=1,
-        num_dec_layers=1,
-        dropout=0.0,
-    )
-    model = build_model(cfg).eval()
-    with torch.no_grad():
-        # most sentences stop before the length limit, at different lengths
-        model.decoder.dense.bias[tgt.eos_id] += 1.8
+    model, src, tgt = tiny_translator(PAIRS, eos_boost=1.8)
     return save_model(model, src, tgt, out)
 
 

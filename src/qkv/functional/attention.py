@@ -421,20 +421,8 @@ def _fused(
     sync_free: bool = False,
 ) -> Tensor:
     q, k = kind.prepare(q, k)
-    mask, causal = spec.sdpa_mask(q.dtype)
-    dead = None
-    if mask is not None and not spec.no_dead_rows:
-        # rows with no key allowed, read off the mask just built (SDPA: True = may attend)
-        no_key = (
-            ~mask.any(dim=-1, keepdim=True)
-            if mask.dtype == torch.bool
-            else (torch.isneginf(mask).all(dim=-1, keepdim=True))
-        )
-        if sync_free or bool(no_key.any()):
-            # Give dead rows something to attend to, then zero them: finite values and
-            # gradients whatever the kernel does with an all-masked row.
-            dead = no_key
-            mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
+    # dead rows attend to every key in the kernel, then are zeroed below
+    mask, causal, dead = spec.sdpa_mask_and_dead(q.dtype, sync_free)
     # enable_gqa only when needed: the ONNX exporter's SDPA takes no such argument
     gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
     out = F.scaled_dot_product_attention(

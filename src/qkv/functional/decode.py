@@ -134,24 +134,29 @@ def plan_keys(
             f"valid_lens: expected (B,) lengths for planned keys, got shape "
             f"{tuple(valid_lens.shape)}"
         )
-    # attention()'s own planner, positional in _plan's order
-    plan = _plan(probe, key, value, valid_lens, None, None, False, None, None, "scaled_dot",
-                 0.0, False, "auto", None)  # fmt: skip
+    # attention()'s own planner
+    plan = _plan(
+        query=probe,
+        key=key,
+        value=value,
+        valid_lens=valid_lens,
+        key_padding_mask=None,
+        attn_mask=None,
+        is_causal=False,
+        window=None,
+        scale=None,
+        score="scaled_dot",
+        dropout_p=0.0,
+        need_weights=False,
+        backend="auto",
+        memory_budget=None,
+    )
     fused = plan.choice.backend == "fused" and _fast_device(key)
     mask = dead = None
     if fused:
-        # the fused backend's mask and dead rows (functional.attention._fused), built once
-        mask, causal = plan.spec.sdpa_mask(key.dtype)
+        # the fused backend's mask and dead rows (the same as _fused's), built once
+        mask, causal, dead = plan.spec.sdpa_mask_and_dead(key.dtype)
         fused = not causal
-        if mask is not None and not plan.spec.no_dead_rows:
-            no_key = (
-                ~mask.any(dim=-1, keepdim=True)
-                if mask.dtype == torch.bool
-                else torch.isneginf(mask).all(dim=-1, keepdim=True)
-            )
-            if bool(no_key.any()):
-                dead = no_key
-                mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     finite = fused and bool(all_finite(key, value))
     key_t = bias = None
     kernel_value = plan.value

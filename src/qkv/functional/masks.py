@@ -433,6 +433,28 @@ class MaskSpec:
             return self.bias(dtype), False
         return ~self.blocked(), False  # bool masks only: flip to SDPA's convention
 
+    def sdpa_mask_and_dead(
+        self, dtype: torch.dtype, sync_free: bool = False
+    ) -> tuple[Tensor | None, bool, Tensor | None]:
+        """:meth:`sdpa_mask` made safe for rows that may see no key: ``(attn_mask, is_causal,
+        dead)``, where ``dead`` is the bool ``(..., Lq, 1)`` of such rows (None: none) and the
+        mask lets them see every key, so the kernel gives finite values and gradients there;
+        the caller zeroes them.  With ``sync_free`` whether some row is dead is never read back
+        (``dead`` is returned whenever the mask could leave one)."""
+        mask, causal = self.sdpa_mask(dtype)
+        if mask is None or self.no_dead_rows:
+            return mask, causal, None
+        # rows with no key allowed, read off the mask just built (SDPA: True = may attend)
+        no_key = (
+            ~mask.any(dim=-1, keepdim=True)
+            if mask.dtype == torch.bool
+            else torch.isneginf(mask).all(dim=-1, keepdim=True)
+        )
+        if not sync_free and not bool(no_key.any()):
+            return mask, causal, None
+        mask = mask | no_key if mask.dtype == torch.bool else mask.masked_fill(no_key, 0.0)
+        return mask, causal, no_key
+
     def _device(self) -> torch.device:
         return self.device
 

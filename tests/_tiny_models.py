@@ -1,0 +1,34 @@
+"""A tiny translator built in Python, shared by the tests that save, export and serve one."""
+
+from __future__ import annotations
+
+import torch
+
+from qkv.data import Normalizer, WordTokenizer
+from qkv.nn import Seq2SeqConfig, build_model
+
+
+def tiny_translator(
+    pairs: list[tuple[str, str]], eos_boost: float
+) -> tuple[torch.nn.Module, WordTokenizer, WordTokenizer]:
+    """A 1+1-layer, 2-head, 32-wide Transformer (random weights, seeded) in eval mode, with
+    word tokenizers trained on ``pairs``; ``eos_boost`` is added to the EOS logit's bias so
+    sentences stop before the length limit, at different lengths.  Returns (model, src, tgt)."""
+    norm = Normalizer.book()
+    src = WordTokenizer.train([s for s, _ in pairs], normalizer=norm)
+    tgt = WordTokenizer.train([t for _, t in pairs], normalizer=norm)
+    torch.manual_seed(0)
+    cfg = Seq2SeqConfig(
+        src_vocab_size=src.vocab_size,
+        tgt_vocab_size=tgt.vocab_size,
+        num_hiddens=32,
+        ffn_num_hiddens=64,
+        num_heads=2,
+        num_enc_layers=1,
+        num_dec_layers=1,
+        dropout=0.0,
+    )
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        model.decoder.dense.bias[tgt.eos_id] += eos_boost
+    return model, src, tgt
