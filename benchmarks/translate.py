@@ -206,6 +206,28 @@ def ct2_systems(model, srcs, steps, beam, threads, folder: Path) -> dict[str, Ca
     return {"ct2 fp32": system("float32"), "ct2 int8": system("int8")}
 
 
+def engine_system(model, srcs, steps, beam, threads, folder: Path) -> dict[str, Callable]:
+    """``qkv translate --engine ctranslate2``: the model saved with word tokenizers over the
+    benchmark's vocabulary, exported by ``qkv export --format ctranslate2``, and translated from
+    text by :class:`qkv.export.ctranslate2.Ct2Translator` (what the command runs), or {}."""
+    try:
+        import ctranslate2  # noqa: F401
+
+        from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
+    except ImportError as e:
+        print(f"note: the --engine ctranslate2 row skipped ({e})")
+        return {}
+    from qkv.data import Vocab, WordTokenizer
+    from qkv.inference import save_model
+
+    tok = WordTokenizer(Vocab(f"w{i}" for i in range(4, model.config.tgt_vocab_size)))
+    save_model(model, tok, tok, folder / "saved")
+    export_ctranslate2(folder / "saved", folder / "exported")
+    ct2 = Ct2Translator(folder / "exported", threads=threads)
+    texts = [" ".join(f"w{i}" for i in s) for s in srcs]
+    return {"qkv engine ct2": lambda: ct2.translate_ids(texts, beam_size=beam, max_len=steps)}
+
+
 # ---------------------------------------------------------------------------- Hugging Face
 def hf_system(model, batches: Batches, steps: int, beam: int) -> dict[str, Callable]:
     """``MarianMTModel.generate`` on the same weights, or {} (a note printed)."""
@@ -306,7 +328,8 @@ def systems_for(model, srcs, steps, beam, threads, folder) -> dict[str, Callable
 
     systems = {"qkv fp32": qkv(model), "qkv int8": qkv(int8)}
     systems["plain loop"] = lambda: [r for s, v in batches for r in plain.search(s, v, steps, beam)]
-    systems.update(ct2_systems(model, srcs, steps, beam, threads, folder))
+    systems.update(ct2_systems(model, srcs, steps, beam, threads, folder / "ct2"))
+    systems.update(engine_system(model, srcs, steps, beam, threads, folder / "engine"))
     systems.update(hf_system(model, batches, steps, beam))
     return systems
 
@@ -333,6 +356,7 @@ RATIOS = (  # (name, faster system, slower system, target)
     ("qkv fp32 vs plain loop", "qkv fp32", "plain loop", 1.0),
     ("qkv fp32 vs ct2 fp32", "qkv fp32", "ct2 fp32", 0.85),
     ("qkv int8 vs ct2 int8", "qkv int8", "ct2 int8", 0.5),
+    ("qkv --engine ctranslate2 vs ct2 fp32", "qkv engine ct2", "ct2 fp32", 0.9),
     ("qkv fp32 vs HF generate", "qkv fp32", "HF generate", None),
 )
 
@@ -341,13 +365,13 @@ def report(search: str, n: int, steps: int, secs: dict, outs: dict) -> dict:
     ref = outs["qkv fp32"]
     rows = {}
     print(f"\n{search}: {n} sentences, {steps} target tokens each, batch 32")
-    print(f"{'system':<12} {'median s':>9} {'sent/s':>8} {'tok/s':>8}  same as qkv fp32")
+    print(f"{'system':<15} {'median s':>9} {'sent/s':>8} {'tok/s':>8}  same as qkv fp32")
     for name, s in secs.items():
         med = statistics.median(s)
         same = sum(a == b for a, b in zip(ref, outs[name]))
         rows[name] = {"median_s": med, "samples_s": s, "sentences_per_s": n / med}
         rows[name] |= {"tokens_per_s": n * steps / med, "same_as_qkv_fp32": same}
-        print(f"{name:<12} {med:>9.3f} {n / med:>8.1f} {n * steps / med:>8.0f}  {same}/{n}")
+        print(f"{name:<15} {med:>9.3f} {n / med:>8.1f} {n * steps / med:>8.0f}  {same}/{n}")
     ratios = []
     for label, a, b, target in RATIOS:
         if a in rows and b in rows:

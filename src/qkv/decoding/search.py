@@ -367,7 +367,11 @@ def beam_search(
             logits, state = _step(model, rows_now, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
             if rows_now is not tokens:  # one row per sentence: its log-probabilities K times
-                state = model.reorder_state(state, repeat)
+                expand = getattr(model, "expand_beams", None)
+                if expand is not None:  # e.g. beams that reorder without copying their cache
+                    state = expand(state, K)
+                else:
+                    state = model.reorder_state(state, repeat)
                 logp = logp.index_select(0, repeat)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]

@@ -13,7 +13,10 @@ planning done once:
   dropped, the fused kernel's mask, the rows that see no key, whether the keys and values are
   finite; :func:`planned_attention` then attends a query over them;
 * :func:`cached_attention`: a query over keys and values with no mask at all (a decoder's
-  self-attention cache).
+  self-attention cache);
+* :func:`grouped_attention`: several queries over shared keys, each query's keys picked by an
+  additive mask (beam search's beams over their sentence's cache, which is never reordered:
+  :class:`~qkv.nn.kv_cache.BeamKVCache`).
 
 Both return what :func:`~qkv.functional.attention` returns for the same arguments
 (``score="scaled_dot"``, default scale, no dropout), up to float rounding: for one query per
@@ -39,7 +42,13 @@ from torch import Tensor
 from .attention import _plan, attention
 from .scores import _SYNC_FREE, _known_finite, acc_dtype, all_finite, score_kind
 
-__all__ = ["PlannedKeys", "cached_attention", "plan_keys", "planned_attention"]
+__all__ = [
+    "PlannedKeys",
+    "cached_attention",
+    "grouped_attention",
+    "plan_keys",
+    "planned_attention",
+]
 
 _SCALED_DOT = score_kind("scaled_dot")[0]
 
@@ -55,15 +64,19 @@ def _fast_device(t: Tensor) -> bool:
 
 
 _MATH_DTYPES = (torch.float32, torch.float64)
+# queries per row up to which a planned attention is three small products (a decoding step: one
+# query, or a sentence's beams), not the fused kernel
+_FEW_QUERIES = 16
 
 
 def _one_query_math(
     query: Tensor, key_t: Tensor, value: Tensor, mult: float, bias: Tensor | None
 ) -> Tensor:
-    """Attention of ``query`` ``(B, H, 1, d)`` over ``key_t`` ``(B, H, d, Lk)`` (the keys
-    transposed) and ``value`` ``(B, H, Lk, dv)``; ``bias`` ``(B, 1, 1, Lk)`` is added to the
-    scores (-inf: masked).  Rows must see some key (callers zero the others)."""
-    scores = torch.matmul(query, key_t).mul_(mult)  # (B, H, 1, Lk)
+    """Attention of ``query`` ``(B, H, Lq, d)`` (one query per row, or a few) over ``key_t``
+    ``(B, H, d, Lk)`` (the keys transposed) and ``value`` ``(B, H, Lk, dv)``; ``bias``
+    ``(B, 1, 1 or Lq, Lk)`` is added to the scores (-inf: masked).  Rows must see some key
+    (callers zero the others)."""
+    scores = torch.matmul(query, key_t).mul_(mult)  # (B, H, Lq, Lk)
     if bias is not None:
         scores.add_(bias)
     return torch.matmul(torch.softmax(scores, dim=-1), value)
@@ -204,7 +217,7 @@ def planned_attention(query: Tensor, keys: PlannedKeys) -> Tensor:
         and query.device == k.device
         and _finite(query)
     ):
-        if keys.key_t is not None and query.shape[2] == 1:
+        if keys.key_t is not None and query.shape[2] <= _FEW_QUERIES:
             out = _one_query_math(query, keys.key_t, keys.kernel_value, keys.mult, keys.bias)
         else:
             gqa = {"enable_gqa": True} if keys.heads != k.shape[1] else {}
@@ -251,3 +264,28 @@ def cached_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
             return _one_query_math(query, key.transpose(-2, -1), value, mult, None)
         return F.scaled_dot_product_attention(query, key, value, scale=mult)
     return attention(query, key, value)[0]
+
+
+def grouped_attention(
+    query: Tensor, key: Tensor, value: Tensor, bias: Tensor, *, known_finite: bool
+) -> Tensor | None:
+    """``attention(query, key, value, attn_mask=bias)``'s output (``score="scaled_dot"``,
+    default scale), or None where it is not computed here: keys or values not known finite, a
+    query that is not finite, a dtype other than float32/float64, a device other than the CPU
+    (the caller takes the general path then).
+
+    ``bias`` is added to the scores: 0 for a key the query sees, ``-inf`` for one it does not;
+    every query must see at least one key.  Shapes: query ``(G, H, Lq, d)``, key
+    ``(G, H, Lk, d)``, value ``(G, H, Lk, dv)``, bias ``(G, 1, Lq, Lk)`` -> ``(G, H, Lq, dv)``.
+    """
+    if not (
+        known_finite
+        and query.dtype in _MATH_DTYPES
+        and query.dtype == key.dtype == value.dtype == bias.dtype
+        and _fast_device(query)
+        and _finite(query)
+    ):
+        return None
+    d, Lk = query.shape[-1], key.shape[2]
+    mult = float(_SCALED_DOT.multiplier(None, d, Lk))
+    return _one_query_math(query, key.transpose(-2, -1), value, mult, bias)

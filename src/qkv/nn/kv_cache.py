@@ -9,7 +9,10 @@
 * static (``static=True``, cross-attention over the encoder): filled by the first call, then
   reused as is; the encoder's keys and values are projected once per sentence.
 
-Beam search reorders the rows (``B``) with :meth:`KVCache.reorder`.
+Beam search reorders the rows (``B``) with :meth:`KVCache.reorder`, or, in the Transformer's
+fast decoding step, keeps a sentence's beams side by side in a :class:`BeamKVCache` that is
+never reordered: a :class:`BeamRows` table says which beam wrote each position of each beam's
+history.
 
 :class:`TensorKVCache` is the same cache as plain tensors, for a graph of one decoder step
 (``torch.export``, ONNX): the past keys and values come in as inputs, the step returns them with
@@ -24,7 +27,7 @@ from torch import Tensor
 
 from ..functional.scores import all_finite, mark_finite
 
-__all__ = ["KVCache", "TensorKVCache"]
+__all__ = ["BeamKVCache", "BeamRows", "KVCache", "TensorKVCache"]
 
 
 def _checked_finite(k: Tensor, v: Tensor) -> bool:
@@ -241,3 +244,169 @@ class TensorKVCache:
         self._k = torch.cat([self._k, k], dim=2)
         self._v = torch.cat([self._v, v], dim=2)
         return self._k, self._v
+
+
+class BeamRows:
+    """Which stored position each beam's history reads, for :class:`BeamKVCache`.
+
+    Beam search keeps ``K`` hypotheses per sentence in consecutive rows (``b * K + r``); at
+    every step each hypothesis continues one of its sentence's hypotheses of the step before.
+    Instead of gathering every layer's cached keys and values into the new order at every step
+    (the whole cache read and written), the keys stay where they were written and ``origin``
+    ``(G, K, capacity)`` records, for beam ``r`` of sentence ``g`` and position ``p``, the slot
+    (the beam of that step) that wrote its key.  One table serves every layer.
+
+    Attributes:
+        beams: ``K``, the rows per sentence.
+        groups: ``G``, the sentences.
+        length: the positions recorded.
+    """
+
+    def __init__(self, groups: int, beams: int, capacity: int, device: torch.device) -> None:
+        self.groups, self.beams, self.length = groups, beams, 0
+        self.origin = torch.zeros(groups, beams, capacity, dtype=torch.long, device=device)
+        self._slots = torch.arange(beams, device=device)
+        self._bias: Tensor | None = None  # this step's (G, 1, K, (t+1) K) mask, made once
+
+    def advance(self, dtype: torch.dtype) -> Tensor:
+        """Record a new position written by every beam in its own slot and return the mask
+        its queries add to their scores: ``(G, 1, K, (t+1) * K)``, 0 where beam ``r``'s
+        history reads slot ``j`` at position ``p`` (column ``p * K + j``), ``-inf``
+        elsewhere."""
+        t = self.length
+        if t == self.origin.shape[2]:
+            grown = self.origin.new_zeros(self.groups, self.beams, max(1, 2 * t))
+            grown[:, :, :t] = self.origin
+            self.origin = grown
+        self.origin[:, :, t] = self._slots
+        self.length = t + 1
+        seen = self.origin[:, :, : t + 1].unsqueeze(-1) == self._slots  # (G, K, t+1, K)
+        bias = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
+        bias.masked_fill_(~seen, float("-inf"))
+        self._bias = bias.view(self.groups, 1, self.beams, (t + 1) * self.beams)
+        return self._bias
+
+    @property
+    def bias(self) -> Tensor:
+        """The mask of the current step (:meth:`advance`)."""
+        if self._bias is None:
+            raise RuntimeError("BeamRows: no step recorded")
+        return self._bias
+
+    def within_groups(self, index: Tensor) -> bool:
+        """Whether ``index`` ``(G * K,)`` keeps every row in its own sentence."""
+        rows = torch.arange(index.numel(), device=index.device)
+        return index.numel() == self.groups * self.beams and torch.equal(
+            torch.div(index, self.beams, rounding_mode="floor"),
+            torch.div(rows, self.beams, rounding_mode="floor"),
+        )
+
+    def whole_groups(self, index: Tensor) -> Tensor | None:
+        """The sentences ``(G',)`` that ``index`` keeps whole and in order of beams (early
+        exit), or None when it does something else."""
+        K = self.beams
+        if index.numel() == 0 or index.numel() % K:
+            return None
+        rows = index.view(-1, K)
+        first = rows[:, 0]
+        if bool((first % K != 0).any()) or not torch.equal(rows, first.unsqueeze(1) + self._slots):
+            return None
+        return torch.div(first, K, rounding_mode="floor")
+
+    def reorder(self, index: Tensor) -> None:
+        """Beam ``r`` now continues the history of row ``index[r]`` (within its sentence)."""
+        flat = self.origin.view(self.groups * self.beams, -1)
+        self.origin = flat.index_select(0, index).view_as(self.origin)
+
+    def keep_groups(self, groups: Tensor) -> None:
+        self.origin = self.origin.index_select(0, groups)
+        self.groups = groups.numel()
+
+
+class BeamKVCache:
+    """A decoder layer's self-attention keys and values for beam search, never reordered.
+
+    Storage ``(G, H, capacity, K, d)``: position ``p`` of a sentence's ``K`` beams side by side,
+    so the keys of a sentence up to position ``t`` are one ``((t+1) K, d)`` matrix per head; the
+    beams' own histories are picked by the mask of the shared :class:`BeamRows`.  Made from a
+    :class:`KVCache` of one row per sentence by :meth:`from_cache`.
+
+    Attributes:
+        length: the cached positions ``L``.
+        finite: every key and value stored is finite (checked as stored).
+    """
+
+    def __init__(self, keys: Tensor, values: Tensor, length: int, finite: bool) -> None:
+        self._k, self._v, self.length, self.finite = keys, values, length, finite
+
+    @classmethod
+    def from_cache(cls, cache: KVCache, beams: int, capacity: int | None = None) -> BeamKVCache:
+        """Every row of ``cache`` repeated for ``beams`` beams (each slot holds the same
+        history)."""
+        k, v = cache.keys, cache.values  # (G, H, L, d)
+        G, H, L, d = k.shape
+        cap = max(L, capacity or 0, cache.capacity or 0)
+        nk = k.new_empty(G, H, cap, beams, d)
+        nv = v.new_empty(G, H, cap, beams, v.shape[3])
+        nk[:, :, :L] = k.unsqueeze(3)
+        nv[:, :, :L] = v.unsqueeze(3)
+        return cls(nk, nv, L, cache._finite)
+
+    def __repr__(self) -> str:
+        return f"BeamKVCache(length={self.length}, storage={tuple(self._k.shape)})"
+
+    @property
+    def empty(self) -> bool:
+        return self.length == 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store one new position of every beam: ``k`` ``(G * K, H, 1, d)``, ``v`` likewise
+        (row ``g * K + r`` in slot ``r``); return the stored keys and values of every position
+        so far, ``(G, H, L * K, d)`` (column ``p * K + j``: position ``p``, slot ``j``)."""
+        G, H, cap, K, d = self._k.shape
+        t = self.length
+        if t == cap:
+            self._k, self._v = self._grow(self._k), self._grow(self._v)
+        self._k[:, :, t] = k.view(G, K, H, d).transpose(1, 2)
+        self._v[:, :, t] = v.view(G, K, H, v.shape[-1]).transpose(1, 2)
+        self.finite = self.finite and _checked_finite(k, v)
+        self.length = t + 1
+        return self.stored()
+
+    def stored(self) -> tuple[Tensor, Tensor]:
+        G, H, _, K, d = self._k.shape
+        L = self.length
+        keys = self._k[:, :, :L].reshape(G, H, L * K, d)
+        values = self._v[:, :, :L].reshape(G, H, L * K, self._v.shape[-1])
+        if self.finite:
+            mark_finite(keys, values)
+        return keys, values
+
+    def _grow(self, t: Tensor) -> Tensor:
+        out = t.new_empty(t.shape[0], t.shape[1], 2 * t.shape[2], *t.shape[3:])
+        out[:, :, : t.shape[2]] = t
+        return out
+
+    def rows(self, beams: BeamRows) -> tuple[Tensor, Tensor]:
+        """Every beam's own keys and values, ``(G * K, H, L, d)`` each (gathered)."""
+        G, H, _, K, _ = self._k.shape
+        L = self.length
+        origin = beams.origin[:, :, :L]  # (G, K, L)
+
+        def gather(t: Tensor) -> Tensor:
+            src = t[:, :, :L].unsqueeze(1).expand(G, K, H, L, K, t.shape[-1])
+            idx = origin.view(G, K, 1, L, 1, 1).expand(G, K, H, L, 1, t.shape[-1])
+            return src.gather(4, idx).view(G * K, H, L, t.shape[-1])
+
+        return gather(self._k), gather(self._v)
+
+    def to_cache(self, beams: BeamRows, capacity: int | None = None) -> KVCache:
+        """A :class:`KVCache` of every beam's own keys and values (the beams' rows)."""
+        cache = KVCache(capacity=max(capacity or 0, self._k.shape[2]))
+        k, v = self.rows(beams)
+        cache.append(k, v)
+        return cache
+
+    def keep_groups(self, groups: Tensor) -> None:
+        self._k = self._k.index_select(0, groups)
+        self._v = self._v.index_select(0, groups)

@@ -147,6 +147,18 @@ class EncoderDecoder(nn.Module):
         """Keep rows ``index`` of the decoder's state (beam search)."""
         return self.decoder.reorder_state(state, index, include_encoder=include_encoder)
 
+    def expand_beams(self, state: DecoderState, beams: int) -> DecoderState:
+        """Every row of the decoder's state repeated ``beams`` times, in order (rows
+        ``b * beams + r``: beam search's hypotheses of sentence ``b``).  A decoder with its
+        own ``expand_beams`` (the Transformer's: beams that reorder without copying their
+        caches) does it; otherwise ``reorder_state`` repeats the rows of ``state.enc_outputs``."""
+        expand = getattr(self.decoder, "expand_beams", None)
+        if expand is not None:
+            return expand(state, beams)
+        rows = state.enc_outputs
+        index = torch.arange(rows.shape[0], device=rows.device).repeat_interleave(beams)
+        return self.decoder.reorder_state(state, index)
+
     def forward(
         self,
         enc_X: Tensor,

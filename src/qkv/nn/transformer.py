@@ -22,6 +22,9 @@ their weights (:mod:`qkv.nn._inference`), and attention runs through
 :func:`qkv.functional.decode.cached_attention` and, over the encoder,
 :func:`qkv.functional.decode.planned_attention` with the plan made once per batch
 (``TransformerDecoderState.cross_plans``).  ``TransformerDecoder.fast_decode = False`` turns it off.
+Beam search's beams (:meth:`TransformerDecoder.expand_beams`) then keep their self-attention keys
+where they were written (:class:`~qkv.nn.kv_cache.BeamKVCache`): reordering beams moves no keys,
+and a sentence's beams attend over the encoder as several queries of one row.
 
 For a graph of one decoding step (``torch.export``, ONNX), :meth:`TransformerDecoder.cross_kv`
 projects the encoder's keys and values of every layer once and :meth:`TransformerDecoder.step`
@@ -38,12 +41,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ..functional.decode import PlannedKeys, cached_attention, plan_keys, planned_attention
+from ..functional.decode import (
+    PlannedKeys,
+    cached_attention,
+    grouped_attention,
+    plan_keys,
+    planned_attention,
+)
 from ._checks import positive_int as _positive_int
 from ._checks import probability
 from ._inference import fused_projection, linear
 from .attention import MultiHeadAttention
-from .kv_cache import KVCache, TensorKVCache
+from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
 
 __all__ = [
@@ -352,13 +361,19 @@ class TransformerDecoderState:
         cross_plans: per layer, the cross-attention planned once for the fast decoding step
             (:func:`qkv.functional.decode.plan_keys`), or None; dropped whenever the rows of the
             encoder's part change (:meth:`TransformerDecoder.reorder_state`).
+        beams: with :meth:`TransformerDecoder.expand_beams`, the beams' histories that
+            ``self_caches`` (then :class:`~qkv.nn.kv_cache.BeamKVCache`) are read through;
+            None otherwise.  With beams, the encoder's part (``enc_outputs``,
+            ``enc_valid_lens``, ``cross_caches``) keeps one row per sentence, ``(G, ...)``,
+            for its ``G * K`` rows of beams.
     """
 
     enc_outputs: Tensor
     enc_valid_lens: Tensor | None = None
-    self_caches: list[KVCache] | None = None
+    self_caches: list[KVCache] | list[BeamKVCache] | None = None
     cross_caches: list[KVCache] | None = None
     cross_plans: list[PlannedKeys | None] | None = field(default=None, repr=False)
+    beams: BeamRows | None = field(default=None, repr=False)
 
     @property
     def use_cache(self) -> bool:
@@ -477,8 +492,18 @@ class TransformerDecoderBlock(nn.Module):
             q, k, v = qkv.split(D, dim=1)
         # (B, D) -> (B, H, 1, d)
         q, k, v = q.view(B, H, 1, d), k.view(B, H, 1, d), v.view(B, H, 1, d)
-        keys, values = state.self_caches[i].append(k, v)
-        out = cached_attention(q, keys, values)  # (B, H, 1, d)
+        cache, beams = state.self_caches[i], state.beams
+        keys, values = cache.append(k, v)
+        out = None
+        if beams is not None:  # a sentence's K beams over all its slots, each its own history
+            G, K = beams.groups, beams.beams
+            grouped = q.view(G, K, H, d).transpose(1, 2)  # (G, H, K, d)
+            out = grouped_attention(grouped, keys, values, beams.bias, known_finite=cache.finite)
+            if out is None:  # not known finite: every beam's own keys, by the general rule
+                keys, values = cache.rows(beams)
+        if out is None:
+            out = cached_attention(q, keys, values)  # (B, H, 1, d)
+        # (B, H, 1, d) or (G, H, K, d) -> (B, D)
         Y = self.addnorm1(X, linear(a1.W_o, out.transpose(1, 2).reshape(B, D)))
         # cross-attention over the encoder, planned once per batch
         plan = state.cross_plans[i]
@@ -492,8 +517,12 @@ class TransformerDecoderBlock(nn.Module):
                 )
             plan = plan_keys(cache.keys, cache.values, valid_lens=state.enc_valid_lens, heads=H)
             state.cross_plans[i] = plan
-        q = linear(a2.W_q, self.addnorm2.pre(Y)).view(B, H, 1, d)
-        out = planned_attention(q, plan)
+        q = linear(a2.W_q, self.addnorm2.pre(Y))
+        if beams is None:
+            q = q.view(B, H, 1, d)
+        else:  # the encoder's part is one row per sentence: its K beams are K queries of it
+            q = q.view(beams.groups, beams.beams, H, d).transpose(1, 2)  # (G, H, K, d)
+        out = planned_attention(q, plan)  # (B, H, 1, d) or (G, H, K, d)
         Z = self.addnorm2(Y, linear(a2.W_o, out.transpose(1, 2).reshape(B, D)))
         ffn = self.ffn
         hidden = ffn.activation(linear(ffn.dense1, self.addnorm3.pre(Z)))
@@ -622,12 +651,16 @@ class TransformerDecoder(_Stack):
             Y = self._embed(X, state.offset).reshape(B, self.num_hiddens)
             if state.cross_plans is None:
                 state.cross_plans = [None] * self.num_blks
+            if state.beams is not None:  # this step's position in every beam's history
+                state.beams.advance(Y.dtype)
             for blk in self.blks:
                 Y = blk._step_fast(Y, state)
             if self.norm is not None:
                 Y = self.norm(Y)
             self.attention_weights = None
             return linear(self.dense, Y).view(B, 1, -1), state
+        if state.beams is not None:  # the general path reads every row's own cache
+            self._end_beams(state)
         X = self._embed(X, state.offset)
         weights = [[], []] if need_weights else None
         for blk in self.blks:
@@ -652,7 +685,7 @@ class TransformerDecoder(_Stack):
             and X.shape[1] == 1
             and X.device.type == "cpu"
             and state.self_caches is not None
-            and type(state.self_caches[0]) is KVCache
+            and type(state.self_caches[0]) in (KVCache, BeamKVCache)
             and not torch.compiler.is_compiling()
             and all(blk._fast_ok() for blk in self.blks)
         )
@@ -702,6 +735,53 @@ class TransformerDecoder(_Stack):
             torch.stack([c.values for c in selfs]),
         )
 
+    def expand_beams(self, state: TransformerDecoderState, beams: int) -> TransformerDecoderState:
+        """Every row of the state repeated ``beams`` times (rows ``b * beams + r``: beam
+        search's hypotheses of sentence ``b``), as ``reorder_state(state,
+        arange(B).repeat_interleave(beams))``.
+
+        Where the fast decoding step will run (see the module's notes), the self-attention
+        caches become :class:`~qkv.nn.kv_cache.BeamKVCache`: reordering the beams within their
+        sentences (``reorder_state(..., include_encoder=False)``) then moves no keys or
+        values; anything else reads every row's own cache, as before.
+        """
+        if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+            raise ValueError(f"beams: expected a positive int, got {beams!r}")
+        B = state.enc_outputs.shape[0]
+        repeat = torch.arange(B, device=state.enc_outputs.device).repeat_interleave(beams)
+        caches = state.self_caches
+        grouped = (
+            beams > 1
+            and state.beams is None
+            and caches is not None
+            and all(type(c) is KVCache and not c.empty and c.keys.shape[0] == B for c in caches)
+            and self.fast_decode
+            and not self.training
+            and not torch.is_grad_enabled()
+            and state.enc_outputs.device.type == "cpu"
+            and all(blk._fast_ok() for blk in self.blks)
+        )
+        if not grouped:
+            return self.reorder_state(state, repeat)
+        state.self_caches = [BeamKVCache.from_cache(c, beams) for c in caches]
+        rows = BeamRows(B, beams, caches[0].capacity or 1, state.enc_outputs.device)
+        for _ in range(caches[0].length):  # the positions so far: one history, every slot
+            rows.advance(state.enc_outputs.dtype)
+        state.beams = rows  # the encoder's part stays one row per sentence
+        return state
+
+    def _end_beams(self, state: TransformerDecoderState) -> None:
+        """Every beam's own rows again: its self-attention cache (:class:`KVCache`) and its
+        sentence's encoder part, for anything but the fast step."""
+        beams = state.beams
+        if beams is None:
+            return
+        if state.self_caches is not None:
+            state.self_caches = [c.to_cache(beams) for c in state.self_caches]
+        state.beams = None
+        G, device = beams.groups, state.enc_outputs.device
+        self._reorder_encoder(state, torch.arange(G, device=device).repeat_interleave(beams.beams))
+
     def reorder_state(
         self, state: TransformerDecoderState, index: Tensor, *, include_encoder: bool = True
     ) -> TransformerDecoderState:
@@ -710,15 +790,32 @@ class TransformerDecoder(_Stack):
         With ``include_encoder=False`` only the self-attention caches are reordered: valid when
         every row keeps the same source sentence (reordering beams within a sentence).
         """
+        beams = state.beams
+        if beams is not None:
+            if not include_encoder and beams.within_groups(index):
+                beams.reorder(index)  # no key moves: the beams read their new histories
+                return state
+            groups = beams.whole_groups(index) if include_encoder else None
+            if groups is None:
+                self._end_beams(state)
+            else:  # whole sentences leave (early exit)
+                for c in state.self_caches:
+                    c.keep_groups(groups)
+                beams.keep_groups(groups)
+                self._reorder_encoder(state, groups)
+                return state
         if state.self_caches is not None:
             for c in state.self_caches:
                 c.reorder(index)
         if include_encoder:
-            state.cross_plans = None  # planned for the old rows
-            state.enc_outputs = state.enc_outputs.index_select(0, index)
-            if state.enc_valid_lens is not None:
-                state.enc_valid_lens = state.enc_valid_lens.index_select(0, index)
-            if state.cross_caches is not None:
-                for c in state.cross_caches:
-                    c.reorder(index)
+            self._reorder_encoder(state, index)
         return state
+
+    def _reorder_encoder(self, state: TransformerDecoderState, index: Tensor) -> None:
+        state.cross_plans = None  # planned for the old rows
+        state.enc_outputs = state.enc_outputs.index_select(0, index)
+        if state.enc_valid_lens is not None:
+            state.enc_valid_lens = state.enc_valid_lens.index_select(0, index)
+        if state.cross_caches is not None:
+            for c in state.cross_caches:
+                c.reorder(index)
