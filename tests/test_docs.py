@@ -274,3 +274,16 @@ def test_readme_long_sequence_table_quotes_long_json():
             assert f"{row['peer_s']:.2f} s, {row['peer_peak_mib']:.0f} MiB" in section, row["case"]
             if "min_speedup" in row["targets"]:
                 assert f"{row['peer_s'] / row['qkv_s']:.2f}x faster" in section, row["case"]
+
+
+def test_readme_translation_rows_quote_translate_json():
+    """README's translation-speed rows quote benchmarks/results/translate.json: every ratio it
+    records (greedy and beam 4) and the load it was run at."""
+    record = json.loads((ROOT / "benchmarks/results/translate.json").read_text(encoding="utf-8"))
+    section = _figures_section()
+    rows = [line for line in section.splitlines() if "translation speed" in line or "beam 4" in line]
+    assert len(rows) >= 2, "the greedy and beam 4 rows"
+    assert f"load {record['load_average_at_start'][0]:.2f} at the start" in rows[0]
+    for search, row in zip(("greedy", "beam 4"), rows):
+        for r in record["results"][search]["ratios"]:
+            assert f"{r['ratio']:.2f}x" in row, f"{search}: {r['case']} {r['ratio']:.2f}x"
