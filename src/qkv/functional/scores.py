@@ -413,8 +413,10 @@ _EXP_HALF_RANGE = {torch.float32: 43.5, torch.float64: 350.0}
 
 def _exp_ratio_factors(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor] | None:
     """The factors of the exp-ratio form of ``tanh(q_i + k_j)``: ``P = e^(-2a)`` per query and
-    ``Q = e^(2b)`` per key, hidden unit first, or None where the range does not allow it (or off
-    the CPU, where the check below would cost a device sync).
+    ``Q = e^(2b)`` per key, hidden unit first, or None where the range does not allow it (and
+    off the CPU, where the check below would cost a device sync; while torch.export or
+    torch.compile trace, and inside :func:`sync_free_scores`, where it is a data-dependent
+    branch).
 
     ``tanh(a + b) = 1 - 2 r`` with ``r = 1 / (1 + e^(2a) e^(2b)) = P / (P + Q)``: the
     exponentials are taken once per query and once per key, and each query-key pair costs an add
@@ -433,6 +435,8 @@ def _exp_ratio_factors(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor] | None:
     """
     if q.device.type not in _SYNC_FREE or q.shape[:-2] != k.shape[:-2]:
         return None
+    if torch.compiler.is_compiling() or getattr(_SYNC_FREE_SCORES, "on", False):
+        return None  # torch.export, torch.compile, the export backend: no data-dependent branch
     if 0 in (q.shape[-2], k.shape[-2], q.shape[-1]) or 0 in q.shape[:-2]:
         return None  # nothing to compute (and no range to take)
     S, R = _SATURATED[q.dtype], _EXP_HALF_RANGE[q.dtype]
@@ -469,6 +473,21 @@ def _exp_ratio_scores(p: Tensor, e: Tensor, w_v: Tensor) -> Tensor:
     rows = r.view(n, h, lq * lk)
     s = torch.mm(w2, rows[0]) if n == 1 else torch.matmul(w2, rows)
     return s.view(*lead, lq, lk).add_(w_v.sum())
+
+
+_SYNC_FREE_SCORES = threading.local()
+
+
+@contextlib.contextmanager
+def sync_free_scores() -> Iterator[None]:
+    """Within it, block scores read nothing back to the host (the export backend's promise):
+    additive scores skip the exp-ratio form, whose range check is a read-back."""
+    prev = getattr(_SYNC_FREE_SCORES, "on", False)
+    _SYNC_FREE_SCORES.on = True
+    try:
+        yield
+    finally:
+        _SYNC_FREE_SCORES.on = prev
 
 
 _SCRATCH = threading.local()
