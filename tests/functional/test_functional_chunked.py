@@ -343,9 +343,10 @@ def _book_additive64(q, k, v, w_v, vl):
 @pytest.mark.parametrize("backend", ["reference", "chunked"])
 @pytest.mark.parametrize("spread", [1.0, 30.0])
 def test_additive_float32_against_the_float64_tanh_formula(backend, spread):
-    # float32 additive scores go through w . tanh(x) = 2 w . sigmoid(2x) - sum(w): against the
-    # book's tanh in float64, on inputs whose sums saturate tanh (spread 30) or do not, forward
-    # and gradients
+    # float32 additive scores go through w . tanh(x) = 2 w . sigmoid(2x) - sum(w) with autograd,
+    # and the exp-ratio form 1 - 2 e^-2a / (e^-2a + e^2b) in the chunked forward (spread 1; out
+    # of its range at spread 30: the sigmoid form): against the book's tanh in float64, on
+    # inputs whose sums saturate tanh (spread 30) or do not, forward and gradients
     torch.manual_seed(int(spread))
     B, Lq, Lk, h, dv = 3, 23, 19, 11, 7
     q = (torch.randn(B, Lq, h) * spread).requires_grad_()

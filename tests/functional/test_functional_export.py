@@ -267,3 +267,40 @@ def test_torch_export_of_a_masked_call_with_dynamic_sizes_equals_eager():
     kpm2 = torch.rand(5, 9, generator=g) < 0.3
     want = qf.attention(q2, k2, v2, valid_lens=lens2, key_padding_mask=kpm2, is_causal=True)[0]
     torch.testing.assert_close(ep.module()(q2, k2, v2, lens2, kpm2), want)
+
+
+def _additive_inputs(seed: int, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    qa, ka = torch.randn(B, LQ, 4, generator=g, dtype=dtype), torch.randn(B, LK, 4, generator=g)
+    va, w_v = torch.randn(B, LK, 3, generator=g), torch.randn(4, generator=g)
+    return qa, ka.to(dtype), va.to(dtype), w_v.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_export_backend_additive_reads_nothing_back_without_grad(dtype):
+    # without autograd, eager additive scores check their range on the host (the exp-ratio
+    # form); the export backend must not
+    qa, ka, va, w_v = _additive_inputs(15, dtype)
+    lens = torch.tensor([2, 0, 9])
+    want, _ = qf.additive_attention(qa, ka, va, w_v, valid_lens=lens, backend="reference")
+    with torch.no_grad(), _NoHostSync():
+        got, w = qf.additive_attention(
+            qa, ka, va, w_v, valid_lens=lens, backend="export", need_weights=True
+        )
+    torch.testing.assert_close(got, want.detach())
+    assert w is not None and torch.isfinite(w).all()
+
+
+class _Additive(torch.nn.Module):
+    def forward(self, q, k, v, w_v, lens):
+        return qf.additive_attention(q, k, v, w_v, valid_lens=lens)[0]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_export_of_additive_attention_without_grad_equals_eager(strict):
+    qa, ka, va, w_v = _additive_inputs(16)
+    lens = torch.tensor([LK, 4, 0])
+    with torch.no_grad():
+        ep = torch.export.export(_Additive(), (qa, ka, va, w_v, lens), strict=strict)
+        want = _Additive()(qa, ka, va, w_v, lens)
+    torch.testing.assert_close(ep.module()(qa, ka, va, w_v, lens), want)

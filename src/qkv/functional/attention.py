@@ -25,6 +25,7 @@ about a score comes from its :class:`~qkv.functional.scores.ScoreKind`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from .scores import (
     grouped_wv,
     nonfinite_rows,
     score_kind,
+    sync_free_scores,
 )
 from .softmax import apply_masks, softmax_and_dead
 
@@ -453,7 +455,10 @@ def _reference(
         q = q + poison
     q, k = kind.prepare(q, k)
     blocked = spec.blocked() if kind.row_scale is not None else None
-    scores = kind.scores(q, k, mult, arg, blocked)
+    # an eager export backend reads nothing back (a trace needs no flag: it is_compiling)
+    eager_sync_free = sync_free and not torch.compiler.is_compiling()
+    with sync_free_scores() if eager_sync_free else contextlib.nullcontext():
+        scores = kind.scores(q, k, mult, arg, blocked)
     # in place on our own temporary, unless the kind's backward may need its output
     scores = apply_masks(scores, spec, inplace=kind.in_place, strict=poison is not None)
     # rows left with no key, from the masked scores

@@ -266,9 +266,12 @@ def _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop=None):
 
 class _GenericChunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, score_fn, spec, plan, poison, drop, q, k, v, *params):
-        with block_scratch():  # no autograd here: the blocks' temporaries reuse one buffer
-            out, lse = _generic_forward(score_fn, spec, plan, q, k, v, params, poison, drop)
+    def forward(ctx, score_fn, setup, spec, plan, poison, drop, q, k, v, *params):
+        # no autograd here: the blocks' temporaries reuse one buffer, and the kind may set up
+        # its forward blocks once for the call (the backward differentiates score_fn)
+        with block_scratch():
+            fwd_fn = (setup(q, k, *params) if setup is not None else None) or score_fn
+            out, lse = _generic_forward(fwd_fn, spec, plan, q, k, v, params, poison, drop)
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.score_fn, ctx.spec, ctx.plan, ctx.strict = score_fn, spec, plan, poison is not None
         ctx.drop = drop
@@ -317,7 +320,7 @@ class _GenericChunked(torch.autograd.Function):
                         acc_p += g
         cast = [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
         grads = (g.to(p.dtype) for g, p in zip(dparams, params))
-        return (None, None, None, None, None, *cast, *grads)
+        return (None, None, None, None, None, None, *cast, *grads)
 
 
 # ---------------------------------------------------------------------------- entry points
@@ -446,8 +449,19 @@ def run_chunked(
         a = ps[-1] if a_t else arg
         return kind.block_scores(qb, kb, q0, k0, m, a)
 
+    setup = None
+    if kind.block_setup is not None:
+
+        def setup(qf, kf, *ps):  # the kind's blocks for this call's forward, or None
+            m = ps[0] if m_t else mult
+            a = ps[-1] if a_t else arg
+            blk = kind.block_setup(qf, kf, a)
+            if blk is None:
+                return None
+            return lambda qb, kb, q0, k0, *_: blk(qb, kb, q0, k0, m, a)
+
     plan = plan_blocks(spec, bq, bk, bk)
-    return _GenericChunked.apply(score_fn, spec, plan, poison, drop, q, k, v, *params)
+    return _GenericChunked.apply(score_fn, setup, spec, plan, poison, drop, q, k, v, *params)
 
 
 def chunked_attention(
