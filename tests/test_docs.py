@@ -281,7 +281,9 @@ def test_readme_translation_rows_quote_translate_json():
     records (greedy and beam 4) and the load it was run at."""
     record = json.loads((ROOT / "benchmarks/results/translate.json").read_text(encoding="utf-8"))
     section = _figures_section()
-    rows = [line for line in section.splitlines() if "translation speed" in line or "beam 4" in line]
+    rows = [
+        line for line in section.splitlines() if "translation speed" in line or "beam 4" in line
+    ]
     assert len(rows) >= 2, "the greedy and beam 4 rows"
     assert f"load {record['load_average_at_start'][0]:.2f} at the start" in rows[0]
     for search, row in zip(("greedy", "beam 4"), rows):
