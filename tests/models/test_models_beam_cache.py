@@ -132,8 +132,7 @@ def test_beam_cache_reads_back_each_beams_own_keys_exactly():
     first = KVCache(capacity=2)
     first.append(torch.randn(G, H, 1, d, generator=g), torch.randn(G, H, 1, d, generator=g))
     beam = BeamKVCache.from_cache(first, K)
-    rows = BeamRows(G, K, 1, torch.device("cpu"))
-    rows.advance(torch.float32)
+    rows = BeamRows(G, K, 1, 2, torch.device("cpu"))
     plain = KVCache(capacity=2)  # the classic way: every row its own, gathered at every step
     plain.append(*(t.repeat_interleave(K, 0) for t in (first.keys, first.values)))
     for _ in range(6):  # appends beyond the capacity, reorders between them

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention import _plan, attention
+from .masks import blocked_bias
 from .scores import _SYNC_FREE, _known_finite, acc_dtype, all_finite, score_kind
 
 __all__ = [
@@ -178,8 +179,7 @@ def plan_keys(
         key_t = plan.key.transpose(-2, -1).contiguous()
         kernel_value = kernel_value.contiguous()
         if mask is not None:  # dead rows see every key here (as in the kernel's mask): zeroed
-            bias = torch.zeros(mask.shape, dtype=key.dtype, device=key.device)
-            bias.masked_fill_(~mask, float("-inf"))
+            bias = blocked_bias(~mask, key.dtype)
     return PlannedKeys(
         key=key,
         value=value,

@@ -349,9 +349,7 @@ class MaskSpec:
         if blocked is None:
             return add
         if add is None:
-            return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(
-                blocked, float("-inf")
-            )
+            return blocked_bias(blocked, dtype)
         return add.masked_fill(blocked, float("-inf"))
 
     def key_extent(self) -> int:
@@ -457,6 +455,13 @@ class MaskSpec:
 
     def _device(self) -> torch.device:
         return self.device
+
+
+def blocked_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool mask (True = forbidden) as the float tensor added to the scores: ``-inf`` where
+    ``blocked``, 0 elsewhere; the same shape."""
+    out = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+    return out.masked_fill_(blocked, float("-inf"))
 
 
 def _drop_noop(mask: Tensor | None) -> Tensor | None:

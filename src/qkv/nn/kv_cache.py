@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..functional.masks import blocked_bias
 from ..functional.scores import all_finite, mark_finite
 
 __all__ = ["BeamKVCache", "BeamRows", "KVCache", "TensorKVCache"]
@@ -262,10 +263,17 @@ class BeamRows:
         length: the positions recorded.
     """
 
-    def __init__(self, groups: int, beams: int, capacity: int, device: torch.device) -> None:
-        self.groups, self.beams, self.length = groups, beams, 0
-        self.origin = torch.zeros(groups, beams, capacity, dtype=torch.long, device=device)
+    def __init__(
+        self, groups: int, beams: int, length: int, capacity: int, device: torch.device
+    ) -> None:
+        """``length`` positions so far, one history shared by every beam (each slot a copy:
+        :meth:`BeamKVCache.from_cache`); room for ``capacity`` (it grows)."""
+        self.groups, self.beams, self.length = groups, beams, length
         self._slots = torch.arange(beams, device=device)
+        self.origin = torch.empty(
+            groups, beams, max(capacity, length, 1), dtype=torch.long, device=device
+        )
+        self.origin[:, :, :length] = self._slots.view(1, beams, 1)  # beam r reads its own slot
         self._bias: Tensor | None = None  # this step's (G, 1, K, (t+1) K) mask, made once
 
     def advance(self, dtype: torch.dtype) -> Tensor:
@@ -280,9 +288,8 @@ class BeamRows:
             self.origin = grown
         self.origin[:, :, t] = self._slots
         self.length = t + 1
-        seen = self.origin[:, :, : t + 1].unsqueeze(-1) == self._slots  # (G, K, t+1, K)
-        bias = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
-        bias.masked_fill_(~seen, float("-inf"))
+        hidden = self.origin[:, :, : t + 1].unsqueeze(-1) != self._slots  # (G, K, t+1, K)
+        bias = blocked_bias(hidden, dtype)
         self._bias = bias.view(self.groups, 1, self.beams, (t + 1) * self.beams)
         return self._bias
 
@@ -340,12 +347,12 @@ class BeamKVCache:
         self._k, self._v, self.length, self.finite = keys, values, length, finite
 
     @classmethod
-    def from_cache(cls, cache: KVCache, beams: int, capacity: int | None = None) -> BeamKVCache:
+    def from_cache(cls, cache: KVCache, beams: int) -> BeamKVCache:
         """Every row of ``cache`` repeated for ``beams`` beams (each slot holds the same
-        history)."""
+        history), with room for the cache's ``capacity``."""
         k, v = cache.keys, cache.values  # (G, H, L, d)
         G, H, L, d = k.shape
-        cap = max(L, capacity or 0, cache.capacity or 0)
+        cap = max(L, cache.capacity or 0)
         nk = k.new_empty(G, H, cap, beams, d)
         nv = v.new_empty(G, H, cap, beams, v.shape[3])
         nk[:, :, :L] = k.unsqueeze(3)
@@ -400,9 +407,9 @@ class BeamKVCache:
 
         return gather(self._k), gather(self._v)
 
-    def to_cache(self, beams: BeamRows, capacity: int | None = None) -> KVCache:
+    def to_cache(self, beams: BeamRows) -> KVCache:
         """A :class:`KVCache` of every beam's own keys and values (the beams' rows)."""
-        cache = KVCache(capacity=max(capacity or 0, self._k.shape[2]))
+        cache = KVCache(capacity=self._k.shape[2])
         k, v = self.rows(beams)
         cache.append(k, v)
         return cache

@@ -747,8 +747,7 @@ class TransformerDecoder(_Stack):
         """
         if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
             raise ValueError(f"beams: expected a positive int, got {beams!r}")
-        B = state.enc_outputs.shape[0]
-        repeat = torch.arange(B, device=state.enc_outputs.device).repeat_interleave(beams)
+        B, device = state.enc_outputs.shape[0], state.enc_outputs.device
         caches = state.self_caches
         grouped = (
             beams > 1
@@ -758,17 +757,16 @@ class TransformerDecoder(_Stack):
             and self.fast_decode
             and not self.training
             and not torch.is_grad_enabled()
-            and state.enc_outputs.device.type == "cpu"
+            and device.type == "cpu"
             and all(blk._fast_ok() for blk in self.blks)
         )
         if not grouped:
-            return self.reorder_state(state, repeat)
+            return self.reorder_state(
+                state, torch.arange(B, device=device).repeat_interleave(beams)
+            )
+        state.beams = BeamRows(B, beams, caches[0].length, caches[0].capacity or 1, device)
         state.self_caches = [BeamKVCache.from_cache(c, beams) for c in caches]
-        rows = BeamRows(B, beams, caches[0].capacity or 1, state.enc_outputs.device)
-        for _ in range(caches[0].length):  # the positions so far: one history, every slot
-            rows.advance(state.enc_outputs.dtype)
-        state.beams = rows  # the encoder's part stays one row per sentence
-        return state
+        return state  # the encoder's part stays one row per sentence
 
     def _end_beams(self, state: TransformerDecoderState) -> None:
         """Every beam's own rows again: its self-attention cache (:class:`KVCache`) and its
