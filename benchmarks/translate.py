@@ -225,7 +225,7 @@ def engine_system(model, srcs, steps, beam, threads, folder: Path) -> dict[str, 
     export_ctranslate2(folder / "saved", folder / "exported")
     ct2 = Ct2Translator(folder / "exported", threads=threads)
     texts = [" ".join(f"w{i}" for i in s) for s in srcs]
-    return {"qkv engine ct2": lambda: ct2.translate_ids(texts, beam_size=beam, max_len=steps)}
+    return {"qkv engine ct2": lambda: ct2.generate(texts, beam_size=beam, max_output_len=steps)}
 
 
 # ---------------------------------------------------------------------------- Hugging Face

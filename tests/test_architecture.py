@@ -10,6 +10,7 @@ import ``functional``, which it re-exports).
     0      qkv.data                      corpus readers, tokenizers, batching        -
     0      qkv (the root __init__)       __version__, re-exports functional          functional
     0      qkv._deps                     optional dependencies checked before work   -
+    0      qkv._errors                   errors that name the setting they are about -
     1      qkv.nn                        modules: own parameters, call functional    floor 0
     2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
     3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
@@ -44,6 +45,7 @@ FLOORS: dict[str, int] = {
     "viz": 3,
     "": 0,
     "_deps": 0,
+    "_errors": 0,
     "nn": 1,
     "decoding": 2,
     "inference": 3,

@@ -128,10 +128,10 @@ def test_the_length_limit_is_each_sentences_own(tokenizers, tmp_path):
     folder = save_model(model, src, tgt, tmp_path / "qkv")
     engine = Ct2Translator(export_ctranslate2(folder, tmp_path / "ct2"), threads=1)
     texts = ["go .", "i lost my keys at the station yesterday ."]
-    ids = engine.translate_ids(texts, beam_size=1)
+    ids = engine.generate(texts, beam_size=1)
     assert [len(x) for x in ids] == [default_max_len(len(src.encode(t)) + 1) for t in texts]
     assert ids == [Translator.load(folder).translate_ids(t, beam_size=1) for t in texts]
-    assert [len(x) for x in engine.translate_ids(texts, max_len=7)] == [7, 7]
+    assert [len(x) for x in engine.generate(texts, max_output_len=7)] == [7, 7]
 
 
 def test_pad_and_bos_are_never_emitted_as_by_qkv(tokenizers, tmp_path):
@@ -157,7 +157,7 @@ def test_beam_search_runs_with_the_models_decoding(tokenizers, tmp_path):
     model = random_model(src, tgt)
     folder = save_model(model, src, tgt, tmp_path / "qkv", decoding={"beam_size": 4})
     engine = Ct2Translator(export_ctranslate2(folder, tmp_path / "ct2"), threads=1)
-    assert engine.decoding["beam_size"] == 4
+    assert engine.decoding.beam_size == 4
     want = Translator.load(folder).translate(TEXTS[:40])
     assert _agreement(want, engine.translate(TEXTS[:40])) >= 0.9
 

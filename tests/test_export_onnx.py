@@ -23,7 +23,7 @@ from torch.export import Dim
 import qkv.export.onnx as onnx_export
 from qkv.data import WordTokenizer
 from qkv.export.onnx import ONNX_FILES, OnnxTranslator, export_onnx
-from qkv.inference import CheckpointError, SavedModel, decode_texts, generate_ids
+from qkv.inference import CheckpointError, Decoding, SavedModel, decode_texts, generate_ids
 from qkv.nn import MultiheadAttention, MultiHeadSelfAttention, Seq2SeqConfig, build_model
 from qkv.nn.kv_cache import TensorKVCache
 from qkv.nn.position import PositionalEncoding, _offset
@@ -304,8 +304,8 @@ def test_onnx_greedy_gives_the_ids_of_qkv_greedy(exported):
     translator = OnnxTranslator(out, threads=1)
     assert translator.generate_ids(sources) == want
     assert translator.generate_ids(sources, max_tokens=16) == want  # batching changes nothing
-    assert translator.generate_ids(sources, max_len=3) == generate_ids(
-        model, sources, bos_id=1, eos_id=2, max_len=3
+    assert translator.generate_ids(sources, max_output_len=3) == generate_ids(
+        model, sources, bos_id=1, eos_id=2, decoding=Decoding(max_output_len=3)
     )
     saved = _saved(model)
     texts = ["w1 w2 w3", "", "w5 w9 w30 w7 w7 w8", "unknown w4"]

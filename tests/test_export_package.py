@@ -217,8 +217,7 @@ def test_cli_export_to_another_engine_translates_as_qkv(run, tmp_path, fmt):
     out = tmp_path / fmt
     rc, _, err = _cli("export", "--model-dir", str(run), "--out", str(out), "--format", fmt)
     assert rc == 0, err
-    qkv = Translator.load(run)
-    qkv.decoding = {**qkv.decoding, "no_repeat_ngram": 0}  # plain greedy, as OnnxTranslator's
+    qkv = Translator.load(run).with_decoding(no_repeat_ngram=0)  # plain greedy, as ONNX's
     if fmt == "onnx":
         from qkv.export.onnx import OnnxTranslator
 

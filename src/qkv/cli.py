@@ -213,12 +213,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print("qkv train: interrupted; resume with --resume", file=sys.stderr)
         return 130
     if result.final_model is not None:
-        dec = result.decoding or {}
-        how = (
-            "greedy"
-            if dec.get("beam_size", 1) == 1
-            else f"beam {dec['beam_size']}, length penalty {dec['length_penalty']:g}"
-        )
+        how = "greedy" if result.decoding is None else result.decoding.describe()
         bleu = "?" if result.final_bleu is None else f"{result.final_bleu:.2f}"
         print(f"model: {result.final_model} (valid BLEU {bleu}, {how})")
     elif result.best_checkpoint is not None:
@@ -233,13 +228,6 @@ def _check_positive(args: argparse.Namespace, *names: str) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected >= 1, got {value}")
-
-
-def _set_no_repeat(tr: Any, args: argparse.Namespace) -> None:
-    if args.no_repeat_ngram is not None:
-        if args.no_repeat_ngram < 0:
-            raise ValueError(f"--no-repeat-ngram: expected >= 0, got {args.no_repeat_ngram}")
-        tr.decoding["no_repeat_ngram"] = args.no_repeat_ngram
 
 
 #: the figure formats of --attention (matplotlib) and the viewer's (no extra package)
@@ -354,75 +342,58 @@ class _Progress:
             sys.stderr.flush()
 
 
-class _Ct2Engine:
-    """``--engine ctranslate2``: what translate and evaluate use of a Translator, through the
-    CTranslate2 model ``qkv export --format ctranslate2`` wrote (never converted here)."""
+#: the decoding flags of translate, evaluate and serve named otherwise than the Decoding option
+#: they set (``--length-penalty`` sets ``length_penalty``, and so on for the others)
+_DECODING_RENAMED = {"beam": "beam_size", "max_len": "max_output_len", "batch_tokens": "max_tokens"}
 
-    def __init__(self, model_dir: str, device: str, quantize: str | None) -> None:
+
+def _with_flags(tr: Any, args: argparse.Namespace) -> Any:
+    """``tr`` with the decoding flags given over its model's decoding (a flag not given, None,
+    keeps the model's); an option out of range is named by its flag."""
+    from ._errors import SettingError
+    from .inference import Decoding
+
+    options = {f.name: f.name for f in dataclasses.fields(Decoding)} | _DECODING_RENAMED
+    given = {key: getattr(args, dest) for dest, key in options.items() if hasattr(args, dest)}
+    try:
+        return tr.with_decoding(**given)
+    except SettingError as e:
+        flag = {key: dest for dest, key in options.items()}.get(e.key, e.key)
+        raise e.renamed(f"--{flag.replace('_', '-')}") from None
+
+
+def _load_translator(args: argparse.Namespace) -> Any:
+    """The translator of ``--model-dir`` (``--engine``, ``--quantize``, ``--device``): a
+    :class:`qkv.inference.TextTranslator`, its decoding the model's changed by the flags."""
+    if args.engine == "ctranslate2":
+        if getattr(args, "attention", None) is not None:
+            raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
         require("--engine ctranslate2", ["ctranslate2"])
         import torch
 
         from .export.ctranslate2 import Ct2Translator
-        from .inference import pick_device
 
-        if device not in ("cpu", "cuda", "auto"):
-            raise ValueError(f"--device: --engine ctranslate2 runs on cpu or cuda, got {device!r}")
-        ct2 = Ct2Translator(
-            model_dir,
-            device=pick_device(device).type,
-            compute_type=quantize or "default",
-            threads=torch.get_num_threads(),
-        )
-        self.ct2, self.path = ct2, ct2.path
-        self.decoding, self.tgt_tokenizer = ct2.decoding, ct2.tgt_tokenizer
-
-    def resolve_decoding(
-        self, beam_size: int | None, length_penalty: float | None
-    ) -> tuple[int, float]:
+        try:
+            tr: Any = Ct2Translator(
+                args.model_dir,
+                device=args.device,
+                compute_type=args.quantize or "default",
+                threads=torch.get_num_threads(),
+            )
+        except ValueError as e:
+            if str(e).startswith("device: "):
+                raise ValueError(f"--device: --engine ctranslate2 {str(e)[8:]}") from None
+            raise
+    else:
         from .translate import Translator
 
-        return Translator.resolve_decoding(self, beam_size, length_penalty)  # type: ignore[arg-type]
-
-    def generate(
-        self,
-        texts: Sequence[str],
-        *,
-        n_best: int = 1,
-        beam_size: int | None = None,
-        length_penalty: float | None = None,
-        max_len: int | None = None,
-        progress: Any = None,
-        **batching: Any,  # max_tokens: CTranslate2 batches 32 sentences, sorted by length
-    ) -> list[Any]:
-        if n_best != 1:
-            raise ValueError(f"--n-best: --engine ctranslate2 gives one translation, got {n_best}")
-        beam, lp = self.resolve_decoding(beam_size, length_penalty)
-        ids = self.ct2.translate_ids(texts, beam_size=beam, length_penalty=lp, max_len=max_len)
-        if progress is not None:
-            progress(len(texts))
-        return ids
-
-    def evaluate(self, pairs: Sequence[tuple[str, str]], **options: Any) -> Any:
-        from .translate import evaluate_pairs
-
-        return evaluate_pairs(self, pairs, **options)
-
-
-def _load_translator(args: argparse.Namespace) -> Any:
-    """The Translator of ``--model-dir`` (``--quantize``), or with ``--engine ctranslate2`` its
-    exported CTranslate2 model."""
-    from .translate import Translator
-
-    if args.engine == "ctranslate2":
-        if getattr(args, "attention", None) is not None:
-            raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
-        return _Ct2Engine(args.model_dir, args.device, args.quantize)
-    if args.quantize is not None and args.device != "cpu":
-        raise ValueError(
-            f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
-            f"quantization), got --device {args.device}"
-        )
-    return Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
+        if args.quantize is not None and args.device != "cpu":
+            raise ValueError(
+                f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
+                f"quantization), got --device {args.device}"
+            )
+        tr = Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
+    return _with_flags(tr, args)
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -443,18 +414,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         if attention is not None:
             for i in range(len(texts)):
                 _check_file_to_write("--attention", _attention_path(attention, i, len(texts)))
-        tr = _load_translator(args)
-        _set_no_repeat(tr, args)
-        beam = args.beam
-        if beam is None and args.n_best > tr.resolve_decoding(None, None)[0]:
-            beam = args.n_best  # n-best needs a beam at least that wide
-        decode = {
-            "beam_size": beam,
-            "n_best": args.n_best,
-            "length_penalty": args.length_penalty,
-            "max_len": args.max_len,
-            "max_tokens": args.batch_tokens,
-        }
+        tr = _load_translator(args)  # its decoding: the model's, changed by the flags
         dec = tr.tgt_tokenizer.decode
 
         def emit(f: TextIO, i: int, text: str, r: Any, n: int | None) -> None:
@@ -476,7 +436,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         if not interactive:
             progress = _Progress(len(texts), sys.stderr.isatty() and not args.quiet)
             try:
-                res = tr.generate(texts, progress=progress, **decode)
+                res = tr.generate(texts, progress=progress)
             finally:
                 progress.close()
             with _output(args.output) as f:
@@ -486,7 +446,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
             with _output(args.output) as f:
                 for i, line in enumerate(iter(sys.stdin.readline, "")):
                     text = line.rstrip("\r\n")
-                    emit(f, i, text, tr.generate([text], **decode)[0], None)
+                    emit(f, i, text, tr.generate([text])[0], None)
                     f.flush()
     except (ValueError, TypeError, OSError, CheckpointError, ImportError) as e:
         return _fail("translate", e)  # OSError: reading --src, writing --output or a figure
@@ -513,7 +473,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         _check_positive(args, "beam", "batch_tokens")
         tr = _load_translator(args)
-        _set_no_repeat(tr, args)
         if args.data is not None:
             try:
                 pairs, report = read_pairs(
@@ -540,14 +499,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             if args.limit < 1:
                 raise ValueError(f"--limit: expected a number of pairs >= 1, got {args.limit}")
             pairs = pairs[: args.limit]
-        ev = tr.evaluate(
-            pairs,
-            beam_size=args.beam,
-            length_penalty=args.length_penalty,
-            normalize_references=args.normalized_refs,
-            max_tokens=args.batch_tokens,
-        )
-        beam, lp = tr.resolve_decoding(args.beam, args.length_penalty)
+        ev = tr.evaluate(pairs, normalize_references=args.normalized_refs)
+        beam, lp = tr.decoding.beam_size, tr.decoding.length_penalty
     except _user_errors() as e:
         return _fail("evaluate", e)
     if args.json:
@@ -563,10 +516,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(
-            f"{ev.n} sentences from {what}, model {tr.path}, "
-            + ("greedy" if beam == 1 else f"beam {beam}, length penalty {lp:g}")
-        )
+        print(f"{ev.n} sentences from {what}, model {tr.path}, " + tr.decoding.describe())
         if ev.references_normalized:
             print(
                 "NOTE: references normalised as the training data (--normalized-refs): not "
@@ -673,10 +623,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
     try:
-        if args.quantize is not None and args.device != "cpu":
-            raise ValueError(
-                f"--quantize: {args.quantize} runs on the CPU only, got --device {args.device}"
-            )
         if api_key is not None and not api_key:
             raise ValueError("--api-key: expected a non-empty key")
         cfg = ServeConfig(
@@ -702,16 +648,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
-        from .translate import Translator
-
-        tr = Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
         if args.threads:
             import torch
 
             torch.set_num_threads(args.threads)
-        _set_no_repeat(tr, args)
-        if args.length_penalty is not None:
-            tr.decoding["length_penalty"] = float(args.length_penalty)
+        tr = _load_translator(args)
         app = create_app(tr, cfg)
         sock = bind(args.host, args.port)
     except _user_errors() as e:
@@ -1056,7 +997,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument("--device", default="cpu", help="cpu (default), auto, cuda, cuda:N")
     sv.add_argument(
-        "--quantize", choices=("int8",), default=None, help="int8 dynamic quantization (CPU)"
+        "--quantize",
+        choices=("int8",),
+        default=None,
+        help="int8 dynamic quantization (CPU); with --engine ctranslate2: CTranslate2's int8",
+    )
+    sv.add_argument(
+        "--engine",
+        choices=("qkv", "ctranslate2"),
+        default="qkv",
+        help="qkv (default), or ctranslate2: serve the CTranslate2 model that qkv export "
+        "--format ctranslate2 wrote in --model-dir (needs qkv[ct2]; no /attention)",
     )
     sv.add_argument(
         "--no-batching",
@@ -1179,7 +1130,7 @@ def _needs(args: argparse.Namespace) -> list[str]:
     if args.command == "export":
         return ["safetensors", *(["ctranslate2"] if args.format == "ctranslate2" else [])]
     if args.command == "serve":
-        return ["safetensors", "starlette", "uvicorn"]
+        return [*engine, "starlette", "uvicorn"]
     return []  # demo: each demo checks its own (qkv.demos.register)
 
 

@@ -186,7 +186,7 @@ def test_evaluation_decodes_at_most_max_len_tokens(tmp_path, corpus_file, monkey
     real = decode_mod.generate_ids
 
     def spy(*a, **k):
-        seen.append(k.get("max_len_cap"))
+        seen.append(k["decoding"].output_len_cap)
         return real(*a, **k)
 
     monkeypatch.setattr(decode_mod, "generate_ids", spy)
@@ -293,7 +293,7 @@ def test_final_model_is_the_average_when_it_validates_better(tmp_path, corpus_fi
     meta = json.loads((final / "trainer.json").read_text())
     assert meta["weights"] == {"kind": "average", "steps": [4, 8, 12]}
     # the decodings (all scored 1.0) then pick greedy, the first; no 3-gram repeated
-    assert res.decoding["beam_size"] == 1 and res.decoding["no_repeat_ngram"] == 3
+    assert res.decoding.beam_size == 1 and res.decoding.no_repeat_ngram == 3
     expected = average_weights(find_checkpoints(tmp_path / "checkpoints")[-3:])
     got = read_weights(final)
     for k in expected:
@@ -303,8 +303,8 @@ def test_final_model_is_the_average_when_it_validates_better(tmp_path, corpus_fi
 def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_file, monkeypatch):
     import qkv.train.loop as loop
 
-    def fake(*a, beam_size=1, length_penalty=1.0, **k):
-        bleu = 20.0 if (beam_size, length_penalty) == (4, 0.6) else 10.0
+    def fake(model, pairs, src_tok, tgt_tok, device, decoding, **k):
+        bleu = 20.0 if (decoding.beam_size, decoding.length_penalty) == (4, 0.6) else 10.0
         return SimpleNamespace(bleu=bleu, chrf=1.0, n=1)
 
     monkeypatch.setattr(loop, "validation_bleu", fake)
@@ -313,7 +313,9 @@ def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_
     dec = json.loads((tmp_path / "final" / "decoding.json").read_text())
     assert (dec["beam_size"], dec["length_penalty"]) == (4, 0.6)
     tr = Translator.load(tmp_path)
-    assert tr.resolve_decoding(None, None) == (4, 0.6) and tr.resolve_decoding(1, None) == (1, 0.6)
+    assert (tr.decoding.beam_size, tr.decoding.length_penalty) == (4, 0.6)
+    one = tr.decoding.replace(beam_size=1, length_penalty=None)
+    assert (one.beam_size, one.length_penalty) == (1, 0.6)
     # qkv translate uses it by default; --n-best K needs a beam of K
     r = run_qkv("translate", "--model-dir", str(tmp_path), "--n-best", "2", "go .")
     assert r.returncode == 0, r.stderr

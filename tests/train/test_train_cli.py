@@ -233,8 +233,8 @@ def test_attention_is_that_of_the_printed_translation(trained, kind, tmp_path, c
     texts = ["go .", "he's calm .", "i lost the game and we are all very sad today ."]
     tr = Translator.load(d)
     for text in texts:  # the API: the same decoding as translate()
-        want = tr.translate(text, beam_size=4, length_penalty=0.0, max_len=7)
-        att = tr.attention(text, beam_size=4, length_penalty=0.0, max_len=7)
+        want = tr.translate(text, beam_size=4, length_penalty=0.0, max_output_len=7)
+        att = tr.attention(text, beam_size=4, length_penalty=0.0, max_output_len=7)
         assert att.translation == want
     seen = []
     real = Translator.attention

@@ -15,7 +15,7 @@ from _train_helpers import TINY, tiny_config
 
 from qkv.cli import main
 from qkv.data import Normalizer, build_tokenizers, bundled_pairs, write_pairs
-from qkv.inference import position_limits, save_model
+from qkv.inference import Decoding, position_limits, save_model
 from qkv.nn.seq2seq import Seq2SeqConfig, build_model
 from qkv.train import train
 from qkv.train.loop import validation_bleu
@@ -82,9 +82,9 @@ def test_translation_is_capped_at_the_table(translator):
     # an untrained model rarely stops: its default limit (2 * 4 + 10 = 18) is over the table
     out = translator.generate(["go .", "i lost ."])
     assert all(len(ids) <= TABLE for ids in out) and max(map(len, out)) == TABLE  # cut there
-    capped = translator.generate(["go ."], max_len=500)
+    capped = translator.generate(["go ."], max_output_len=500)
     assert len(capped[0]) <= TABLE
-    assert translator.generate(["go ."], max_len=TABLE)[0] == capped[0]
+    assert translator.generate(["go ."], max_output_len=TABLE)[0] == capped[0]
     # the attention of a translation cut at the table: the rows that produced its tokens
     att = translator.attention("go .", ids=capped[0])
     assert att.cross[0].shape[1] == len(capped[0]) == TABLE
@@ -114,7 +114,7 @@ def test_validation_bleu_survives_long_sources(translator):
     pairs = [("go .", "va !"), *_long_pairs(3)]
     ev = validation_bleu(
         translator.model, pairs, translator.src_tokenizer, translator.tgt_tokenizer, "cpu",
-        max_len=64,
+        Decoding(output_len_cap=64),
     )  # fmt: skip
     assert ev.n == 4
 
@@ -132,5 +132,5 @@ def test_qkv_translate_a_file_with_one_long_line(translator, tmp_path, capsys):
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # one line per input
     err = capsys.readouterr().err
     assert "input 2: more source tokens than the model's 12 learned positions" in err
-    assert "max_len (--max-len) 100 is more than the model's 12" in err
+    assert "max_output_len (--max-len) 100 is more than the model's 12" in err
     assert "Traceback" not in err

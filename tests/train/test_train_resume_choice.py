@@ -142,7 +142,7 @@ def test_a_stale_latest_json_is_neither_read_nor_kept(run):
 
 def test_resuming_a_finished_run_reads_its_final_model_verified(run):
     res = train(_config(run), run, resume=True, progress=False)
-    assert res.step == 30 and res.final_bleu is not None and res.decoding["beam_size"] >= 1
+    assert res.step == 30 and res.final_bleu is not None and res.decoding.beam_size >= 1
     decoding = run / "final" / "decoding.json"
     decoding.write_text(decoding.read_text().replace("1", "7"))  # altered after it was written
     res = train(_config(run), run, resume=True, progress=False)

@@ -12,7 +12,7 @@ from torch import nn
 
 from qkv.cli import main
 from qkv.data import write_pairs
-from qkv.inference import check_quantize, decode_texts, load_model, quantize_model
+from qkv.inference import Decoding, check_quantize, decode_texts, load_model, quantize_model
 from qkv.translate import Translator
 
 TEXTS = ["go .", "i lost .", "he is calm .", "we are here .", "", "who is it ?"]
@@ -132,8 +132,8 @@ def test_decode_texts_is_unchanged_by_batching(run):
     saved = load_model(run)
     args = (saved.model, TEXTS, saved.src_tokenizer, saved.tgt_tokenizer)
     for beam in (1, 3):
-        whole = decode_texts(*args, beam_size=beam, max_tokens=4096)
-        assert decode_texts(*args, beam_size=beam, max_tokens=8) == whole
+        whole = decode_texts(*args, Decoding(beam_size=beam, max_tokens=4096))
+        assert decode_texts(*args, Decoding(beam_size=beam, max_tokens=8)) == whole
 
 
 def test_engine_ctranslate2_translates_as_qkv(run, tmp_path, capsys):

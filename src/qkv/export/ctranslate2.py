@@ -18,7 +18,7 @@ The Bahdanau (GRU) model has no CTranslate2 spec and is refused.
 
 >>> from qkv.export.ctranslate2 import export_ctranslate2, Ct2Translator
 >>> export_ctranslate2("runs/en-fr", "deploy/en-fr")               # needs qkv[ct2]
->>> Ct2Translator("deploy/en-fr").translate(["Go."])
+>>> Ct2Translator("deploy/en-fr").translate(["Go."])                # a TextTranslator
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch import nn
 
 from .._deps import require
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
-from ..inference import SavedModel, check_decoding, default_max_len, load_model, never_generated
+from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
 from ..nn.position import sinusoidal_encoding
 from . import export_model
 
@@ -172,7 +172,7 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
         "version": 1,
         "quantize": quantize,
         "positions": positions_of(saved.model.config),
-        "decoding": check_decoding(saved.decoding),
+        "decoding": Decoding.coerce(saved.decoding).to_dict(),
         "disable_unk": bool(never_generated(saved.tgt_tokenizer)),
     }
     (folder / _OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
@@ -229,17 +229,30 @@ def find_ct2(path: str | Path) -> Path:
     )
 
 
-class Ct2Translator:
+class Ct2Translator(TranslatorBase):
     """Translate text through a CTranslate2 model exported by :func:`export_ctranslate2`, with
-    qkv's tokenizers and the options that make its search equal qkv's.
+    qkv's tokenizers and the options that make its search equal qkv's: the ``ctranslate2``
+    engine of :class:`~qkv.inference.TextTranslator` (``qkv translate --engine ctranslate2``).
 
     Args:
         path: the exported folder (or its ``ctranslate2/`` subfolder).
-        device: ``"cpu"`` or ``"cuda"``.
+        device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
         compute_type: CTranslate2's compute type (``"default"``: the saved weights' type;
             ``"int8"`` quantizes a float32 model on load).
         threads: CPU threads for one translation (0: CTranslate2's default).
+
+    Its default decoding is the exported model's. It gives one translation per text
+    (``n_best=1``) and batches :attr:`batch_size` sentences, sorted by length.
+
+    Raises:
+        MissingDependency: ctranslate2 is not installed (the ``ct2`` extra).
+        FileNotFoundError: ``path`` holds no exported CTranslate2 model.
+        ValueError: an unreadable ``qkv.json``, or a device CTranslate2 does not run on.
     """
+
+    engine = "ctranslate2"
+    #: sentences per ``translate_batch`` call
+    batch_size = 32
 
     def __init__(
         self,
@@ -252,17 +265,25 @@ class Ct2Translator:
         require("translating with CTranslate2", ["ctranslate2"])
         import ctranslate2
 
+        if device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"device: CTranslate2 runs on cpu or cuda, got {device!r}")
+        if device == "auto":
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         self.path = find_ct2(path)
         try:
             self.options = json.loads((self.path / _OPTIONS).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ValueError(f"model dir: {self.path / _OPTIONS} is unreadable: {e}") from None
-        self.decoding: dict[str, Any] = check_decoding(self.options.get("decoding"))
+        try:
+            self._decoding = Decoding.from_dict(self.options.get("decoding"))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"model dir: {self.path / _OPTIONS}: decoding: {e}") from None
         self.positions = int(self.options["positions"])
         src, tgt = load_tokenizers(self.path / "tokenizers")
         self.src_tokenizer: Tokenizer = src
         self.tgt_tokenizer: Tokenizer = tgt
         self._tgt_ids = {t: i for i, t in enumerate(tgt.tokens())}
+        self._device = device
         self.translator = ctranslate2.Translator(
             str(self.path),
             device=device,
@@ -271,56 +292,28 @@ class Ct2Translator:
             intra_threads=threads,
         )
 
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _card_folder(self) -> Path | None:
+        # the qkv model folder around ctranslate2/ holds the card
+        return self.path.parent if self.path.name == CT2_DIR else self.path
+
     def source_tokens(self, text: str) -> list[str]:
         """``text`` normalised and split as the qkv model reads it (``<eos>`` is added by
         CTranslate2)."""
         return self.src_tokenizer.to_tokens(text)
 
-    def translate(
-        self,
-        texts: Sequence[str],
-        *,
-        beam_size: int | None = None,
-        length_penalty: float | None = None,
-        no_repeat_ngram: int | None = None,
-        max_len: int | None = None,
-        batch_size: int = 32,
-    ) -> list[str]:
-        """Translate ``texts`` (in order); defaults are the model's decoding, as qkv's.
-
-        ``max_len`` (tokens, ``<eos>`` counted) defaults to each sentence's own
-        :func:`qkv.inference.default_max_len`, as qkv's; a text that normalises to nothing
-        translates to ``""`` without decoding.
-        """
-        return [
-            self.tgt_tokenizer.decode(ids)
-            for ids in self.translate_ids(
-                texts,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
-                no_repeat_ngram=no_repeat_ngram,
-                max_len=max_len,
-                batch_size=batch_size,
+    def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
+        """Target ids (without ``<bos>``/``<eos>``) per text; ``decoding.max_output_len``
+        (tokens, ``<eos>`` counted) defaults to each sentence's own decode length rule, as
+        qkv's; a text that normalises to nothing translates to ``[]`` without decoding."""
+        if decoding.n_best != 1:
+            raise ValueError(
+                f"n_best: the ctranslate2 engine gives one translation per text, got "
+                f"{decoding.n_best}"
             )
-        ]
-
-    def translate_ids(
-        self,
-        texts: Sequence[str],
-        *,
-        beam_size: int | None = None,
-        length_penalty: float | None = None,
-        no_repeat_ngram: int | None = None,
-        max_len: int | None = None,
-        batch_size: int = 32,
-    ) -> list[list[int]]:
-        """As :meth:`translate`, the target ids (without ``<bos>``/``<eos>``) per text."""
-        beam = self.decoding["beam_size"] if beam_size is None else beam_size
-        lp = self.decoding["length_penalty"] if length_penalty is None else length_penalty
-        nr = self.decoding["no_repeat_ngram"] if no_repeat_ngram is None else no_repeat_ngram
-        for name, v in (("beam_size", beam), ("batch_size", batch_size), ("max_len", max_len)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
         tokens = [self.source_tokens(t) for t in texts]
         for i, toks in enumerate(tokens):
             if len(toks) + 1 > self.positions:
@@ -328,8 +321,8 @@ class Ct2Translator:
                     f"texts: text {i} has {len(toks)} tokens; the exported model reads at most "
                     f"{self.positions - 1} (its positional table)"
                 )
-        limits = [min(max_len or default_max_len(len(toks) + 1), self.positions) for toks in tokens]
-        out: list[list[int]] = [[] for _ in texts]
+        limits = [decoding.output_limit(len(toks) + 1, self.positions) for toks in tokens]
+        out: list[Any] = [[] for _ in texts]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
         # greedy: a shorter limit only cuts the output, so a batch decodes to its longest limit
         # and each row is cut to its own; a beam's result depends on the limit: equal limits
@@ -337,8 +330,8 @@ class Ct2Translator:
         groups: list[list[int]] = []
         for i in todo:
             g = groups[-1] if groups else None
-            same = g is not None and (beam == 1 or limits[g[0]] == limits[i])
-            if g is not None and same and len(g) < batch_size:
+            same = g is not None and (decoding.beam_size == 1 or limits[g[0]] == limits[i])
+            if g is not None and same and len(g) < self.batch_size:
                 g.append(i)
             else:
                 groups.append([i])
@@ -346,18 +339,20 @@ class Ct2Translator:
         for g in groups:
             res = self.translator.translate_batch(
                 [tokens[i] for i in g],
-                beam_size=beam,
-                length_penalty=lp,
+                beam_size=decoding.beam_size,
+                length_penalty=decoding.length_penalty,
                 max_decoding_length=max(limits[i] for i in g),
                 min_decoding_length=0,
                 max_input_length=0,
-                no_repeat_ngram_size=nr,
+                no_repeat_ngram_size=decoding.no_repeat_ngram,
                 suppress_sequences=suppress,
                 disable_unk=bool(self.options.get("disable_unk")),
                 return_scores=False,
             )
             for i, r in zip(g, res):
                 out[i] = [self._tgt_ids[t] for t in r.hypotheses[0]][: limits[i]]
+        if progress is not None:
+            progress(len(texts))
         return out
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .._deps import require
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
-from ..inference import SavedModel, default_max_len, load_model, never_generated
+from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
 from ..inference.writing import is_no_space, no_space_error
 
 __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
@@ -236,25 +236,29 @@ def export_onnx(model: SavedModel | str | os.PathLike, out: str | os.PathLike) -
 
 
 # ---------------------------------------------------------------------------- the runner
-class OnnxTranslator:
-    """Greedy translation with the graphs :func:`export_onnx` wrote, run by onnxruntime.
+class OnnxTranslator(TranslatorBase):
+    """Greedy translation with the graphs :func:`export_onnx` wrote, run by onnxruntime: the
+    ``onnx`` engine of :class:`~qkv.inference.TextTranslator`.
 
     ``OnnxTranslator(folder, threads=None)``: ``threads`` sets onnxruntime's intra-op threads
     (None: its default).  :meth:`translate` takes texts (qkv's tokenizers, as
     :class:`qkv.translate.Translator`), :meth:`generate_ids` source ids; both give what qkv's
     greedy search gives (``<pad>``, ``<bos>`` and, for a byte-fallback target tokenizer,
-    ``<unk>`` never emitted; at most ``2 * len + 10`` tokens per sentence by default).
+    ``<unk>`` never emitted; at most ``2 * len + 10`` tokens per sentence by default). Its
+    decoding is greedy with nothing blocked; a beam, n-best or blocked n-grams are refused.
 
     Raises:
         MissingDependency: onnxruntime is not installed.
         ValueError: ``folder`` holds no ONNX model written by :func:`export_onnx`.
     """
 
+    engine = "onnx"
+
     def __init__(self, folder: str | os.PathLike, *, threads: int | None = None) -> None:
         require("running an ONNX model", ["onnxruntime"])
         import onnxruntime as ort
 
-        self.folder = Path(folder)
+        self.folder = self.path = Path(folder)
         absent = [f for f in ONNX_FILES if not (self.folder / f).is_file()]
         if absent:
             raise ValueError(
@@ -289,36 +293,49 @@ class OnnxTranslator:
             {i for i in (meta["pad_id"], meta["bos_id"], *meta["suppress"]) if i != eos}
         )
 
-    def translate(self, texts: Sequence[str], *, max_len: int | None = None) -> list[str]:
-        """Translate ``texts``; a text that normalises to nothing gives ``""``."""
-        tok = self.src_tokenizer
-        src = [[*tok.encode(t), self.meta["src_eos_id"]] for t in texts]
+    def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
+        """Greedy target ids per text; a text that normalises to nothing gives ``[]``."""
+        src = [self.encode(t) for t in texts]
         todo = [i for i, ids in enumerate(src) if len(ids) > 1]
-        ids = self.generate_ids([src[i] for i in todo], max_len=max_len)
-        out = [""] * len(texts)
+        undone = len(src) - len(todo)
+        ids = self.generate_ids(
+            [src[i] for i in todo],
+            decoding,
+            progress=None if progress is None else (lambda k: progress(undone + k)),
+        )
+        out: list[Any] = [[] for _ in texts]
         for i, row in zip(todo, ids):
-            out[i] = self.tgt_tokenizer.decode(row)
+            out[i] = row
         return out
 
     def generate_ids(
         self,
         src_ids: Sequence[Sequence[int]],
+        decoding: Decoding | None = None,
         *,
-        max_len: int | None = None,
-        max_tokens: int = 4096,
+        progress: Any = None,
+        **overrides: Any,
     ) -> list[list[int]]:
         """Greedy target ids (without ``<bos>``/``<eos>``) per source (``<eos>`` appended),
-        in input order, decoded in batches of at most ``max_tokens`` source positions sorted
-        by length.  ``max_len``: the most tokens per translation (None: ``2 * len + 10``), at
-        most the model's ``max_positions``."""
+        in input order, decoded in batches of at most ``decoding.max_tokens`` source positions
+        sorted by length; each translation at most ``decoding``'s decode length (the rule:
+        ``2 * len + 10``) and the model's ``max_positions``.
+
+        Raises:
+            ValueError: a decoding this runner cannot do (a beam, n-best, blocked n-grams), or
+                a source longer than the model's positions.
+        """
         import numpy as np
 
+        dec = self.decoding.resolve(decoding, **overrides)
+        beyond = dec.beyond_greedy()
+        if beyond:
+            raise ValueError(
+                f"{', '.join(beyond)}: the onnx engine decodes greedily (beam 1, one "
+                f"translation, nothing blocked), got "
+                f"{', '.join(f'{k}={v}' for k, v in beyond.items())}; use the qkv engine for that"
+            )
         P = self.meta["max_positions"]
-        for name, value in (("max_len", max_len), ("max_tokens", max_tokens)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         for i, ids in enumerate(src_ids):
             if len(ids) > P:
                 raise ValueError(
@@ -330,9 +347,10 @@ class OnnxTranslator:
         start = 0
         while start < len(order):
             stop = start + 1
-            while stop < len(order) and (stop - start + 1) * max(
-                len(src_ids[order[stop]]), 1
-            ) <= max(max_tokens, 1):
+            while (
+                stop < len(order)
+                and (stop - start + 1) * max(len(src_ids[order[stop]]), 1) <= dec.max_tokens
+            ):
                 stop += 1
             rows = order[start:stop]
             lens = [max(len(src_ids[i]), 1) for i in rows]
@@ -340,10 +358,12 @@ class OnnxTranslator:
             for r, i in enumerate(rows):
                 ids = list(src_ids[i]) or [self.meta["src_eos_id"]]
                 src[r, : len(ids)] = ids
-            limits = np.array([min(max_len or default_max_len(n), P) for n in lens], dtype=np.int64)
+            limits = np.array([dec.output_limit(n, P) for n in lens], dtype=np.int64)
             for r, ids in zip(rows, self._greedy(src, np.array(lens, dtype=np.int64), limits)):
                 out[r] = ids
             start = stop
+            if progress is not None:
+                progress(stop)
         return out
 
     def _greedy(self, src: Any, src_len: Any, limits: Any) -> list[list[int]]:

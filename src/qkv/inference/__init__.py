@@ -5,22 +5,27 @@ Training (its validation and final model), :mod:`qkv.translate`, ``qkv evaluate`
 any later server import these; this package imports nothing above it (no ``train``,
 ``translate``, ``cli`` or ``demos``).
 
->>> from qkv.inference import load_model, decode_texts, corpus_scores
+>>> from qkv.inference import Decoding, load_model, decode_texts, corpus_scores
 >>> saved = load_model("runs/en-fr")                     # model, tokenizers, decoding, path
->>> ids = decode_texts(saved.model, ["Go."], saved.src_tokenizer, saved.tgt_tokenizer)
+>>> ids = decode_texts(saved.model, ["Go."], saved.src_tokenizer, saved.tgt_tokenizer,
+...                    Decoding(beam_size=4))
 >>> saved.tgt_tokenizer.decode(ids[0])
+
+How to decode is one value, :class:`Decoding`; every engine (qkv's :class:`qkv.translate.
+Translator`, CTranslate2's, ONNX's) is a :class:`TextTranslator`.
 """
 
-from .decode import decode_texts, default_max_len, generate_ids, never_generated
+from .decode import decode_texts, generate_ids, never_generated
 from .device import pick_device
+from .engine import TextTranslator, TranslatorBase, evaluate_pairs, recorded_languages
 from .limits import position_limits
+from .options import CANDIDATES, Decoding, default_max_len
 from .quantize import QUANTIZATIONS, check_quantize, quantize_model
 from .saved import (
     CheckpointError,
     LoadedCheckpoint,
     SavedModel,
     best_checkpoint,
-    check_decoding,
     find_checkpoints,
     latest_checkpoint,
     load_checkpoint,
@@ -45,18 +50,22 @@ from .writing import (
 __all__ = [
     "BUNDLED_DATA",
     "BUNDLED_LANGUAGES",
+    "CANDIDATES",
     "QUANTIZATIONS",
     "CheckpointError",
+    "Decoding",
     "Evaluation",
     "LoadedCheckpoint",
     "NoSpaceError",
     "SavedModel",
+    "TextTranslator",
+    "TranslatorBase",
     "best_checkpoint",
-    "check_decoding",
     "check_quantize",
     "corpus_scores",
     "decode_texts",
     "default_max_len",
+    "evaluate_pairs",
     "find_checkpoints",
     "generate_ids",
     "latest_checkpoint",
@@ -69,6 +78,7 @@ __all__ = [
     "position_limits",
     "quantize_model",
     "read_weights",
+    "recorded_languages",
     "remove_stale_folders",
     "resolve_model_dir",
     "run_card",

@@ -1,12 +1,14 @@
 """Batched decoding: many sources at once, sorted by length, returned in input order.
 
-:func:`decode_texts` is the one path from text to target ids: :class:`qkv.translate.Translator`
-translates through it and the training loop's validation decodes through it; :func:`generate_ids`
-is the same on ids already encoded.
+:func:`decode_texts` is the one path from text to target ids: every qkv engine translates
+through it (:class:`qkv.translate.Translator`) and the training loop's validation decodes
+through it, so both follow one position-limit policy; :func:`generate_ids` is the same on ids
+already encoded. How to decode is one :class:`~qkv.inference.Decoding`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,14 +18,13 @@ from torch import nn
 
 from ..data import Tokenizer
 from ..decoding import generate
+from .limits import SETTING as POSITION_SETTING
+from .limits import position_limits, too_long
+from .options import Decoding, default_max_len
 
 __all__ = ["decode_texts", "default_max_len", "generate_ids", "never_generated"]
 
-
-def default_max_len(src_len: int) -> int:
-    """The most tokens a translation of a ``src_len``-token source gets by default:
-    ``2 * src_len + 10``."""
-    return 2 * src_len + 10
+log = logging.getLogger(__name__)
 
 
 def generate_ids(
@@ -32,14 +33,9 @@ def generate_ids(
     *,
     bos_id: int,
     eos_id: int,
+    decoding: Decoding | None = None,
     device: torch.device | str = "cpu",
-    beam_size: int = 1,
-    n_best: int = 1,
-    length_penalty: float = 1.0,
-    max_len: int | None = None,
-    max_tokens: int = 4096,
-    max_len_cap: int | None = None,
-    no_repeat_ngram: int = 0,
+    positions: int | None = None,
     suppress: Sequence[int] = (),
     progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
@@ -49,22 +45,20 @@ def generate_ids(
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
         src_ids: one id list per sentence, ``<eos>`` already appended.
         bos_id, eos_id: the target's special ids.
+        decoding: how (default: greedy); its ``max_tokens`` sizes the batches (source
+            positions times the beam) and :meth:`~qkv.inference.Decoding.output_limit` each
+            sentence's length, so a translation never depends on the sentences batched with it.
         device: where to run.
-        beam_size, n_best, length_penalty: as :func:`qkv.decoding.generate`.
-        max_len: the most tokens per translation; None: each sentence's own
-            :func:`default_max_len` of its length (``<eos>`` counted), so a translation never
-            depends on the sentences batched with it.
-        max_tokens: a batch holds at most this many source positions (times the beam).
-        max_len_cap: with ``max_len=None``, the default length is capped at this.
+        positions: the most target positions the model can encode (a learned table); every
+            translation stops there.
+        suppress: ids never generated besides ``<pad>`` and ``<bos>`` (see
+            :func:`qkv.decoding.generate`).
         progress: called with the number of sentences decoded so far after every batch.
-        no_repeat_ngram, suppress: as :func:`qkv.decoding.generate`.
 
     Returns:
         Per sentence its ids (``n_best=1``) or its ``[(ids, score), ...]``, in input order.
     """
-    if max_len is not None:
-        _positive("max_len", max_len)
-    _positive("max_tokens", max_tokens)
+    dec = Decoding.coerce(decoding)
     n = len(src_ids)
     out: list[Any] = [None] * n
     order = sorted(range(n), key=lambda i: len(src_ids[i]))
@@ -74,34 +68,24 @@ def generate_ids(
         stop = start + 1
         while stop < n:
             longest_next = max(longest, len(src_ids[order[stop]]))
-            if (stop - start + 1) * longest_next * beam_size > max_tokens:
+            if (stop - start + 1) * longest_next * dec.beam_size > dec.max_tokens:
                 break
             longest, stop = longest_next, stop + 1
         rows = order[start:stop]
         lens = [max(len(src_ids[i]), 1) for i in rows]
-        L = max(lens)
-        src = torch.zeros(len(rows), L, dtype=torch.long)
+        src = torch.zeros(len(rows), max(lens), dtype=torch.long)
         for r, i in enumerate(rows):
             ids = list(src_ids[i]) or [eos_id]
             src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        valid = torch.tensor(lens, dtype=torch.long)
-        limit: int | list[int] = (
-            max_len if max_len is not None else [default_max_len(n) for n in lens]
-        )
-        if max_len is None and max_len_cap is not None:
-            limit = [min(m, max_len_cap) for m in limit]
         res = generate(
             model,
             src.to(device),
-            valid.to(device),
-            max_len=limit,
+            torch.tensor(lens, dtype=torch.long).to(device),
+            max_len=[dec.output_limit(k, positions) for k in lens],
             bos_id=bos_id,
             eos_id=eos_id,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            n_best=n_best,
-            no_repeat_ngram=no_repeat_ngram,
             suppress=suppress,
+            **dec.search_options(),
         )
         for r, i in enumerate(rows):
             out[i] = res[r]
@@ -111,11 +95,6 @@ def generate_ids(
     return out
 
 
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-
-
 def never_generated(tok: Tokenizer) -> list[int]:
     """Ids a translation never needs: ``<unk>`` for a tokenizer that spells unknown characters
     in bytes (its training text never held ``<unk>``, so an emitted one is a model's error and
@@ -123,36 +102,64 @@ def never_generated(tok: Tokenizer) -> list[int]:
     return [tok.unk_id] if getattr(tok, "byte_fallback", False) else []
 
 
+def _fit_positions(
+    dec: Decoding, src: list[list[int]], model: nn.Module, warn: bool
+) -> tuple[list[int], int | None]:
+    """The position-limit policy of a model with learned positions: the sources longer than its
+    encoder's table (their indices: not translated) and its decoder's table (every translation
+    stops there); a ``max_output_len`` past the table, and the sources skipped, are warned
+    about (``warn``), naming the setting."""
+    src_limit, tgt_limit = position_limits(model)
+    if warn and tgt_limit is not None and (dec.max_output_len or 0) > tgt_limit:
+        log.warning(
+            "max_output_len (--max-len) %d is more than the model's %d learned target "
+            "positions (%s): translations stop at %d tokens",
+            dec.max_output_len, tgt_limit, POSITION_SETTING, tgt_limit,
+        )  # fmt: skip
+    skip = too_long([len(ids) for ids in src], src_limit)
+    if warn and skip:
+        shown = ", ".join(str(i + 1) for i in skip[:10]) + (", ..." if len(skip) > 10 else "")
+        log.warning(
+            "input%s %s: more source tokens than the model's %d learned positions (%s): "
+            "not translated (empty)",
+            "s" if len(skip) > 1 else "", shown, src_limit, POSITION_SETTING,
+        )  # fmt: skip
+    return skip, tgt_limit
+
+
 def decode_texts(
     model: nn.Module,
     texts: Sequence[str],
     src_tokenizer: Tokenizer,
     tgt_tokenizer: Tokenizer,
+    decoding: Decoding | None = None,
     *,
     device: torch.device | str = "cpu",
-    beam_size: int = 1,
-    n_best: int = 1,
-    length_penalty: float = 1.0,
-    max_len: int | None = None,
-    max_len_cap: int | None = None,
-    no_repeat_ngram: int = 0,
     pre_normalized: bool = False,
-    max_tokens: int = 4096,
+    warn: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Decode ``texts`` with ``model``: encode each (with the ``<eos>`` the model was trained
     with), decode in batches (:func:`generate_ids`), never emitting what
     :func:`never_generated` names.
 
+    A model with learned positions (``model.max_len``) cannot read or write past its table:
+    every translation stops at the table, and a source longer than the table is not translated
+    (an empty hypothesis) with a warning naming it (``input 3``, 1-based) and the setting; the
+    other texts are translated as they would be alone. Training's validation passes
+    ``warn=False`` (it says once, before the run, which pairs its table cannot hold).
+
     Args:
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
         texts: the sources.
         src_tokenizer, tgt_tokenizer: the model's tokenizers.
-        device, beam_size, n_best, length_penalty, max_len, max_len_cap, no_repeat_ngram,
-            max_tokens: as :func:`generate_ids`.
+        decoding: how (default: greedy, nothing blocked).
+        device: where the model is.
         pre_normalized: the texts went through the source normaliser already (a run's
             validation split); else they are normalised here.
-        progress: called with the number of texts done so far (blank ones counted first).
+        warn: log what the position limits cut or skip.
+        progress: called with the number of texts done so far (those not decoded counted
+            first).
 
     Returns:
         Per text its target ids (``n_best=1``) or its ``[(ids, score), ...]``, without
@@ -160,30 +167,32 @@ def decode_texts(
         (the model would otherwise make a sentence up from ``<eos>`` alone): ``[]``, and with
         ``n_best`` the same shape as any text's: ``n_best`` hypotheses, the empty one with
         score 0.0 (the log-probability of a certainty: nothing translates to nothing), then
-        ``n_best - 1`` empty ones scored ``-inf`` (there is no other translation).
+        ``n_best - 1`` empty ones scored ``-inf`` (there is no other translation). A source
+        too long for the table gives ``[]`` (n-best: ``n_best`` empty ones scored ``-inf``).
     """
+    dec = Decoding.coerce(decoding)
     encode = src_tokenizer.encode_normalized if pre_normalized else src_tokenizer.encode
     src = [[*encode(t), src_tokenizer.eos_id] for t in texts]
-    todo = [i for i, ids in enumerate(src) if len(ids) > 1]
-    blank = len(src) - len(todo)
+    skip, tgt_limit = _fit_positions(dec, src, model, warn)
+    skipped = set(skip)
+    todo = [i for i, ids in enumerate(src) if len(ids) > 1 and i not in skipped]
+    undone = len(src) - len(todo)
     res = generate_ids(
         model,
         [src[i] for i in todo],
         bos_id=tgt_tokenizer.bos_id,
         eos_id=tgt_tokenizer.eos_id,
+        decoding=dec,
         device=device,
-        beam_size=beam_size,
-        n_best=n_best,
-        length_penalty=length_penalty,
-        max_len=max_len,
-        max_len_cap=max_len_cap,
-        no_repeat_ngram=no_repeat_ngram,
+        positions=tgt_limit,
         suppress=never_generated(tgt_tokenizer),
-        max_tokens=max_tokens,
-        progress=None if progress is None else (lambda k: progress(blank + k)),
+        progress=None if progress is None else (lambda k: progress(undone + k)),
     )
-    nothing = [([], 0.0)] + [([], -math.inf)] * (n_best - 1)
-    out: list[Any] = [[] if n_best == 1 else list(nothing) for _ in src]
+    k = dec.n_best
+    nothing: list[Any] = [([], 0.0)] + [([], -math.inf)] * (k - 1)
+    out: list[Any] = [[] if k == 1 else list(nothing) for _ in src]
+    for i in skip:
+        out[i] = [] if k == 1 else [([], -math.inf)] * k
     for i, r in zip(todo, res):
         out[i] = r
     return out

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import socket
@@ -47,6 +46,7 @@ from .._deps import require
 from ..data import Tokenizer, load_tokenizers
 from ..nn.seq2seq import EncoderDecoder, build_model
 from .device import pick_device
+from .options import Decoding
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -56,7 +56,6 @@ __all__ = [
     "LoadedCheckpoint",
     "SavedModel",
     "best_checkpoint",
-    "check_decoding",
     "find_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
@@ -565,29 +564,6 @@ def _read_weights(v: _Verified) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- a model to use
-def check_decoding(decoding: Any) -> dict[str, Any]:
-    """``{"beam_size": int >= 1, "length_penalty": float, "no_repeat_ngram": int >= 0}`` (other
-    keys kept); None: greedy, nothing blocked.
-
-    Raises:
-        TypeError: ``decoding`` is not a dict.
-        ValueError: a value out of range, named.
-    """
-    if decoding is None:
-        return {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
-    if not isinstance(decoding, dict):
-        raise TypeError(f"decoding: expected a dict, got {type(decoding).__name__}")
-    beam, lp = decoding.get("beam_size", 1), decoding.get("length_penalty", 1.0)
-    nr = decoding.get("no_repeat_ngram", 0)
-    if isinstance(nr, bool) or not isinstance(nr, int) or nr < 0:
-        raise ValueError(f"decoding: no_repeat_ngram: expected an int >= 0, got {nr!r}")
-    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"decoding: beam_size: expected an int >= 1, got {beam!r}")
-    if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
-        raise ValueError(f"decoding: length_penalty: expected a finite number, got {lp!r}")
-    return {**decoding, "beam_size": beam, "length_penalty": float(lp), "no_repeat_ngram": nr}
-
-
 @dataclass
 class SavedModel:
     """A saved model read back: what translating, evaluating or serving needs.
@@ -596,7 +572,8 @@ class SavedModel:
         model: the :class:`~qkv.nn.seq2seq.EncoderDecoder`, on ``device``, in eval mode.
         src_tokenizer, tgt_tokenizer: the tokenizers it was trained with (with their normaliser).
         path: the folder it was read from.
-        decoding: the folder's ``decoding.json`` (checked), or None when it has none.
+        decoding: the folder's ``decoding.json`` as a :class:`~qkv.inference.Decoding`
+            (checked), or None when it has none.
         device: where the model is.
     """
 
@@ -604,7 +581,7 @@ class SavedModel:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     path: Path
-    decoding: dict[str, Any] | None
+    decoding: Decoding | None
     device: torch.device
 
 
@@ -659,9 +636,8 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
         )
     decoding = None
     if "decoding.json" in v.files or (folder / "decoding.json").exists():
-        decoding = v.json("decoding.json")
         try:
-            check_decoding(decoding)
+            decoding = Decoding.from_dict(v.json("decoding.json"))
         except (ValueError, TypeError) as e:
             raise CheckpointError(
                 f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"

@@ -35,12 +35,12 @@ import torch
 from .. import __version__
 from ..data import Tokenizer, save_tokenizers
 from ..nn.seq2seq import EncoderDecoder
+from .options import Decoding
 from .saved import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     MANIFEST,
     _Verified,
-    check_decoding,
     sha256_file,
 )
 
@@ -349,7 +349,9 @@ def _number(x: Any) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
-def model_card(card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: dict | None) -> str:
+def model_card(
+    card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: Decoding | None
+) -> str:
     """The ``README.md`` of a model folder (Markdown).
 
     Args:
@@ -387,7 +389,7 @@ def model_card(card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: 
     lines += ["", "## Model", ""] + [f"* {k}: {v}" for k, v in cfg.items()]
     if decoding is not None:
         lines += ["", "## Decoding (the default)", ""]
-        lines += [f"* {k}: {v}" for k, v in decoding.items()]
+        lines += [f"* {k}: {v}" for k, v in decoding.to_dict().items()]
     settings = card.get("settings") or {}
     if settings:
         lines += ["", "## Training settings", ""] + [f"* {k}: {v}" for k, v in settings.items()]
@@ -454,7 +456,7 @@ def save_model(
     tgt_tokenizer: Tokenizer,
     out: str | Path,
     *,
-    decoding: dict[str, Any] | None = None,
+    decoding: Decoding | Mapping[str, Any] | None = None,
     card: Mapping[str, Any] | None = None,
     force: bool = False,
     step: int = 0,
@@ -472,8 +474,8 @@ def save_model(
             :func:`~qkv.nn.build_model` (its ``config`` rebuilds it).
         src_tokenizer, tgt_tokenizer: its tokenizers (their vocabularies must fit the model).
         out: the folder to write.
-        decoding: the default decoding (``{"beam_size", "length_penalty", "no_repeat_ngram"}``,
-            checked), written as ``decoding.json``; None: none (greedy).
+        decoding: the default :class:`~qkv.inference.Decoding` (or its dict, checked), written
+            as ``decoding.json``; None: none (greedy).
         card: what the ``README.md`` model card says (see :func:`model_card`).
         force: replace an existing model folder ``out`` (never a run or a checkpoint).
         step: the update the weights come from (0 for a model not trained by ``qkv train``).
@@ -504,8 +506,9 @@ def save_model(
             f"tokenizers: vocabularies of {sizes[0]} and {sizes[1]} ids, the model expects "
             f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
         )
-    documents = {} if decoding is None else {"decoding.json": check_decoding(decoding)}
-    readme = model_card(card, model, documents.get("decoding.json"))
+    default = None if decoding is None else Decoding.coerce(decoding)
+    documents = {} if default is None else {"decoding.json": default.to_dict()}
+    readme = model_card(card, model, default)
     try:  # kept as data too: a model exported again keeps its card
         documents["card.json"] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
     except (TypeError, ValueError) as e:

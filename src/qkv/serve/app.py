@@ -36,8 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..inference import BUNDLED_DATA, BUNDLED_LANGUAGES, run_card, verify_checkpoint
-from ..translate import Translator
+from ..inference import TextTranslator, verify_checkpoint
 from ..viz import MAX_CELLS, attention_cells, attention_payload
 from .batcher import Batcher, QueueFull
 from .metrics import Metrics
@@ -141,17 +140,10 @@ class ServeConfig:
                 raise ValueError(f"{name}: expected a language code such as 'en', got {v!r}")
 
 
-def model_languages(translator: Translator) -> tuple[str, str] | None:
-    """``(source, target)`` codes when the model records them: a model trained on the bundled
-    English-French corpus (its run or its model card says so) is ``("en", "fr")``; None when
-    nothing says."""
-    if translator.path is None:
-        return None
-    try:
-        card = run_card(translator.path)
-    except Exception:  # an unreadable card: the languages are simply not known
-        return None
-    return BUNDLED_LANGUAGES if card.get("data") == BUNDLED_DATA else None
+def model_languages(translator: TextTranslator) -> tuple[str, str] | None:
+    """``(source, target)`` codes when the model records them (its
+    :attr:`~qkv.inference.TextTranslator.languages`); None when nothing says."""
+    return translator.languages
 
 
 # ---------------------------------------------------------------------------- errors, JSON
@@ -347,11 +339,11 @@ def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tupl
 class _State:
     """What the routes share: the translator, the batcher, the settings and the counters."""
 
-    def __init__(self, translator: Translator, cfg: ServeConfig) -> None:
+    def __init__(self, translator: TextTranslator, cfg: ServeConfig) -> None:
         self.translator, self.cfg = translator, cfg
         langs = (cfg.source_lang, cfg.target_lang)
         if None in langs:
-            known = model_languages(translator)
+            known = translator.languages
             if known is None:
                 raise ValueError(
                     "source_lang: the model does not record the languages it translates; give "
@@ -359,7 +351,7 @@ class _State:
                 )
             langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
         self.source, self.target = langs[0].strip().lower(), langs[1].strip().lower()
-        self.beam = translator.resolve_decoding(cfg.beam, None)[0]
+        self.beam = translator.decoding.replace(beam_size=cfg.beam).beam_size
         if self.beam > cfg.max_beam:
             raise ValueError(
                 f"beam: the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
@@ -497,8 +489,10 @@ class _State:
         return await asyncio.wrap_future(job.future)
 
 
-def create_app(translator: Translator, config: ServeConfig | None = None) -> Starlette:
-    """The ASGI app serving ``translator`` with ``config``'s settings.
+def create_app(translator: TextTranslator, config: ServeConfig | None = None) -> Starlette:
+    """The ASGI app serving ``translator`` (any engine: :class:`qkv.translate.Translator`,
+    CTranslate2's, ONNX's) with ``config``'s settings; ``/attention`` needs an engine that
+    shows its weights (the qkv one).
 
     Its lifespan starts the batch worker and, at shutdown, lets it finish every queued job.
     The app's ``state.qkv`` holds the shared state (batcher, metrics).
@@ -506,9 +500,10 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
     Raises:
         ValueError: a bad setting, or languages that neither ``config`` nor the model give.
     """
-    if not isinstance(translator, Translator):
+    if not isinstance(translator, TextTranslator):
         raise TypeError(
-            f"translator: expected a qkv.translate.Translator, got {type(translator).__name__}"
+            f"translator: expected a qkv.inference.TextTranslator (qkv.translate.Translator, "
+            f"an exported engine), got {type(translator).__name__}"
         )
     cfg = config or ServeConfig()
     if not isinstance(cfg, ServeConfig):
@@ -564,7 +559,9 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
         choice = _int_or(data, "choice", 0, 0, n_best - 1)
         decimals = _int_or(data, "decimals", 4, 1, 6)
         tr = translator
-        mc = tr.model.config
+        if not tr.has_attention:
+            raise ApiError(501, f"attention: the {tr.engine} engine returns no attention weights")
+        mc = tr.model.config  # type: ignore[attr-defined]  # the qkv engine's model
         if mc is not None and tr.kind == "transformer":  # the encoder's part alone, before decoding
             S, H = len(tr.encode(text)), mc.num_heads
             enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
@@ -605,11 +602,12 @@ def create_app(translator: Translator, config: ServeConfig | None = None) -> Sta
                     "path": None if translator.path is None else str(translator.path),
                     "step": st.step,
                     "kind": translator.kind,
+                    "engine": translator.engine,
                     "device": str(translator.device),
                     "source": st.source,
                     "target": st.target,
                     "beam": st.beam,
-                    "length_penalty": dec["length_penalty"],
+                    "length_penalty": dec.length_penalty,
                 },
                 "batching": {
                     "enabled": cfg.batching,

@@ -50,9 +50,16 @@ from ..data import (
     save_tokenizers,
     split_pairs,
 )
-from ..inference import Evaluation, corpus_scores, decode_texts, load_model, position_limits
+from ..inference import (
+    CANDIDATES,
+    Decoding,
+    Evaluation,
+    corpus_scores,
+    decode_texts,
+    load_model,
+    position_limits,
+)
 from ..inference.limits import SETTING as POSITION_SETTING
-from ..inference.limits import too_long
 from ..nn.seq2seq import EncoderDecoder, build_model
 from . import distributed as D
 from .checkpoint import (
@@ -251,49 +258,33 @@ def validation_bleu(
     src_tok: Tokenizer,
     tgt_tok: Tokenizer,
     device: torch.device,
+    decoding: Decoding | None = None,
     *,
-    beam_size: int = 1,
-    length_penalty: float = 1.0,
     references: Sequence[str] | None = None,
-    max_len: int | None = None,
-    no_repeat_ngram: int = 0,
 ) -> Evaluation:
     """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
 
     ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
-    against the normalised targets of ``pairs``. ``max_len`` caps every translation (a run's
-    ``max_len``: its model never saw longer targets), so an untrained model's validation does
-    not decode every sentence to ``2 * source + 10`` tokens. The translations are decoded by
-    :func:`qkv.inference.decode_texts`, as :class:`qkv.translate.Translator` decodes them.
-    A model with learned positions (``model.max_len``) translates at most that many tokens, and
-    a source longer than its table is not translated (an empty hypothesis, as translating
-    gives it), never a crash in the middle of a run.
+    against the normalised targets of ``pairs``. A run validates with ``decoding``'s
+    ``output_len_cap`` set to its ``max_len`` (its model never saw longer targets), so an
+    untrained model's validation does not decode every sentence to ``2 * source + 10`` tokens.
+    The translations are decoded by :func:`qkv.inference.decode_texts`, as
+    :class:`qkv.translate.Translator` decodes them, with its position-limit policy (a source
+    longer than a learned table gets an empty hypothesis, never a crash in the middle of a
+    run; nothing is logged: the run said before its first update what its table cannot hold).
     """
-    src_limit, tgt_limit = position_limits(model)
-    if tgt_limit is not None:
-        max_len = tgt_limit if max_len is None else min(max_len, tgt_limit)
-    sources = [s for s, _ in pairs]
-    skip = set(
-        too_long([len(src_tok.encode_normalized(s)) + 1 for s in sources], src_limit)
-    )  # fmt: skip
-    todo = [i for i in range(len(sources)) if i not in skip]
-    out: list[Any] = [[] for _ in sources]
-    decoded = decode_texts(
+    hyps = decode_texts(
         model,
-        [sources[i] for i in todo],
+        [s for s, _ in pairs],
         src_tok,
         tgt_tok,
+        decoding,
         device=device,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_len_cap=max_len,
-        no_repeat_ngram=no_repeat_ngram,
         pre_normalized=True,
+        warn=False,
     )
-    for i, ids in zip(todo, decoded):
-        out[i] = ids
     refs = list(references) if references is not None else [t for _, t in pairs]
-    return corpus_scores([tgt_tok.decode(ids) for ids in out], refs)
+    return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs)
 
 
 # ---------------------------------------------------------------------------- RNG state
@@ -454,7 +445,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     final_model: Path | None = None
     final_bleu: float | None = None
-    decoding: dict | None = None
+    decoding: Decoding | None = None
 
 
 def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
@@ -522,9 +513,6 @@ class _Clock:
 
 #: the provisional length of a timed run, until its speed is measured (after 6 updates)
 _FIRST_GUESS = 10_000
-
-#: the n-grams a run's chosen decoding never repeats (see :func:`qkv.decoding.generate`)
-NO_REPEAT_NGRAM = 3
 
 
 class _Plan:
@@ -660,7 +648,7 @@ def _finish(
     say: Any,
     time_left: float = math.inf,
     eval_cost: float = 0.0,
-) -> tuple[Path, float, dict[str, Any]]:
+) -> tuple[Path, float, Decoding]:
     """Write ``OUT/final``: the best checkpoint's weights, or the average of the newest
     ``average_last`` checkpoints when it validates better, with the decoding (greedy, or beam 4
     with a length penalty) that validates best. Returns the folder, its validation BLEU and
@@ -668,11 +656,10 @@ def _finish(
     t0 = time.monotonic()
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
 
-    def score(beam: int = 1, lp: float = 1.0, nr: int = 0) -> Any:
-        return validation_bleu(
-            model, pairs, src_tok, tgt_tok, device, beam_size=beam, length_penalty=lp,
-            references=refs, max_len=run_cfg.max_len, no_repeat_ngram=nr,
-        )  # fmt: skip
+    base = Decoding(output_len_cap=run_cfg.max_len)
+
+    def score(decoding: Decoding) -> Any:
+        return validation_bleu(model, pairs, src_tok, tgt_tok, device, decoding, references=refs)
 
     best_dir = ckroot / f"step-{int(state.best_step):08d}"
     weights = read_weights(best_dir)
@@ -690,7 +677,7 @@ def _finish(
     if len(last) >= 2:
         avg = average_weights(last)
         model.load_state_dict(avg)
-        sc = score(run_cfg.eval_beam)  # as the checkpoints were scored
+        sc = score(base.replace(beam_size=run_cfg.eval_beam))  # as the checkpoints were scored
         steps = [int(p.name.split("-")[1]) for p in last]
         better = sc.bleu > bleu
         say(
@@ -701,10 +688,7 @@ def _finish(
             weights, bleu = avg, float(sc.bleu)
             source = {"kind": "average", "steps": steps}
     model.load_state_dict(weights)
-    # the candidates never repeat a 3-gram of pieces: an undertrained model's loops
-    # ("autre autre autre autre") cost little BLEU but make a translation unusable
-    nr = NO_REPEAT_NGRAM
-    decoding: dict[str, Any] = {"beam_size": 1, "length_penalty": 1.0, "no_repeat_ngram": 0}
+    decoding = Decoding()
     tune = run_cfg.tune_decoding
     if tune and deadline - time.monotonic() < 5 * eval_cost:
         say("no time left to choose a beam on the validation split; greedy decoding kept")
@@ -712,18 +696,14 @@ def _finish(
     if tune:
         tried = []
         best_bleu = -math.inf
-        for beam, lp in ((1, 1.0), (4, 0.6), (4, 1.0)):
-            sc = score(beam, lp, nr)
-            tried.append(f"{'greedy' if beam == 1 else f'beam {beam} lp {lp:g}'} {sc.bleu:.2f}")
+        for candidate in CANDIDATES:  # scored as the checkpoints were: capped at max_len
+            sc = score(dataclasses.replace(candidate, output_len_cap=base.output_len_cap))
+            tried.append(f"{candidate.describe()}: {sc.bleu:.2f}")
             if sc.bleu > best_bleu:
-                best_bleu = float(sc.bleu)
-                decoding = {"beam_size": beam, "length_penalty": lp, "no_repeat_ngram": nr}
+                best_bleu, decoding = float(sc.bleu), candidate
         bleu = best_bleu
-        say(
-            f"decoding chosen on validation (no {nr}-gram repeated): {decoding} "
-            f"(tried: {', '.join(tried)})"
-        )
-    decoding["chosen_on"] = f"{len(pairs)} validation sentences, BLEU {bleu:.2f}"
+        say(f"decoding chosen on validation: {decoding.describe()} (tried: {', '.join(tried)})")
+    decoding = decoding.replace(chosen_on=f"{len(pairs)} validation sentences, BLEU {bleu:.2f}")
     folder = write_model_folder(
         out / "final",
         step=int(state.step),
@@ -741,14 +721,14 @@ def _finish(
                 "preset": state.preset,
                 "history": state.history,
             },
-            "decoding.json": decoding,
+            "decoding.json": decoding.to_dict(),
         },
         in_use=run_lock_in_use(out),
         remedy=f"then finish the run: {resume_command(out)}",
     )
     say(
         f"final model ({source['kind']} of updates {source['steps']}, "
-        f"{'greedy' if decoding['beam_size'] == 1 else 'beam 4'}) valid BLEU {bleu:.2f} in "
+        f"{decoding.describe()}) valid BLEU {bleu:.2f} in "
         f"{folder} ({time.monotonic() - t0:.1f} s)"
     )
     return folder, bleu, decoding
@@ -1100,7 +1080,7 @@ class _Run:
         )
         # the loop's own state (not saved): set by _restore
         self.final_bleu: float | None = None
-        self.decoding: dict | None = None
+        self.decoding: Decoding | None = None
         self._restore()
 
     # -- where we start -------------------------------------------------------------------------
@@ -1566,9 +1546,8 @@ class _Run:
             m.data.src_tokenizer,
             m.data.tgt_tokenizer,
             self.device,
-            beam_size=run_cfg.eval_beam,
+            Decoding(beam_size=run_cfg.eval_beam, output_len_cap=run_cfg.max_len),
             references=m.bleu_refs,
-            max_len=run_cfg.max_len,
         )
         if scheduled:
             if state.grid_best_bleu is None or scores.bleu > state.grid_best_bleu:
@@ -1727,7 +1706,7 @@ class _Run:
             try:
                 meta = read_json(final_model, "trainer.json")  # verified, as every file read
                 self.final_bleu = meta.get("valid_bleu")
-                self.decoding = read_json(final_model, "decoding.json")
+                self.decoding = Decoding.from_dict(read_json(final_model, "decoding.json"))
             except (OSError, ValueError, AttributeError):  # CheckpointError is a ValueError
                 pass
         D.barrier()

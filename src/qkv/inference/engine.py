@@ -1,0 +1,309 @@
+"""One interface for every engine that turns text into text: qkv's own, CTranslate2, ONNX.
+
+:class:`TextTranslator` is what the command line, the server and evaluation rely on; each
+engine implements it by subclassing :class:`TranslatorBase`, which holds what they share (the
+default :class:`~qkv.inference.Decoding`, text in and text out, scoring, the languages a model
+records) and leaves one method to the engine: ``_generate(texts, decoding, progress)``, the
+target ids of many texts.
+
+>>> tr = Translator.load("runs/en-fr")                       # or Ct2Translator, OnnxTranslator
+>>> tr.translate(["I lost."])                                # the model's decoding
+>>> tr.translate("Go.", beam_size=4, n_best=2)               # overrides for one call
+>>> greedy = tr.with_decoding(beam_size=1)                   # a translator with other defaults
+>>> tr.evaluate(pairs).bleu
+
+An engine that cannot honour an option (the ONNX runner decodes greedily; CTranslate2 returns
+one translation) refuses it with a ``ValueError`` naming it, never ignores it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .._deps import require
+from ..data import Tokenizer
+from .options import Decoding
+from .scores import Evaluation, corpus_scores
+from .writing import BUNDLED_DATA, BUNDLED_LANGUAGES, run_card
+
+__all__ = ["TextTranslator", "TranslatorBase", "evaluate_pairs", "recorded_languages"]
+
+#: ``progress(done)``: called with the number of texts done so far
+Progress = Callable[[int], None]
+
+
+@runtime_checkable
+class TextTranslator(Protocol):
+    """What every engine offers (see the module's notes); :class:`TranslatorBase` implements
+    everything but the decoding itself."""
+
+    path: Path | None
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    #: ``"qkv"``, ``"ctranslate2"`` or ``"onnx"``
+    engine: str
+
+    @property
+    def decoding(self) -> Decoding: ...
+
+    @property
+    def languages(self) -> tuple[str, str] | None: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def device(self) -> Any: ...
+
+    @property
+    def has_attention(self) -> bool: ...
+
+    def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[Any]: ...
+
+    def translate(
+        self, texts: str | Sequence[str], decoding: Decoding | None = None, **overrides: Any
+    ) -> Any: ...
+
+    def translate_ids(
+        self, text: str, decoding: Decoding | None = None, **overrides: Any
+    ) -> list[int]: ...
+
+    def evaluate(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        decoding: Decoding | None = None,
+        *,
+        normalize_references: bool = False,
+        **overrides: Any,
+    ) -> Evaluation: ...
+
+    def attention(
+        self,
+        text: str,
+        decoding: Decoding | None = None,
+        *,
+        ids: Sequence[int] | None = None,
+        **overrides: Any,
+    ) -> Any: ...
+
+
+def recorded_languages(folder: str | Path | None) -> tuple[str, str] | None:
+    """``(source, target)`` codes when a saved model records them: a model trained on the
+    bundled English-French corpus (its run or its model card says so) is ``("en", "fr")``;
+    None when nothing says (or the card cannot be read)."""
+    if folder is None:
+        return None
+    try:
+        card = run_card(folder)
+    except Exception:  # an unreadable card: the languages are simply not known
+        return None
+    return BUNDLED_LANGUAGES if card.get("data") == BUNDLED_DATA else None
+
+
+def _texts(texts: object) -> Sequence[str]:
+    if isinstance(texts, (str, bytes, bytearray)) or not isinstance(texts, Sequence):
+        raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"text: expected a str, got {type(t).__name__}")
+    return texts
+
+
+class TranslatorBase:
+    """What every engine shares; an engine sets :attr:`src_tokenizer`, :attr:`tgt_tokenizer`,
+    :attr:`path`, its default decoding (``self._decoding``) and implements :meth:`_generate`.
+
+    Results follow one convention everywhere: per text its target ids without
+    ``<bos>``/``<eos>`` (``n_best=1``), or its ``n_best`` pairs ``(ids, score)``, best first.
+    A text that normalises to nothing is not decoded: ``[]`` (n-best: ``([], 0.0)`` then
+    ``([], -inf)``).
+    """
+
+    engine: str = "qkv"
+    path: Path | None = None
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    _decoding: Decoding = Decoding()
+
+    # -------------------------------------------------------------- what the engine is
+    @property
+    def decoding(self) -> Decoding:
+        """The decoding of a call that gives no other: the model's (a trained run's final
+        model carries the one chosen on its validation split), else greedy."""
+        return self._decoding
+
+    @property
+    def languages(self) -> tuple[str, str] | None:
+        """``(source, target)`` language codes when the model records them, else None."""
+        return recorded_languages(self._card_folder())
+
+    def _card_folder(self) -> Path | None:
+        """The folder whose model card says what the model is (its languages)."""
+        return self.path
+
+    @property
+    def kind(self) -> str:
+        """The model's kind: ``"transformer"`` or ``"bahdanau"``."""
+        return "transformer"
+
+    @property
+    def device(self) -> Any:
+        """Where the model runs."""
+        return "cpu"
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether :meth:`attention` can show the weights this engine decodes with."""
+        return False
+
+    def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any:
+        """This translator with another default decoding (the same model, not copied):
+        ``decoding`` (or the current one) with ``overrides`` (see :meth:`Decoding.replace`)."""
+        new = copy.copy(self)
+        new._decoding = self.decoding.resolve(decoding, **overrides)
+        return new
+
+    # -------------------------------------------------------------- decoding
+    def encode(self, text: str) -> list[int]:
+        """Normalise and encode ``text``, with the ``<eos>`` the model was trained with."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected a str, got {type(text).__name__}")
+        return [*self.src_tokenizer.encode(text), self.src_tokenizer.eos_id]
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[Any]:
+        """Target ids of many texts (see the class's convention), decoded with ``decoding``
+        (default: :attr:`decoding`) changed by ``overrides`` (``beam_size=4``, ...).
+        ``progress`` is called with the number of texts done after each batch."""
+        texts = _texts(texts)
+        return self._generate(texts, self.decoding.resolve(decoding, **overrides), progress)
+
+    def _generate(
+        self, texts: Sequence[str], decoding: Decoding, progress: Progress | None
+    ) -> list[Any]:
+        raise NotImplementedError
+
+    def translate(
+        self, texts: str | Sequence[str], decoding: Decoding | None = None, **overrides: Any
+    ) -> Any:
+        """Translate one text or a sequence of texts.
+
+        Returns:
+            For a string: its translation (``n_best=1``) or a list of ``(translation, score)``,
+            best first. For a sequence: a list of those, in order. A text that normalises to
+            nothing translates to ``""``; with n-best ``("", 0.0)`` then ``("", -inf)``.
+        """
+        single = isinstance(texts, str)
+        items = [texts] if single else texts
+        if isinstance(items, (bytes, bytearray)) or not isinstance(items, Sequence):
+            raise TypeError(
+                f"texts: expected a str or a sequence of str, got {type(texts).__name__}"
+            )
+        dec = self.decoding.resolve(decoding, **overrides)
+        res = self.generate(items, dec)
+        text = self.tgt_tokenizer.decode
+        if dec.n_best == 1:
+            out: list[Any] = [text(ids) for ids in res]
+        else:
+            out = [[(text(ids), float(score)) for ids, score in hyps] for hyps in res]
+        return out[0] if single else out
+
+    def translate_ids(
+        self, text: str, decoding: Decoding | None = None, **overrides: Any
+    ) -> list[int]:
+        """The target ids of ``text``'s best translation, as ``translate(text, ...)`` decodes
+        it; none for a text that normalises to nothing."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected a str, got {type(text).__name__}")
+        dec = self.decoding.resolve(decoding, **overrides)
+        (res,) = self.generate([text], dec)
+        return res if dec.n_best == 1 else res[0][0]
+
+    def attention(
+        self,
+        text: str,
+        decoding: Decoding | None = None,
+        *,
+        ids: Sequence[int] | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """The attention weights of ``text``'s translation (engines with :attr:`has_attention`)."""
+        raise ValueError(
+            f"attention: the {self.engine} engine returns no attention weights; translate with "
+            "the qkv engine to see them"
+        )
+
+    # -------------------------------------------------------------- scoring
+    def evaluate(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        decoding: Decoding | None = None,
+        *,
+        normalize_references: bool = False,
+        **overrides: Any,
+    ) -> Evaluation:
+        """Translate every source of ``pairs`` and score against its reference with sacreBLEU
+        (see :func:`evaluate_pairs`)."""
+        require("evaluating", ["sacrebleu"])  # before translating, not after
+        return evaluate_pairs(
+            self, pairs, decoding, normalize_references=normalize_references, **overrides
+        )
+
+    def __repr__(self) -> str:
+        where = None if self.path is None else str(self.path)
+        return f"{type(self).__name__}(engine={self.engine!r}, path={where!r})"
+
+
+def evaluate_pairs(
+    translator: TextTranslator,
+    pairs: Sequence[tuple[str, str]],
+    decoding: Decoding | None = None,
+    *,
+    normalize_references: bool = False,
+    **overrides: Any,
+) -> Evaluation:
+    """Translate every source of ``pairs`` with ``translator`` (any engine) and score the
+    detokenised translations against the references with sacreBLEU's BLEU and chrF.
+
+    The references are scored as given (sacreBLEU's convention), so the number means what
+    sacreBLEU's number means. With ``normalize_references=True`` they first get the target
+    tokenizer's normaliser (a lower-casing model scored against lower-cased references); the
+    result says so in ``references_normalized`` and its signatures. A blank source counts, with
+    the empty translation.
+    """
+    if not pairs:
+        raise ValueError("pairs: expected at least one (source, reference) pair, got none")
+    # one translation per source is scored, whatever n-best the translator's default holds
+    dec = dataclasses.replace(translator.decoding.resolve(decoding, **overrides), n_best=1)
+    ids = translator.generate([s for s, _ in pairs], dec)
+    tok = translator.tgt_tokenizer
+    hyps = [tok.decode(i) for i in ids]
+    refs = [tok.normalize(t) if normalize_references else t for _, t in pairs]
+    ev = corpus_scores(hyps, refs)
+    if normalize_references:
+        ev.references_normalized = True
+        ev.signatures = {
+            k: f"{v} [references normalised as the training data]" for k, v in ev.signatures.items()
+        }
+    return ev
