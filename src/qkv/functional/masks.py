@@ -25,6 +25,10 @@ backend, the chunked planner included, asks them through :class:`MaskSpec`.  A n
 kind is one more :class:`IndexMask` subclass here, built in :meth:`MaskSpec.__post_init__` and
 listed in :data:`INDEX_MASKS`; without ``key_bounds`` it is applied everywhere and nothing is
 skipped, so the chunked backend can never ignore it.
+
+A module that appends keys of its own to a call (``torch.nn.MultiheadAttention``'s
+``add_bias_kv``/``add_zero_attn``) rewrites the call's masks over them with
+:func:`append_visible_keys`, not by hand.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
@@ -45,6 +50,7 @@ __all__ = [
     "MaskSpec",
     "ValidLens",
     "Window",
+    "append_visible_keys",
     "check_masks",
 ]
 
@@ -696,3 +702,83 @@ def _check_window(window: object) -> int:
     if window < 1:
         raise ValueError(f"window: expected a positive int, got {window}")
     return window
+
+
+def append_visible_keys(
+    extra: int,
+    *,
+    B: int,
+    H: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+    valid_lens: Tensor | Sequence[int] | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The masks of a call over ``Lk`` keys, rewritten for ``extra`` more keys appended after
+    them that every query sees (``torch.nn.MultiheadAttention``'s ``add_bias_kv`` and
+    ``add_zero_attn``).
+
+    ``valid_lens`` count the ``Lk`` given keys, so they cannot stay lengths: ``(B,)`` lengths
+    become a bool padding mask merged into ``key_padding_mask``, per-query ones a bool
+    ``(B, H, Lq, Lk)`` mask merged into ``attn_mask`` (True or ``-inf`` where hidden, as the mask
+    merged into is bool or float).  Both masks then get ``extra`` columns that hide nothing.
+
+    Args:
+        key_padding_mask: ``(B, Lk)``, bool or float, or None.
+        attn_mask: ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``, bool or float, or None.
+
+    Returns:
+        ``(key_padding_mask (B, Lk + extra) | None, attn_mask (..., Lq, Lk + extra) | None)``.
+    """
+    if valid_lens is not None:
+        key_padding_mask, attn_mask = _lens_into_masks(
+            valid_lens, key_padding_mask, attn_mask, B, H, Lq, Lk, device
+        )
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.shape != (B, Lk):
+            got = (
+                tuple(key_padding_mask.shape)
+                if isinstance(key_padding_mask, Tensor)
+                else type(key_padding_mask).__name__
+            )
+            raise ValueError(f"key_padding_mask: expected shape ({B}, {Lk}), got {got}")
+        key_padding_mask = F.pad(key_padding_mask, (0, extra))
+    if attn_mask is not None:
+        attn_mask = F.pad(attn_mask, (0, extra))
+    return key_padding_mask, attn_mask
+
+
+def _lens_into_masks(
+    valid_lens: Tensor | Sequence[int],
+    key_padding_mask: Tensor | None,
+    attn_mask: Tensor | None,
+    B: int,
+    H: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+) -> tuple[Tensor | None, Tensor | None]:
+    """``valid_lens`` (checked by :func:`check_masks`) merged into ``key_padding_mask``
+    ``(B, Lk)`` or, per query, ``attn_mask`` (see :func:`append_visible_keys`)."""
+    spec = check_masks(
+        B=B, H=1, Lq=Lq, Lk=Lk, device=device, batched_heads=True, valid_lens=valid_lens
+    )
+    blocked = spec.blocked()  # (B, 1, 1|Lq, Lk) or None (lengths that mask nothing)
+    if blocked is None:
+        return key_padding_mask, attn_mask
+    if blocked.shape[2] == 1:
+        pad = blocked.view(B, Lk)
+        if key_padding_mask is None:
+            return pad, attn_mask
+        if key_padding_mask.dtype == torch.bool:
+            return key_padding_mask | pad, attn_mask
+        return key_padding_mask.masked_fill(pad, float("-inf")), attn_mask
+    per_query = blocked.expand(B, H, Lq, Lk)
+    if attn_mask is None:
+        return key_padding_mask, per_query
+    am = attn_mask if attn_mask.dim() == 4 else attn_mask.view(1, 1, Lq, Lk)
+    if am.dtype == torch.bool:
+        return key_padding_mask, am | per_query
+    return key_padding_mask, am.masked_fill(per_query, float("-inf"))
