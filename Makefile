@@ -34,14 +34,14 @@ demo: $(VENV)/.installed-all
 	$(BIN)/qkv demo $(DEMO_ARGS)
 
 test: $(VENV)/.installed-dev browser
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
 test-quick: $(VENV)/.installed-dev browser
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 browser:
@@ -55,12 +55,12 @@ browser:
 	fi
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 
 format: $(VENV)/.installed-dev
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks tools
+	$(BIN)/ruff check --fix src tests benchmarks tools
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m benchmarks.mha

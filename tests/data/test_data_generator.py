@@ -1,15 +1,20 @@
-"""The bundled corpus and its generator: French agreement, elision, determinism, the book's four."""
+"""The bundled corpus and its generator (``tools/corpus_generator.py``, a developer tool outside
+the package): French agreement, elision, determinism, the book's four."""
 
 from __future__ import annotations
 
 import gzip
 import itertools
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from qkv.data import Normalizer, bundled_corpus_path, bundled_pairs, read_pairs
-from qkv.data.generator import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tools/
+from tools.corpus_generator import (
     ADJ,
     ADJECTIVES,
     ASPIRATED,
@@ -207,7 +212,7 @@ def test_lexicon_is_consistent():
 @pytest.fixture(scope="module")
 def grammar():
     pytest.importorskip("num2words")
-    from qkv.data.generator import Grammar
+    from tools.corpus_generator import Grammar
 
     return Grammar(0)
 
@@ -251,7 +256,7 @@ def test_participle_agreement(grammar):
 
 def test_generation_is_deterministic_and_has_the_book_pairs():
     pytest.importorskip("num2words")
-    from qkv.data.generator import generate
+    from tools.corpus_generator import generate
 
     a, b = generate(400, seed=1), generate(400, seed=1)
     assert a == b and len(a) == 400
@@ -261,7 +266,7 @@ def test_generation_is_deterministic_and_has_the_book_pairs():
 
 def test_main_writes_a_readable_file(tmp_path):
     pytest.importorskip("num2words")
-    from qkv.data.generator import main
+    from tools.corpus_generator import main
 
     out = tmp_path / "c.tsv.gz"
     lines = []
@@ -277,7 +282,7 @@ def test_main_writes_a_readable_file(tmp_path):
 @pytest.mark.slow
 def test_shipped_corpus_is_what_the_generator_writes(tmp_path):
     pytest.importorskip("num2words")
-    from qkv.data.generator import main
+    from tools.corpus_generator import main
 
     out = tmp_path / "en-fr.tsv.gz"
     main(["--out", str(out), "--size", "30000", "--seed", "0"], emit=lambda _: None)

@@ -5,6 +5,8 @@ not fit, and the chunked engine's once-per-call set-up; each against the float64
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 
@@ -165,7 +167,7 @@ def _book64(q, k, v, w_v, keep):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ["typical", "saturating", "out of range", "wide, one block fits"])
 def test_chunked_additive_forward_without_grad_against_the_float64_formula(dtype, case):
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    g = torch.Generator().manual_seed(zlib.crc32(case.encode()))  # the same in every process
     Lq, Lk, h, dv = 29, 31, 9, 5
     q = torch.randn(B, Lq, h, generator=g, dtype=dtype)
     k = torch.randn(B, Lk, h, generator=g, dtype=dtype)

@@ -99,29 +99,48 @@ def test_other_uses_end_the_beams_and_stay_equal(what):
         torch.testing.assert_close(a, b, **TOL)
 
 
-def test_keys_that_are_not_finite_take_the_general_rule():
+def test_keys_that_are_not_finite_take_the_general_rule(monkeypatch):
     model = _model(seed=3)
     src, lens = batch(B=3, L=5, seed=3)
-    with torch.no_grad():  # a huge embedding row: its projections overflow to inf in float32
-        model.decoder.embedding.weight[9] = 1e300
+    with torch.no_grad():  # a huge embedding row: its projections overflow to inf in float64
+        model.decoder.embedding.weight[9] = 1e308
+    gathered = []  # the general rule: every beam's own keys, gathered from the beam cache
+    rows = BeamKVCache.rows
+
+    def spy(cache, beams):
+        gathered.append(cache.finite)
+        return rows(cache, beams)
+
+    monkeypatch.setattr(BeamKVCache, "rows", spy)
     plan = {1: "within", 2: "within"}
-    g = torch.Generator().manual_seed(0)
-    outs = []
+    outs, finite, kinds = [], [], set()
     for fast in (True, False):
         model.decoder.fast_decode = fast
+        g = torch.Generator().manual_seed(0)  # the same reorders on both paths
         with torch.inference_mode():
             state = model.init_state(model.encode(src, lens), lens, use_cache=True)
             logits, state = model.decode(torch.full((3, 1), BOS), state)
             state = model.expand_beams(state, 2)
             seq = [logits]
             for t in range(1, 4):
-                tok = torch.full((6, 1), 9 if t == 1 else 5)
+                tok = torch.full((6, 1), 5)
+                if t == 1:
+                    tok[0] = 9  # the first sentence's first beam only: its keys overflow
                 logits, state = model.decode(tok, state)
                 seq.append(logits)
                 if plan.get(t):
                     state = model.reorder_state(state, _within(3, 2, g), include_encoder=False)
-            outs.append(seq)
+            if fast:
+                finite = [c.finite for c in state.self_caches]
+                kinds = {type(c).__name__ for c in state.self_caches}
+        outs.append(seq)
     model.decoder.fast_decode = True
+    assert kinds == {"BeamKVCache"} and finite == [False, False]  # not finite, beams kept
+    # steps 1..3 of both layers took the general rule, and only with keys not finite
+    assert len(gathered) == 3 * 2 and not any(gathered)
+    # the other beams stay finite (the overflowing beam's neighbours included), so the
+    # comparison below reads numbers, not NaN against NaN
+    assert bool(outs[1][-1][1:].isfinite().all())
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, equal_nan=True, **TOL)
 

@@ -15,7 +15,7 @@ from _train_helpers import TINY, tiny_config
 
 from qkv.cli import main
 from qkv.data import Normalizer, build_tokenizers, bundled_pairs, write_pairs
-from qkv.inference import Decoding, position_limits, save_model
+from qkv.inference import Decoding, corpus_scores, position_limits, save_model
 from qkv.nn.seq2seq import Seq2SeqConfig, build_model
 from qkv.train import train
 from qkv.train.loop import validation_bleu
@@ -111,12 +111,25 @@ def test_an_over_long_input_is_reported_for_its_line_only(translator, caplog):
 
 
 def test_validation_bleu_survives_long_sources(translator):
-    pairs = [("go .", "va !"), *_long_pairs(3)]
-    ev = validation_bleu(
-        translator.model, pairs, translator.src_tokenizer, translator.tgt_tokenizer, "cpu",
-        Decoding(output_len_cap=64),
-    )  # fmt: skip
-    assert ev.n == 4
+    tr = translator
+    (long1, ref1), (long2, ref2) = _long_pairs(2)
+    pairs = [("go .", "va !"), (long1, ref1), ("i lost .", "j'ai perdu ."), (long2, ref2)]
+    assert all(len(tr.encode(s)) > TABLE for s in (long1, long2))
+
+    def bleu(pairs):
+        return validation_bleu(
+            tr.model, pairs, tr.src_tokenizer, tr.tgt_tokenizer, "cpu", Decoding(output_len_cap=64)
+        )
+
+    ev = bleu(pairs)  # no crash in the middle of a run
+    assert ev.n == 4 and ev.references == [t for _, t in pairs]
+    hyps = ev.hypotheses
+    assert hyps[1] == hyps[3] == ""  # a source longer than the table is not translated
+    for i in (0, 2):  # the others translated, each as it is alone
+        assert hyps[i] != "" and hyps[i] == bleu([pairs[i]]).hypotheses[0]
+    # the BLEU and chrF of those hypotheses against the references, empty ones included
+    want = corpus_scores(hyps, ev.references)
+    assert (ev.bleu, ev.chrf) == (want.bleu, want.chrf) and math.isfinite(ev.bleu)
 
 
 def test_qkv_translate_a_file_with_one_long_line(translator, tmp_path, capsys):

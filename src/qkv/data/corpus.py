@@ -1,7 +1,8 @@
 """The bundled English-French corpus.
 
-``corpus/en-fr.tsv.gz`` is made by :mod:`qkv.data.generator` (run by a developer, never at install
-or run time; ``corpus/README.md`` says how) and is in the ``fra`` format with a third column
+``corpus/en-fr.tsv.gz`` is made by ``tools/corpus_generator.py`` in the repository (run by a
+developer, never at install or run time, and not in the installed package; ``corpus/README.md``
+says how) and is in the ``fra`` format with a third column
 naming the template each pair came from. Its text is already normalised the book's way
 (lower case, a space before ``, . ! ?``), so ``Normalizer.book()`` leaves it unchanged.
 """

@@ -333,19 +333,9 @@ def beam_search(
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
-    K = _int("beam_size", beam_size, 1)
-    _int("n_best", n_best, 1)
-    if n_best > K:
-        raise ValueError(f"n_best: expected at most beam_size={K}, got {n_best}")
-    if (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float))
-        or not math.isfinite(length_penalty)
-    ):
-        raise ValueError(f"length_penalty: expected a finite float, got {length_penalty!r}")
-    alpha = float(length_penalty)
+    K, alpha = _beam_options(beam_size, n_best, length_penalty)
     B, dev = src.shape[0], src.device
-    finals: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
+    finished = _Finished(B, alpha)
     with _EvalMode(model):
         state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
         # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams; with a
@@ -367,12 +357,7 @@ def beam_search(
             logits, state = _step(model, rows_now, t, state, state0, use_cache)
             logp = _suppress(F.log_softmax(logits.float(), dim=-1), banned)  # (B*K, V)
             if rows_now is not tokens:  # one row per sentence: its log-probabilities K times
-                expand = getattr(model, "expand_beams", None)
-                if expand is not None:  # e.g. beams that reorder without copying their cache
-                    state = expand(state, K)
-                else:
-                    state = model.reorder_state(state, repeat)
-                logp = logp.index_select(0, repeat)
+                state, logp = _expand_first_step(model, state, logp, K, repeat)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
             V = logp.shape[-1]
             Bt = len(ids)  # sentences still in the batch
@@ -383,13 +368,7 @@ def beam_search(
             # EOS among the K best: a finished hypothesis
             fin = is_eos[:, :K] & torch.isfinite(top_v[:, :K]) & ~done.unsqueeze(1)
             if bool(fin.any()):
-                for b, j in fin.nonzero().tolist():
-                    row = b * K + int(top_beam[b, j])
-                    score = _penalised(float(top_v[b, j]), t + 1, alpha)
-                    hyps = finals[ids[b]]
-                    hyps.append((score, len(hyps), tokens[row, 1 : t + 1].tolist()))
-                    if len(hyps) >= K:
-                        done[b] = True
+                finished.ending_in_eos(fin, top_v, top_beam, tokens, t, ids, done)
             # the K best extensions that are not EOS live on
             live_v, live_j = top_v.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
             scores = live_v.masked_fill(done.unsqueeze(1), float("-inf"))
@@ -402,15 +381,7 @@ def beam_search(
                 state = model.reorder_state(state, rows, include_encoder=False)
             ending = (limits == t + 1) & ~done  # its max_len reached: the live hypotheses end
             if bool(ending.any()):
-                for b in ending.nonzero().flatten().tolist():
-                    hyps = finals[ids[b]]
-                    for k in range(K):
-                        s = float(scores[b, k])
-                        if math.isfinite(s):
-                            out = tokens[b * K + k, 1 : t + 2].tolist()
-                            hyps.append((_penalised(s, t + 1, alpha), len(hyps), out))
-                    done[b] = True
-                scores = scores.masked_fill(done.unsqueeze(1), float("-inf"))
+                scores = finished.at_limit(ending, scores, tokens, t, ids, done)
                 if bool(done.all()):
                     break
             # early exit: finished sentences leave the batch with their K beams (cache, encoder
@@ -425,11 +396,94 @@ def beam_search(
                 done = done[keep]
                 ids = [ids[i] for i in keep.tolist()]
                 base = torch.arange(len(ids), device=dev).unsqueeze(1) * K
-    out = []
-    for hyps in finals:
-        hyps.sort(key=lambda h: (-h[0], h[1]))  # best first; ties: first finished first
-        out.append([(ids, score) for score, _, ids in hyps[:n_best]])
-    return out
+    return finished.best_first(n_best)
+
+
+def _beam_options(beam_size: object, n_best: object, length_penalty: object) -> tuple[int, float]:
+    """``(K, alpha)``: the beam size and the length penalty, checked."""
+    K = _int("beam_size", beam_size, 1)
+    _int("n_best", n_best, 1)
+    if n_best > K:
+        raise ValueError(f"n_best: expected at most beam_size={K}, got {n_best}")
+    if (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float))
+        or not math.isfinite(length_penalty)
+    ):
+        raise ValueError(f"length_penalty: expected a finite float, got {length_penalty!r}")
+    return K, float(length_penalty)
+
+
+def _expand_first_step(
+    model: nn.Module, state: Any, logp: Tensor, K: int, repeat: Tensor
+) -> tuple[Any, Tensor]:
+    """After the first step on one row per sentence: the state and the log-probabilities
+    ``(B, V)`` of every sentence for its ``K`` beams (``(B*K, V)``, rows ``repeat``)."""
+    expand = getattr(model, "expand_beams", None)  # e.g. beams that reorder without copying
+    state = model.reorder_state(state, repeat) if expand is None else expand(state, K)
+    return state, logp.index_select(0, repeat)
+
+
+class _Finished:
+    """Every sentence's finished hypotheses while searching, as ``(length-normalised score,
+    order finished, token ids)``, and the length penalty ``alpha`` they are scored with."""
+
+    def __init__(self, B: int, alpha: float) -> None:
+        self.hyps: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
+        self.alpha = alpha
+
+    def ending_in_eos(
+        self,
+        fin: Tensor,
+        top_v: Tensor,
+        top_beam: Tensor,
+        tokens: Tensor,
+        t: int,
+        ids: list[int],
+        done: Tensor,
+    ) -> None:
+        """The hypotheses ending in EOS at step ``t`` (``fin`` ``(Bt, K)``, True at candidate
+        ``j`` of sentence ``b``; ``ids``: the batch's sentences by their index in the
+        source), kept; a sentence with ``K`` of them is ``done`` (set in place)."""
+        K = fin.shape[1]
+        for b, j in fin.nonzero().tolist():
+            row = b * K + int(top_beam[b, j])
+            score = _penalised(float(top_v[b, j]), t + 1, self.alpha)
+            hyps = self.hyps[ids[b]]
+            hyps.append((score, len(hyps), tokens[row, 1 : t + 1].tolist()))
+            if len(hyps) >= K:
+                done[b] = True
+
+    def at_limit(
+        self,
+        ending: Tensor,
+        scores: Tensor,
+        tokens: Tensor,
+        t: int,
+        ids: list[int],
+        done: Tensor,
+    ) -> Tensor:
+        """The live hypotheses of the sentences at their ``max_len`` after step ``t``
+        (``ending`` ``(Bt,)``), kept as they are; those sentences are ``done`` (set in place)
+        and their ``scores`` ``(Bt, K)`` -inf (returned)."""
+        K = scores.shape[1]
+        for b in ending.nonzero().flatten().tolist():
+            hyps = self.hyps[ids[b]]
+            for k in range(K):
+                s = float(scores[b, k])
+                if math.isfinite(s):
+                    out = tokens[b * K + k, 1 : t + 2].tolist()
+                    hyps.append((_penalised(s, t + 1, self.alpha), len(hyps), out))
+            done[b] = True
+        return scores.masked_fill(done.unsqueeze(1), float("-inf"))
+
+    def best_first(self, n_best: int) -> list[list[Hypothesis]]:
+        """Each sentence's ``n_best`` hypotheses, best first (ties: the first finished first)."""
+        out = []
+        for hyps in self.hyps:
+            hyps.sort(key=lambda h: (-h[0], h[1]))  # best first; ties: first finished first
+            out.append([(ids, score) for score, _, ids in hyps[:n_best]])
+        return out
 
 
 # ---------------------------------------------------------------------------- entry point

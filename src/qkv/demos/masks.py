@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -104,12 +105,25 @@ def _grid(ax, m: Tensor, xt, yt, *, text=None, title="", colour="#9e9e9e") -> No
 def _figures(r: MaskDemo, out: Path) -> list[Path]:
     from qkv.viz import new_figure, save_figure
 
+    drawn = [
+        ("masks-key-padding.png", (13, 3.6), _draw_key_padding),
+        ("masks-attn-mask.png", (8, 3.8), _draw_attn_mask),
+        ("masks-merged.png", (12, 7.2), _draw_merged),
+        ("masks-weights.png", (10, 4.4), _draw_weights),
+    ]
     paths = []
+    for name, size, draw in drawn:
+        fig = new_figure(size, layout="constrained")
+        draw(fig, r)
+        paths.append(save_figure(fig, out / name))
+    return paths
+
+
+def _draw_key_padding(fig: Any, r: MaskDemo) -> None:
+    """Figure 1: ``key_padding_mask`` ``(B, Lk)`` and what it hides in each sentence's
+    ``(Lq, Lk)`` scores."""
     B, L = r.key_padding_mask.shape
     keys = [f"key {j}" for j in range(L)]
-
-    # 1. key_padding_mask (B, Lk) and what it hides in each sentence's (Lq, Lk) scores
-    fig = new_figure((13, 3.6), layout="constrained")
     axes = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
     _grid(
         axes[0],
@@ -130,10 +144,10 @@ def _figures(r: MaskDemo, out: Path) -> list[Path]:
         )
         axes[b + 1].set_xlabel("keys")
         axes[b + 1].set_ylabel("queries")
-    paths.append(save_figure(fig, out / "masks-key-padding.png"))
 
-    # 2. the causal attn_mask, bool and float, on "I am very happy"
-    fig = new_figure((8, 3.8), layout="constrained")
+
+def _draw_attn_mask(fig: Any, r: MaskDemo) -> None:
+    """Figure 2: the causal ``attn_mask``, bool and float, on "I am very happy"."""
     axes = fig.subplots(1, 2)
     t = list(CAUSAL_TOKENS)
     _grid(axes[0], r.small_causal, t, t, title="attn_mask, bool: True = not allowed")
@@ -148,10 +162,11 @@ def _figures(r: MaskDemo, out: Path) -> list[Path]:
     for ax in axes:
         ax.set_xlabel("keys")
         ax.set_ylabel("queries")
-    paths.append(save_figure(fig, out / "masks-attn-mask.png"))
 
-    # 3. the merge, per sentence: padding | causal = merged
-    fig = new_figure((12, 7.2), layout="constrained")
+
+def _draw_merged(fig: Any, r: MaskDemo) -> None:
+    """Figure 3: the merge, per sentence: padding | causal = merged."""
+    B, L = r.key_padding_mask.shape
     axes = fig.subplots(B, 3)
     for b in range(B):
         toks = BATCH[b]
@@ -185,10 +200,11 @@ def _figures(r: MaskDemo, out: Path) -> list[Path]:
     for ax in axes[-1]:
         ax.set_xlabel("keys")
     fig.suptitle("merging the two masks: a position is hidden if either mask hides it (OR)")
-    paths.append(save_figure(fig, out / "masks-merged.png"))
 
-    # 4. what is left: the attention weights, zero wherever the merged mask is True
-    fig = new_figure((10, 4.4), layout="constrained")
+
+def _draw_weights(fig: Any, r: MaskDemo) -> None:
+    """Figure 4: what is left, the attention weights, zero wherever the merged mask is True."""
+    B, L = r.key_padding_mask.shape
     axes = fig.subplots(1, B)
     image = None
     for b, ax in enumerate(axes):
@@ -212,8 +228,6 @@ def _figures(r: MaskDemo, out: Path) -> list[Path]:
     axes[0].set_ylabel("queries")
     fig.colorbar(image, ax=axes, shrink=0.7)
     fig.suptitle("attention weights under the merged mask (random scores): rows sum to 1")
-    paths.append(save_figure(fig, out / "masks-weights.png"))
-    return paths
 
 
 def _bools(m: Tensor) -> None:

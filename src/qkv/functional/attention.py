@@ -302,112 +302,154 @@ def _choose(
     """The backend for a planned call; ``pad_bytes``: the weights returned with the trimmed
     keys' zero columns put back (counted with the materialised computation)."""
     budget = _MEMORY_BUDGET if budget is None else budget
-    B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
     params = [t for t in (scale, arg) if isinstance(t, Tensor)]
     grad = _needs_grad(query, key, value, *params)
-    elem = query.element_size()
     reference_bytes = _reference_bytes(query, spec, kind, grad) + pad_bytes
     not_fused = _why_not_fused(query, key, kind, scale, need_weights)
-    not_chunked = []
-    if need_weights:
-        not_chunked.append("need_weights=True: the chunked backend never holds the weights")
-    if Lq == 0 or Lk == 0:
-        not_chunked.append("empty query or key sequence")
-    float_masks = (spec.key_padding_mask, spec.attn_mask)
-    if any(m is not None and m.requires_grad for m in float_masks) and torch.is_grad_enabled():
-        not_chunked.append(
-            "a float mask requires grad (the chunked backend treats masks as constant)"
-        )
-
-    def too_big() -> str:
-        return (
-            f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
-            f"(memory budget {_fmt_bytes(budget)})"
-        )
-
-    way_out = "raise the budget (memory_budget= bytes, or qkv.functional.set_memory_budget()) or "
+    not_chunked = _why_not_chunked(spec, need_weights)
     if backend != "auto":
         blockers = {"fused": not_fused, "chunked": not_chunked, "reference": []}[backend]
         if blockers:
             raise ValueError(f"backend: {backend!r} cannot run this call: {'; '.join(blockers)}")
-        # a forced backend keeps the budget and the available memory: refused before anything
-        # is allocated
-        held = {
-            "reference": (reference_bytes, f"the {B}x{H}x{Lq}x{Lk} scores and weights"),
-            "fused": (spec.built_mask_elements() * (1 + elem), "the mask it needs built"),
-        }.get(backend)
-        if held is not None:
-            chunked_too = "" if need_weights else " (the chunked backend runs in O(L) memory)"
-            if held[0] > budget:
-                raise AttentionMemoryError(
-                    f"backend: {backend!r} would materialise {held[1]}, about "
-                    f"{_fmt_bytes(held[0])}, over the memory budget of {_fmt_bytes(budget)}; "
-                    f"{way_out}pass backend='auto'{chunked_too}"
-                )
-            avail = _available_for(held[0], query.device)
-            if avail is not None and held[0] > avail:
-                raise AttentionMemoryError(
-                    f"backend: {backend!r} would materialise {held[1]}, about "
-                    f"{_fmt_bytes(held[0])}, more than the {_fmt_bytes(avail)} available on "
-                    f"{query.device} (free memory, cgroup and ulimit -v limits); pass "
-                    f"backend='auto'{chunked_too}"
-                )
+        _check_forced_memory(backend, query, spec, need_weights, reference_bytes, budget)
         return BackendChoice(backend, ("requested by the caller",))
-
     if need_weights:
-        # the weights are materialised within the budget and the memory available, else refused
-        if reference_bytes > budget:
-            raise AttentionMemoryError(
-                f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
-                f"{_fmt_bytes(reference_bytes)} for the weights and scores, over the memory "
-                f"budget of {_fmt_bytes(budget)}; {way_out}pass need_weights=False (the "
-                "chunked backend then runs in O(L) memory)"
-            )
-        avail = _available_for(reference_bytes, query.device)
-        if avail is not None and reference_bytes > avail:
-            raise AttentionMemoryError(
-                f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
-                f"{_fmt_bytes(reference_bytes)} for the weights and scores, more than the "
-                f"{_fmt_bytes(avail)} available on {query.device} (free memory, cgroup and "
-                "ulimit -v limits); pass need_weights=False (the chunked backend then runs in "
-                "O(L) memory)"
-            )
+        _check_weights_memory(query, spec, reference_bytes, budget)
         return BackendChoice("reference", tuple(not_fused))
     if not not_fused:
-        build = spec.built_mask_elements()
-        # on the CPU, inference: the chunked backend computes index masks faster than the fused
-        # kernel reads a large materialised one; elsewhere only memory decides
-        cpu_inference = query.device.type == "cpu" and not grad
-        too_large = build > _MASK_ELEMENTS_LIMIT if cpu_inference else build * 4 > budget
-        if build and too_large and not not_chunked:
-            return BackendChoice(
-                "chunked",
-                (
-                    f"the fused kernel would need a materialised mask of {build} elements; "
-                    "the chunked backend computes it from indices",
-                ),
-            )
-        return BackendChoice("fused")
+        return _fused_or_chunked(query, spec, grad, budget, not_chunked)
+    return _reference_or_chunked(query, reference_bytes, budget, not_fused, not_chunked)
+
+
+_WAY_OUT = "raise the budget (memory_budget= bytes, or qkv.functional.set_memory_budget()) or "
+
+
+def _why_not_chunked(spec: MaskSpec, need_weights: bool) -> list[str]:
+    reasons = []
+    if need_weights:
+        reasons.append("need_weights=True: the chunked backend never holds the weights")
+    if spec.Lq == 0 or spec.Lk == 0:
+        reasons.append("empty query or key sequence")
+    float_masks = (spec.key_padding_mask, spec.attn_mask)
+    if any(m is not None and m.requires_grad for m in float_masks) and torch.is_grad_enabled():
+        reasons.append("a float mask requires grad (the chunked backend treats masks as constant)")
+    return reasons
+
+
+def _check_forced_memory(
+    backend: str,
+    query: Tensor,
+    spec: MaskSpec,
+    need_weights: bool,
+    reference_bytes: int,
+    budget: int,
+) -> None:
+    """A forced backend keeps the budget and the available memory: refused
+    (:class:`AttentionMemoryError`) before anything is allocated."""
+    B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
+    held = {
+        "reference": (reference_bytes, f"the {B}x{H}x{Lq}x{Lk} scores and weights"),
+        "fused": (
+            spec.built_mask_elements() * (1 + query.element_size()),
+            "the mask it needs built",
+        ),
+    }.get(backend)
+    if held is None:
+        return
+    chunked_too = "" if need_weights else " (the chunked backend runs in O(L) memory)"
+    if held[0] > budget:
+        raise AttentionMemoryError(
+            f"backend: {backend!r} would materialise {held[1]}, about "
+            f"{_fmt_bytes(held[0])}, over the memory budget of {_fmt_bytes(budget)}; "
+            f"{_WAY_OUT}pass backend='auto'{chunked_too}"
+        )
+    avail = _available_for(held[0], query.device)
+    if avail is not None and held[0] > avail:
+        raise AttentionMemoryError(
+            f"backend: {backend!r} would materialise {held[1]}, about "
+            f"{_fmt_bytes(held[0])}, more than the {_fmt_bytes(avail)} available on "
+            f"{query.device} (free memory, cgroup and ulimit -v limits); pass "
+            f"backend='auto'{chunked_too}"
+        )
+
+
+def _check_weights_memory(query: Tensor, spec: MaskSpec, reference_bytes: int, budget: int) -> None:
+    """The weights asked for are materialised within the budget and the memory available,
+    else refused (:class:`AttentionMemoryError`)."""
+    B, H, Lq, Lk = spec.B, spec.H, spec.Lq, spec.Lk
+    if reference_bytes > budget:
+        raise AttentionMemoryError(
+            f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
+            f"{_fmt_bytes(reference_bytes)} for the weights and scores, over the memory "
+            f"budget of {_fmt_bytes(budget)}; {_WAY_OUT}pass need_weights=False (the "
+            "chunked backend then runs in O(L) memory)"
+        )
+    avail = _available_for(reference_bytes, query.device)
+    if avail is not None and reference_bytes > avail:
+        raise AttentionMemoryError(
+            f"need_weights=True on {B}x{H}x{Lq}x{Lk} attention needs about "
+            f"{_fmt_bytes(reference_bytes)} for the weights and scores, more than the "
+            f"{_fmt_bytes(avail)} available on {query.device} (free memory, cgroup and "
+            "ulimit -v limits); pass need_weights=False (the chunked backend then runs in "
+            "O(L) memory)"
+        )
+
+
+def _fused_or_chunked(
+    query: Tensor, spec: MaskSpec, grad: bool, budget: int, not_chunked: list[str]
+) -> BackendChoice:
+    """A call the fused kernel can run: fused, unless the mask it would need built is large
+    and the chunked backend can compute it from indices instead."""
+    build = spec.built_mask_elements()
+    # on the CPU, inference: the chunked backend computes index masks faster than the fused
+    # kernel reads a large materialised one; elsewhere only memory decides
+    cpu_inference = query.device.type == "cpu" and not grad
+    too_large = build > _MASK_ELEMENTS_LIMIT if cpu_inference else build * 4 > budget
+    if build and too_large and not not_chunked:
+        return BackendChoice(
+            "chunked",
+            (
+                f"the fused kernel would need a materialised mask of {build} elements; "
+                "the chunked backend computes it from indices",
+            ),
+        )
+    return BackendChoice("fused")
+
+
+def _reference_or_chunked(
+    query: Tensor,
+    reference_bytes: int,
+    budget: int,
+    not_fused: list[str],
+    not_chunked: list[str],
+) -> BackendChoice:
+    """A call the fused kernel cannot run: the materialised scores within the budget and the
+    memory available, else the chunked backend (or, where it cannot run the call, the
+    materialised scores if the memory is there at all)."""
     avail = _available_for(reference_bytes, query.device)
     over_avail = avail is not None and reference_bytes > avail
-    if reference_bytes > budget or over_avail:
-        if not_chunked:
-            if avail is None:  # dropout: the reference only, if the memory is there
-                avail = _available_memory(query.device)
-            if avail is None or reference_bytes > avail:
-                raise AttentionMemoryError(
-                    f"{too_big()}, more than is available, and the chunked backend cannot run "
-                    f"this call: {'; '.join(not_chunked)}"
-                )
-            return BackendChoice("reference", (*not_fused, *not_chunked))
-        if over_avail and reference_bytes <= budget:
-            why = (
-                f"materialised weights would take about {_fmt_bytes(reference_bytes)}, more "
-                f"than the {_fmt_bytes(avail)} available on {query.device}"
+    if reference_bytes <= budget and not over_avail:
+        return BackendChoice("reference", tuple(not_fused))
+    too_big = (
+        f"materialised weights would take about {_fmt_bytes(reference_bytes)} "
+        f"(memory budget {_fmt_bytes(budget)})"
+    )
+    if not_chunked:
+        if avail is None:  # dropout: the reference only, if the memory is there
+            avail = _available_memory(query.device)
+        if avail is None or reference_bytes > avail:
+            raise AttentionMemoryError(
+                f"{too_big}, more than is available, and the chunked backend cannot run "
+                f"this call: {'; '.join(not_chunked)}"
             )
-            return BackendChoice("chunked", (*not_fused, why))
-        return BackendChoice("chunked", (*not_fused, too_big()))
-    return BackendChoice("reference", tuple(not_fused))
+        return BackendChoice("reference", (*not_fused, *not_chunked))
+    if over_avail and reference_bytes <= budget:
+        why = (
+            f"materialised weights would take about {_fmt_bytes(reference_bytes)}, more "
+            f"than the {_fmt_bytes(avail)} available on {query.device}"
+        )
+        return BackendChoice("chunked", (*not_fused, why))
+    return BackendChoice("chunked", (*not_fused, too_big))
 
 
 # ---------------------------------------------------------------------------- backends

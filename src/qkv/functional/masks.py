@@ -25,6 +25,10 @@ backend, the chunked planner included, asks them through :class:`MaskSpec`.  A n
 kind is one more :class:`IndexMask` subclass here, built in :meth:`MaskSpec.__post_init__` and
 listed in :data:`INDEX_MASKS`; without ``key_bounds`` it is applied everywhere and nothing is
 skipped, so the chunked backend can never ignore it.
+
+A module that appends keys of its own to a call (``torch.nn.MultiheadAttention``'s
+``add_bias_kv``/``add_zero_attn``) rewrites the call's masks over them with
+:func:`append_visible_keys`, not by hand.
 """
 
 from __future__ import annotations
@@ -36,9 +40,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["INDEX_MASKS", "Causal", "IndexMask", "MaskSpec", "ValidLens", "Window", "check_masks"]
+__all__ = [
+    "INDEX_MASKS",
+    "Causal",
+    "IndexMask",
+    "MaskSpec",
+    "ValidLens",
+    "Window",
+    "append_visible_keys",
+    "check_masks",
+]
 
 _CPU = torch.device("cpu")
 
@@ -523,125 +537,248 @@ def check_masks(
     """
     if sync_free is None:
         sync_free = torch.compiler.is_compiling()
+    is_causal = _check_is_causal(is_causal)
+    vl, lens_range = None, None
+    if valid_lens is not None:
+        vl, lens_causal, lens_range = _check_valid_lens(valid_lens, B, Lq, Lk, device, sync_free)
+        is_causal = is_causal or lens_causal
+    kpm = None
+    if key_padding_mask is not None:
+        kpm = _check_key_padding_mask(key_padding_mask, B, Lk, device, sync_free)
+    am = None
+    if attn_mask is not None:
+        am = _check_attn_mask(attn_mask, B, H, Lq, Lk, device, batched_heads)
+    if window is not None:
+        window = _check_window(window)
+    return MaskSpec(
+        B, H, Lq, Lk, vl, kpm, am, is_causal, window, torch.device(device), lens_range=lens_range
+    )
+
+
+def _check_is_causal(is_causal: object) -> bool:
     if type(is_causal).__name__ == "bool_":  # numpy.bool_
         is_causal = bool(is_causal)
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: expected a bool, got {_describe(is_causal)}")
-    vl = None
-    if valid_lens is not None:
-        if not isinstance(valid_lens, Tensor):
-            try:
-                valid_lens = torch.as_tensor(valid_lens)
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise TypeError(
-                    f"valid_lens: expected an integer tensor of shape ({B},) or ({B}, {Lq}), "
-                    f"got {_describe(valid_lens)}"
-                ) from e
-        if (
-            valid_lens.is_floating_point()
-            or valid_lens.is_complex()
-            or valid_lens.dtype == torch.bool
-        ):
+    return is_causal
+
+
+def _lens_tensor(valid_lens: Tensor | Sequence[int], B: int, Lq: int) -> Tensor:
+    """``valid_lens`` as an integer tensor of shape ``(B,)`` or ``(B, Lq)``, else an error."""
+    if not isinstance(valid_lens, Tensor):
+        try:
+            valid_lens = torch.as_tensor(valid_lens)
+        except (TypeError, ValueError, RuntimeError) as e:
             raise TypeError(
-                f"valid_lens: expected an integer tensor (lengths), got {_describe(valid_lens)}"
-            )
-        if tuple(valid_lens.shape) not in ((B,), (B, Lq)):
+                f"valid_lens: expected an integer tensor of shape ({B},) or ({B}, {Lq}), "
+                f"got {_describe(valid_lens)}"
+            ) from e
+    if valid_lens.is_floating_point() or valid_lens.is_complex() or valid_lens.dtype == torch.bool:
+        raise TypeError(
+            f"valid_lens: expected an integer tensor (lengths), got {_describe(valid_lens)}"
+        )
+    if tuple(valid_lens.shape) not in ((B,), (B, Lq)):
+        raise ValueError(
+            f"valid_lens: expected shape ({B},) or ({B}, {Lq}) for batch {B} and "
+            f"{Lq} queries, got shape {tuple(valid_lens.shape)}"
+        )
+    return valid_lens
+
+
+def _check_valid_lens(
+    valid_lens: Tensor | Sequence[int],
+    B: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+    sync_free: bool,
+) -> tuple[Tensor | None, bool, tuple[int, int] | None]:
+    """``valid_lens`` checked and canonical: ``(lens, causal, lens_range)``.
+
+    ``lens`` is ``(B, 1, Lq|1, 1)`` int64, or None where the lengths hide no key or are the
+    causal mask (``causal`` True: per-query lengths ``1..Lq``, the book's decoder training
+    mask); ``lens_range`` is the ``(min, max)`` of ``(B, 1, 1, 1)`` lengths read on the host
+    (None: not read, per query, or no lengths left).  With ``sync_free`` nothing is read back:
+    the lengths are kept as given.
+    """
+    valid_lens = _lens_tensor(valid_lens, B, Lq)
+    lens_range = None
+    if valid_lens.numel() and not sync_free:
+        lo, hi = (int(x) for x in torch.stack(torch.aminmax(valid_lens)).tolist())  # 1 sync
+        lens_range = (lo, hi)
+        if lo < 0 or hi > Lk:
             raise ValueError(
-                f"valid_lens: expected shape ({B},) or ({B}, {Lq}) for batch {B} and "
-                f"{Lq} queries, got shape {tuple(valid_lens.shape)}"
+                f"valid_lens: expected lengths in [0, {Lk}] (the number of keys), "
+                f"got values from {lo} to {hi}"
             )
+    vl = valid_lens.to(device=device, dtype=torch.long)
+    causal = False
+    if vl.dim() == 2 and Lq > 0 and not sync_free:
+        # canonical forms: per-query lengths 1..Lq are the causal mask (the book's decoder
+        # training mask); lengths equal across queries are a key-padding mask
+        if torch.equal(vl, torch.arange(1, Lq + 1, device=device).clamp(max=Lk).expand(B, Lq)):
+            vl, causal = None, True
+        elif bool((vl == vl[:, :1]).all()):
+            vl = vl[:, 0]
+    if vl is not None:
+        vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
+    if vl is None or vl.shape[2] != 1:
+        lens_range = None  # the range read was of per-query lengths, or they are gone
+    if not sync_free:
+        vl = _drop_noop_lens(vl, Lk, lens_range)
+    if vl is None:
         lens_range = None
-        if valid_lens.numel() and not sync_free:
-            lo, hi = (int(x) for x in torch.stack(torch.aminmax(valid_lens)).tolist())  # 1 sync
-            lens_range = (lo, hi)
-            if lo < 0 or hi > Lk:
-                raise ValueError(
-                    f"valid_lens: expected lengths in [0, {Lk}] (the number of keys), "
-                    f"got values from {lo} to {hi}"
-                )
-        vl = valid_lens.to(device=device, dtype=torch.long)
-        if vl.dim() == 2 and Lq > 0 and not sync_free:
-            # canonical forms: per-query lengths 1..Lq are the causal mask (the book's decoder
-            # training mask); lengths equal across queries are a key-padding mask
-            if torch.equal(vl, torch.arange(1, Lq + 1, device=device).clamp(max=Lk).expand(B, Lq)):
-                vl, is_causal = None, True
-            elif bool((vl == vl[:, :1]).all()):
-                vl = vl[:, 0]
-        if vl is not None:
-            vl = vl.view(B, 1, 1, 1) if vl.dim() == 1 else vl.view(B, 1, Lq, 1)
-        if vl is None or vl.shape[2] != 1:
-            lens_range = None  # the range read was of per-query lengths, or they are gone
-        if not sync_free:
-            vl = _drop_noop_lens(vl, Lk, lens_range)
-        if vl is None:
-            lens_range = None
+    return vl, causal, lens_range
 
-    kpm = None
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, Tensor):
-            raise TypeError(
-                f"key_padding_mask: expected a bool or float tensor of shape ({B}, {Lk}), "
-                f"got {_describe(key_padding_mask)}"
-            )
-        if key_padding_mask.dtype != torch.bool and not key_padding_mask.is_floating_point():
-            raise TypeError(
-                "key_padding_mask: expected dtype torch.bool (True = padding) or a float dtype "
-                f"(added to the scores), got {key_padding_mask.dtype}"
-            )
-        if tuple(key_padding_mask.shape) != (B, Lk):
-            raise ValueError(
-                f"key_padding_mask: expected shape ({B}, {Lk}) (batch, keys), "
-                f"got {tuple(key_padding_mask.shape)}"
-            )
-        kpm = key_padding_mask.to(device).view(B, 1, 1, Lk)
-        if not sync_free:
-            kpm = _drop_noop(kpm)
 
+def _check_key_padding_mask(
+    key_padding_mask: object, B: int, Lk: int, device: torch.device, sync_free: bool
+) -> Tensor | None:
+    """``key_padding_mask`` ``(B, Lk)`` checked, as ``(B, 1, 1, Lk)`` on ``device`` (None: a
+    bool mask that hides nothing, unless ``sync_free``)."""
+    if not isinstance(key_padding_mask, Tensor):
+        raise TypeError(
+            f"key_padding_mask: expected a bool or float tensor of shape ({B}, {Lk}), "
+            f"got {_describe(key_padding_mask)}"
+        )
+    if key_padding_mask.dtype != torch.bool and not key_padding_mask.is_floating_point():
+        raise TypeError(
+            "key_padding_mask: expected dtype torch.bool (True = padding) or a float dtype "
+            f"(added to the scores), got {key_padding_mask.dtype}"
+        )
+    if tuple(key_padding_mask.shape) != (B, Lk):
+        raise ValueError(
+            f"key_padding_mask: expected shape ({B}, {Lk}) (batch, keys), "
+            f"got {tuple(key_padding_mask.shape)}"
+        )
+    kpm = key_padding_mask.to(device).view(B, 1, 1, Lk)
+    return kpm if sync_free else _drop_noop(kpm)
+
+
+def _check_attn_mask(
+    attn_mask: object,
+    B: int,
+    H: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+    batched_heads: bool,
+) -> Tensor:
+    """``attn_mask`` checked, as ``(B|1, H|1, Lq, Lk)`` on ``device``: ``(Lq, Lk)``,
+    ``(B, Lq, Lk)`` or, with ``batched_heads``, 4-D."""
+    if not isinstance(attn_mask, Tensor):
+        raise TypeError(f"attn_mask: expected a bool or float tensor, got {_describe(attn_mask)}")
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError(
+            "attn_mask: expected dtype torch.bool (True = not allowed) or a float dtype "
+            f"(added to the scores), got {attn_mask.dtype}"
+        )
+    shape = tuple(attn_mask.shape)
     am = None
-    if attn_mask is not None:
-        if not isinstance(attn_mask, Tensor):
-            raise TypeError(
-                f"attn_mask: expected a bool or float tensor, got {_describe(attn_mask)}"
-            )
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise TypeError(
-                "attn_mask: expected dtype torch.bool (True = not allowed) or a float dtype "
-                f"(added to the scores), got {attn_mask.dtype}"
-            )
-        shape = tuple(attn_mask.shape)
-        ok = False
-        if attn_mask.dim() == 2:
-            ok = shape == (Lq, Lk)
-            am = attn_mask.view(1, 1, Lq, Lk) if ok else None
-        elif attn_mask.dim() == 3:
-            ok = shape == (B, Lq, Lk)
-            am = attn_mask.view(B, 1, Lq, Lk) if ok else None
-        elif attn_mask.dim() == 4 and batched_heads:
-            ok = shape[0] in (1, B) and shape[1] in (1, H) and shape[2:] == (Lq, Lk)
-            am = attn_mask if ok else None
-        if not ok:
-            allowed = f"({Lq}, {Lk}) or ({B}, {Lq}, {Lk})"
-            if batched_heads:
-                allowed += f" or ({B}|1, {H}|1, {Lq}, {Lk})"
-            raise ValueError(f"attn_mask: expected shape {allowed}, got {shape}")
-        am = am.to(device)
+    if attn_mask.dim() == 2 and shape == (Lq, Lk):
+        am = attn_mask.view(1, 1, Lq, Lk)
+    elif attn_mask.dim() == 3 and shape == (B, Lq, Lk):
+        am = attn_mask.view(B, 1, Lq, Lk)
+    elif (
+        attn_mask.dim() == 4
+        and batched_heads
+        and shape[0] in (1, B)
+        and shape[1] in (1, H)
+        and shape[2:] == (Lq, Lk)
+    ):
+        am = attn_mask
+    if am is None:
+        allowed = f"({Lq}, {Lk}) or ({B}, {Lq}, {Lk})"
+        if batched_heads:
+            allowed += f" or ({B}|1, {H}|1, {Lq}, {Lk})"
+        raise ValueError(f"attn_mask: expected shape {allowed}, got {shape}")
+    return am.to(device)
 
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
-            raise TypeError(f"window: expected a positive int, got {_describe(window)}")
-        window = int(window)
-        if window < 1:
-            raise ValueError(f"window: expected a positive int, got {window}")
-    return MaskSpec(
-        B,
-        H,
-        Lq,
-        Lk,
-        vl,
-        kpm,
-        am,
-        is_causal,
-        window,
-        torch.device(device),
-        lens_range=lens_range if valid_lens is not None else None,
+
+def _check_window(window: object) -> int:
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+        raise TypeError(f"window: expected a positive int, got {_describe(window)}")
+    window = int(window)
+    if window < 1:
+        raise ValueError(f"window: expected a positive int, got {window}")
+    return window
+
+
+def append_visible_keys(
+    extra: int,
+    *,
+    B: int,
+    H: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+    valid_lens: Tensor | Sequence[int] | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The masks of a call over ``Lk`` keys, rewritten for ``extra`` more keys appended after
+    them that every query sees (``torch.nn.MultiheadAttention``'s ``add_bias_kv`` and
+    ``add_zero_attn``).
+
+    ``valid_lens`` count the ``Lk`` given keys, so they cannot stay lengths: ``(B,)`` lengths
+    become a bool padding mask merged into ``key_padding_mask``, per-query ones a bool
+    ``(B, H, Lq, Lk)`` mask merged into ``attn_mask`` (True or ``-inf`` where hidden, as the mask
+    merged into is bool or float).  Both masks then get ``extra`` columns that hide nothing.
+
+    Args:
+        key_padding_mask: ``(B, Lk)``, bool or float, or None.
+        attn_mask: ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``, bool or float, or None.
+
+    Returns:
+        ``(key_padding_mask (B, Lk + extra) | None, attn_mask (..., Lq, Lk + extra) | None)``.
+    """
+    if valid_lens is not None:
+        key_padding_mask, attn_mask = _lens_into_masks(
+            valid_lens, key_padding_mask, attn_mask, B, H, Lq, Lk, device
+        )
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.shape != (B, Lk):
+            got = (
+                tuple(key_padding_mask.shape)
+                if isinstance(key_padding_mask, Tensor)
+                else type(key_padding_mask).__name__
+            )
+            raise ValueError(f"key_padding_mask: expected shape ({B}, {Lk}), got {got}")
+        key_padding_mask = F.pad(key_padding_mask, (0, extra))
+    if attn_mask is not None:
+        attn_mask = F.pad(attn_mask, (0, extra))
+    return key_padding_mask, attn_mask
+
+
+def _lens_into_masks(
+    valid_lens: Tensor | Sequence[int],
+    key_padding_mask: Tensor | None,
+    attn_mask: Tensor | None,
+    B: int,
+    H: int,
+    Lq: int,
+    Lk: int,
+    device: torch.device,
+) -> tuple[Tensor | None, Tensor | None]:
+    """``valid_lens`` (checked by :func:`check_masks`) merged into ``key_padding_mask``
+    ``(B, Lk)`` or, per query, ``attn_mask`` (see :func:`append_visible_keys`)."""
+    spec = check_masks(
+        B=B, H=1, Lq=Lq, Lk=Lk, device=device, batched_heads=True, valid_lens=valid_lens
     )
+    blocked = spec.blocked()  # (B, 1, 1|Lq, Lk) or None (lengths that mask nothing)
+    if blocked is None:
+        return key_padding_mask, attn_mask
+    if blocked.shape[2] == 1:
+        pad = blocked.view(B, Lk)
+        if key_padding_mask is None:
+            return pad, attn_mask
+        if key_padding_mask.dtype == torch.bool:
+            return key_padding_mask | pad, attn_mask
+        return key_padding_mask.masked_fill(pad, float("-inf")), attn_mask
+    per_query = blocked.expand(B, H, Lq, Lk)
+    if attn_mask is None:
+        return key_padding_mask, per_query
+    am = attn_mask if attn_mask.dim() == 4 else attn_mask.view(1, 1, Lq, Lk)
+    if am.dtype == torch.bool:
+        return key_padding_mask, am | per_query
+    return key_padding_mask, am.masked_fill(per_query, float("-inf"))

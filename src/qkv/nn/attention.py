@@ -1,6 +1,12 @@
 """Attention modules: thin owners of parameters around :func:`qkv.functional.attention`.
 
-None of them computes a softmax or builds a mask by itself.
+None of them computes a softmax or builds a mask by itself: the masks a caller gives go to
+:func:`~qkv.functional.attention` as they are, with two exceptions in
+:class:`MultiheadAttention`, both through :mod:`qkv.functional.masks`.  It reads the masks
+(:meth:`~qkv.functional.masks.MaskSpec.key_extent`) to skip projecting keys that no query sees,
+cutting the masks to the keys kept; and torch's ``add_bias_kv``/``add_zero_attn`` append keys that
+every query sees, so :func:`~qkv.functional.masks.append_visible_keys` rewrites the masks over
+them (lengths, which count the given keys only, become bool masks).
 
 * :class:`MultiheadAttention`: a drop-in for ``torch.nn.MultiheadAttention`` (same constructor,
   parameter names, forward and outputs), faster on the CPU and finite where torch returns NaN.
@@ -19,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..functional import additive_attention, attention, check_masks
+from ..functional.masks import append_visible_keys
 from ..functional.scores import Score
 from ._checks import positive_int as _positive_int
 from ._checks import probability as _dropout
@@ -295,70 +302,19 @@ class MultiheadAttention(_ScoredAttention):
             ``(B, L, S)`` or ``(B, H, L, S)`` (no batch axis when unbatched), or None.
         """
         batched = self._check_inputs(query, key, value)
-
-        def batch_first(t: Tensor) -> Tensor:  # views only
-            if not batched:
-                return t.unsqueeze(0)  # (L, E) -> (1, L, E)
-            return t if self.batch_first else t.transpose(0, 1)  # (L, B, D) -> (B, L, D)
-
-        # keep `query is key is value` visible to the projection (one GEMM for self-attention)
-        q_in = batch_first(query)
-        k_in = q_in if key is query else batch_first(key)
-        v_in = k_in if value is key else (q_in if value is query else batch_first(value))
-        query, key, value = q_in, k_in, v_in
-        if key_padding_mask is not None and not isinstance(key_padding_mask, Tensor):
-            raise TypeError(
-                "key_padding_mask: expected a bool or float tensor, got "
-                f"{type(key_padding_mask).__name__}"
-            )
-        if not batched and key_padding_mask is not None:
-            key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S)
+        query, key, value = self._batch_first(query, key, value, batched)
+        key_padding_mask, attn_mask = self._check_call(
+            query, key, key_padding_mask, attn_mask, window, batched
+        )
         B, L, _ = query.shape
         S = key.shape[1]
-        if key.shape[0] != B:
-            raise ValueError(
-                f"key: expected batch size {B} like query, got {key.shape[0]} "
-                f"(batch_first={self.batch_first})"
-            )
-
-        if attn_mask is not None:
-            if not isinstance(attn_mask, Tensor):
-                raise TypeError(f"attn_mask: expected a tensor, got {type(attn_mask).__name__}")
-            attn_mask = self._head_mask(attn_mask, B, L, S)
         extra_keys = self.bias_k is not None or self.add_zero_attn
-        if window is not None and extra_keys:
-            raise ValueError(
-                "window: a sliding window counts key positions from the queries', and the keys "
-                "add_bias_kv/add_zero_attn append after the last one would fall out of it; "
-                "build the module without them to use window="
-            )
         S_in = S  # the weights returned cover every key given
         if not extra_keys and (key_padding_mask is not None or valid_lens is not None):
-            # keys that every query has masked (padding shared by the whole batch) are never
-            # projected: their key/value rows would only be multiplied by zero weights (and
-            # weights asked for get them back as zero columns, after the mean over heads)
-            end = check_masks(
-                B=B,
-                H=1,
-                Lq=L,
-                Lk=S,
-                device=query.device,
-                batched_heads=True,
-                valid_lens=valid_lens,
-                key_padding_mask=key_padding_mask,
-            ).key_extent()
-            if 0 < end < S:
-                # one slice for both when key is value: their projection stays one GEMM
-                trimmed = key[:, :end]
-                value = trimmed if value is key else value[:, :end]
-                key = trimmed
-                if key_padding_mask is not None:
-                    key_padding_mask = key_padding_mask[:, :end]
-                if valid_lens is not None:
-                    valid_lens = torch.as_tensor(valid_lens).clamp(max=end)
-                if attn_mask is not None:
-                    attn_mask = attn_mask[..., :end]
-                S = end
+            key, value, key_padding_mask, valid_lens, attn_mask = self._drop_unseen_keys(
+                L, key, value, key_padding_mask, valid_lens, attn_mask, query.device
+            )
+            S = key.shape[1]
         q, k, v = self._project(query, key, value)  # (B, L|S, E)
         if is_causal and attn_mask is not None:
             # torch's contract: attn_mask is the causal mask and is_causal a hint.  Like torch,
@@ -368,16 +324,21 @@ class MultiheadAttention(_ScoredAttention):
                 attn_mask = None
             else:
                 is_causal = False
-        if self.bias_k is not None or self.add_zero_attn:
-            if valid_lens is not None:
-                # lengths count the given keys; the extra ones must stay visible
-                key_padding_mask, attn_mask = self._lens_to_masks(
-                    valid_lens, key_padding_mask, attn_mask, B, L, S
-                )
-                valid_lens = None
-            k, v, key_padding_mask, attn_mask = self._extend_keys(
-                k, v, key_padding_mask, attn_mask, B, S
+        if extra_keys:
+            k, v = self._extend_keys(k, v)
+            # lengths count the given keys; the extra ones must stay visible
+            key_padding_mask, attn_mask = append_visible_keys(
+                k.shape[1] - S,
+                B=B,
+                H=self.num_heads,
+                Lq=L,
+                Lk=S,
+                device=self.out_proj.weight.device,
+                valid_lens=valid_lens,
+                key_padding_mask=key_padding_mask,
+                attn_mask=attn_mask,
             )
+            valid_lens = None
 
         H, d = self.num_heads, self.head_dim
         # (B, L, E) -> (B, L, H, d) -> (B, H, L, d): views, no copies
@@ -396,74 +357,132 @@ class MultiheadAttention(_ScoredAttention):
             window=window,
             need_weights=need_weights,
         )
-        # (B, H, L, d) -> (B, L, H, d) -> (B, L, D), or (L, B, D) for seq-first
-        if self.batch_first or not batched:
-            out = out.transpose(1, 2).reshape(B, L, self.embed_dim)
-        else:
-            out = out.permute(2, 0, 1, 3).reshape(L, B, self.embed_dim)
-        out = self.out_proj(out)
+        out = self.out_proj(self._merge_heads(out, batched))
         if not batched:
             out = out.squeeze(0)
         if weights is not None:
             if average_attn_weights:
                 weights = weights.mean(dim=1)
-            if S_in > S:
+            if S_in > S:  # the keys dropped unseen: zero columns
                 weights = F.pad(weights, (0, S_in - S))
             if not batched:
                 weights = weights.squeeze(0)
         return out, weights
 
-    def _lens_to_masks(self, valid_lens, key_padding_mask, attn_mask, B, L, S):
-        """``valid_lens`` as a bool padding mask ``(B, S)`` or, per query, a ``(B, H, L, S)``
-        attn_mask merged with the given masks (validated by the functional checks)."""
-        spec = check_masks(
+    def _check_call(
+        self,
+        query: Tensor,
+        key: Tensor,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        window: int | None,
+        batched: bool,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The checks of a call on batch-first ``query`` ``(B, L, D)`` and ``key``
+        ``(B, S, kdim)``; returns the masks in that layout: ``key_padding_mask`` ``(B, S)`` and
+        ``attn_mask`` ``(L, S)`` or ``(B, H, L, S)`` (see :meth:`_head_mask`)."""
+        if key_padding_mask is not None and not isinstance(key_padding_mask, Tensor):
+            raise TypeError(
+                "key_padding_mask: expected a bool or float tensor, got "
+                f"{type(key_padding_mask).__name__}"
+            )
+        if not batched and key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S)
+        B, L, _ = query.shape
+        S = key.shape[1]
+        if key.shape[0] != B:
+            raise ValueError(
+                f"key: expected batch size {B} like query, got {key.shape[0]} "
+                f"(batch_first={self.batch_first})"
+            )
+        if attn_mask is not None:
+            if not isinstance(attn_mask, Tensor):
+                raise TypeError(f"attn_mask: expected a tensor, got {type(attn_mask).__name__}")
+            attn_mask = self._head_mask(attn_mask, B, L, S)
+        if window is not None and (self.bias_k is not None or self.add_zero_attn):
+            raise ValueError(
+                "window: a sliding window counts key positions from the queries', and the keys "
+                "add_bias_kv/add_zero_attn append after the last one would fall out of it; "
+                "build the module without them to use window="
+            )
+        return key_padding_mask, attn_mask
+
+    def _batch_first(
+        self, query: Tensor, key: Tensor, value: Tensor, batched: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The inputs as ``(B, L, .)`` views; ``query is key is value`` stays visible to the
+        projection (one GEMM for self-attention)."""
+
+        def view(t: Tensor) -> Tensor:
+            if not batched:
+                return t.unsqueeze(0)  # (L, E) -> (1, L, E)
+            return t if self.batch_first else t.transpose(0, 1)  # (L, B, D) -> (B, L, D)
+
+        q_in = view(query)
+        k_in = q_in if key is query else view(key)
+        v_in = k_in if value is key else (q_in if value is query else view(value))
+        return q_in, k_in, v_in
+
+    def _drop_unseen_keys(
+        self,
+        L: int,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None,
+        valid_lens: Tensor | Sequence[int] | None,
+        attn_mask: Tensor | None,
+        device: torch.device,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | Sequence[int] | None, Tensor | None]:
+        """Keys that every query has masked (padding shared by the whole batch) are never
+        projected: their key/value rows would only be multiplied by zero weights (and weights
+        asked for get them back as zero columns, after the mean over heads).  Returns key,
+        value ``(B, S', .)`` and the masks cut to the ``S'`` keys kept (as given when none is
+        dropped)."""
+        B, S = key.shape[:2]
+        end = check_masks(
             B=B,
             H=1,
             Lq=L,
             Lk=S,
-            device=self.out_proj.weight.device,
+            device=device,
             batched_heads=True,
             valid_lens=valid_lens,
-        )
-        blocked = spec.blocked()  # (B, 1, 1|L, S) or None (lengths that mask nothing)
-        if blocked is None:
-            return key_padding_mask, attn_mask
-        if blocked.shape[2] == 1:
-            pad = blocked.view(B, S)
-            if key_padding_mask is None:
-                return pad, attn_mask
-            if key_padding_mask.dtype == torch.bool:
-                return key_padding_mask | pad, attn_mask
-            return key_padding_mask.masked_fill(pad, float("-inf")), attn_mask
-        per_query = blocked.expand(B, self.num_heads, L, S)
-        if attn_mask is None:
-            return key_padding_mask, per_query
-        am = attn_mask if attn_mask.dim() == 4 else attn_mask.view(1, 1, L, S)
-        if am.dtype == torch.bool:
-            return key_padding_mask, am | per_query
-        return key_padding_mask, am.masked_fill(per_query, float("-inf"))
+            key_padding_mask=key_padding_mask,
+        ).key_extent()
+        if not 0 < end < S:
+            return key, value, key_padding_mask, valid_lens, attn_mask
+        # one slice for both when key is value: their projection stays one GEMM
+        trimmed = key[:, :end]
+        value = trimmed if value is key else value[:, :end]
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask[:, :end]
+        if valid_lens is not None:
+            valid_lens = torch.as_tensor(valid_lens).clamp(max=end)
+        if attn_mask is not None:
+            attn_mask = attn_mask[..., :end]
+        return trimmed, value, key_padding_mask, valid_lens, attn_mask
 
-    def _extend_keys(self, k, v, key_padding_mask, attn_mask, B, S):
-        """torch's ``add_bias_kv`` / ``add_zero_attn``: extra key/value positions at the end."""
+    def _merge_heads(self, out: Tensor, batched: bool) -> Tensor:
+        """Attention values ``(B, H, L, d)`` as ``(B, L, D)``, ``(L, B, D)`` for seq-first or
+        ``(1, L, D)`` unbatched."""
+        B, _, L, _ = out.shape
+        if self.batch_first or not batched:
+            out = out.transpose(1, 2).reshape(B, L, self.embed_dim)
+        else:
+            out = out.permute(2, 0, 1, 3).reshape(L, B, self.embed_dim)
+        return out
+
+    def _extend_keys(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """torch's ``add_bias_kv`` / ``add_zero_attn``: extra key/value positions at the end of
+        ``(B, S, E)`` keys and values (their masks: :func:`append_visible_keys`)."""
+        B = k.shape[0]
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.expand(B, 1, -1)], dim=1)
             v = torch.cat([v, self.bias_v.expand(B, 1, -1)], dim=1)
         if self.add_zero_attn:
             k = torch.cat([k, k.new_zeros(B, 1, k.shape[-1])], dim=1)
             v = torch.cat([v, v.new_zeros(B, 1, v.shape[-1])], dim=1)
-        extra = k.shape[1] - S
-        if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.shape != (B, S):
-                got = (
-                    tuple(key_padding_mask.shape)
-                    if isinstance(key_padding_mask, Tensor)
-                    else type(key_padding_mask).__name__
-                )
-                raise ValueError(f"key_padding_mask: expected shape ({B}, {S}), got {got}")
-            key_padding_mask = F.pad(key_padding_mask, (0, extra))
-        if attn_mask is not None:
-            attn_mask = F.pad(attn_mask, (0, extra))
-        return k, v, key_padding_mask, attn_mask
+        return k, v
 
     def extra_repr(self) -> str:
         s = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -223,11 +223,20 @@ class TrainConfig:
     # -- validation -----------------------------------------------------------------------
     def validate(self) -> None:
         """Check every field; ValueError/TypeError naming the field otherwise."""
+        self._check_data()
+        self._check_choices()
+        self._check_counts()
+        self._check_numbers()
+        self._check_model_options()
 
-        def need(ok: bool, name: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"{name}: expected {what}, got {getattr(self, name)!r}")
+    def _need(self, ok: bool, name: str, what: str) -> None:
+        if not ok:
+            raise ValueError(f"{name}: expected {what}, got {getattr(self, name)!r}")
 
+    def _check_data(self) -> None:
+        """The data fields: the file, its columns and split, the text's normaliser and
+        tokenizer."""
+        need = self._need
         need(self.data is None or isinstance(self.data, str), "data", "a path or None")
         need(
             self.data_format is None or isinstance(self.data_format, str),
@@ -267,6 +276,10 @@ class TrainConfig:
             "'auto', 'word' or 'sentencepiece'",
         )
         need(self.subword_model in ("unigram", "bpe"), "subword_model", "'unigram' or 'bpe'")
+
+    def _check_choices(self) -> None:
+        """The names chosen from a list: model kind, preset, schedule."""
+        need = self._need
         need(self.model in MODEL_KINDS, "model", f"one of {MODEL_KINDS}")
         from .presets import TIERS
 
@@ -276,6 +289,10 @@ class TrainConfig:
             f"'auto', 'none' or one of {tuple(TIERS)}",
         )
         need(self.schedule in ("auto", *SCHEDULES), "schedule", f"'auto' or one of {SCHEDULES}")
+
+    def _check_counts(self) -> None:
+        """The integer fields (some None for auto) and the switches."""
+        need = self._need
         for name, lo in (
             ("split_seed", 0),
             ("min_freq", 1),
@@ -310,6 +327,10 @@ class TrainConfig:
         )
         for name in ("bf16", "tensorboard", "byte_fallback", "tune_decoding"):
             need(isinstance(getattr(self, name), bool), name, "true or false")
+
+    def _check_numbers(self) -> None:
+        """The real-valued fields (optimisation, time limits) and the device."""
+        need = self._need
         need(
             self.max_minutes is None or (_is_num(self.max_minutes) and self.max_minutes > 0),
             "max_minutes",
@@ -350,6 +371,10 @@ class TrainConfig:
             "a finite number >= 0 (0: off)",
         )
         need(isinstance(self.device, str) and bool(self.device), "device", "a device name")
+
+    def _check_model_options(self) -> None:
+        """``model_options``: known :class:`qkv.nn.Seq2SeqConfig` fields, whose values the
+        model config checks now, not after the data has been read."""
         if not isinstance(self.model_options, dict):
             raise TypeError(
                 f"model_options: expected a dict of Seq2SeqConfig fields, got "

@@ -1,6 +1,10 @@
 """Generator of the bundled English-French corpus (run by a developer, never at install time).
 
-    python -m qkv.data.generator --seed 0 --size 30000 --out src/qkv/data/corpus/en-fr.tsv.gz
+    python tools/corpus_generator.py --seed 0 --size 30000 --out src/qkv/data/corpus/en-fr.tsv.gz
+
+run from the repository root (or ``python -m tools.corpus_generator ...``). It is a developer
+tool, not part of the installed package: it imports nothing of qkv, and writes the file that
+``qkv.data.bundled_pairs()`` reads.
 
 It needs ``num2words`` (a dev extra). Every pair is built from a small lexicon by grammar rules,
 so the French is right by construction and each English sentence has exactly one French
@@ -1054,9 +1058,9 @@ def write_corpus(path: str | Path, triples: Sequence[tuple[str, str, str]]) -> N
 
 
 def main(argv: Sequence[str] | None = None, emit: Callable[[str], object] = print) -> int:
-    """Command line: ``python -m qkv.data.generator --out PATH [--size N] [--seed S]``."""
+    """Command line: ``python tools/corpus_generator.py --out PATH [--size N] [--seed S]``."""
     ap = argparse.ArgumentParser(
-        prog="python -m qkv.data.generator", description=__doc__.split("\n")[0]
+        prog="python tools/corpus_generator.py", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--out", required=True, help="output file (.tsv or .tsv.gz)")
     ap.add_argument("--size", type=int, default=30_000, help="number of pairs (default 30000)")
