@@ -181,7 +181,7 @@ def test_a_new_kind_is_one_registry_entry(monkeypatch):
 def test_explain_takes_exactly_the_arguments_of_attention():
     params = inspect.signature(qf.attention).parameters
     assert inspect.signature(qf.explain).parameters == params
-    assert list(inspect.signature(attention_module._plan).parameters) == list(params)
+    assert list(inspect.signature(attention_module.plan_call).parameters) == list(params)
     q = torch.randn(1, 2, 3)
     with pytest.raises(TypeError, match="scal"):
         qf.explain(q, q, q, scal=2.0)

@@ -128,25 +128,25 @@ def test_a_nan_stored_in_a_cache_still_reaches_its_row_and_only_its_row(where):
 
 
 def test_finite_marks_follow_the_cache_through_reorder_and_cast():
-    from qkv.functional.scores import _known_finite
+    from qkv.functional.scores import known_finite
 
     c = KVCache(static=True)
     k = torch.randn(3, 1, 4, 2)
     c.set(k, k.clone())
-    assert _known_finite(c.keys) and _known_finite(c.values)
+    assert known_finite(c.keys) and known_finite(c.values)
     c.reorder(torch.tensor([2, 0]))
-    assert _known_finite(c.keys)
+    assert known_finite(c.keys)
     c.to(torch.float16)  # a cast may overflow: no longer vouched for
-    assert not _known_finite(c.keys)
+    assert not known_finite(c.keys)
     g = KVCache()
     keys, _ = g.append(k, k)
-    assert _known_finite(keys)
+    assert known_finite(keys)
     bad = k.clone()
     bad[0, 0, 0, 0] = float("inf")
     keys, _ = g.append(bad[:, :, :1], k[:, :, :1])
-    assert not _known_finite(keys)
+    assert not known_finite(keys)
     keys, _ = g.append(k[:, :, :1], k[:, :, :1])  # an infinity stays in the cache
-    assert not _known_finite(keys)
+    assert not known_finite(keys)
 
 
 def test_many_reorders_and_appends_equal_a_plain_gathered_cache():

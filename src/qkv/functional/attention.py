@@ -652,7 +652,7 @@ def _plan_kind(
     return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice, pad)
 
 
-def _plan(
+def plan_call(
     query,
     key,
     value,
@@ -809,7 +809,7 @@ def attention(
     """
     # positional, in this signature's order (checked by the tests): the cheapest call
     return _run(
-        _plan(query, key, value, valid_lens, key_padding_mask, attn_mask, is_causal, window,
+        plan_call(query, key, value, valid_lens, key_padding_mask, attn_mask, is_causal, window,
               scale, score, dropout_p, need_weights, backend, memory_budget)
     )  # fmt: skip
 
@@ -839,7 +839,7 @@ def explain(query: Tensor, key: Tensor, value: Tensor, **options: Any) -> Backen
     except TypeError as e:  # an unknown or repeated argument, named as attention() would
         raise TypeError(f"explain() {e}") from None
     bound.apply_defaults()
-    return _plan(**bound.arguments).choice
+    return plan_call(**bound.arguments).choice
 
 
 def additive_attention(

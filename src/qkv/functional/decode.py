@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import _plan, attention
+from .attention import attention, plan_call
 from .masks import blocked_bias
-from .scores import _SYNC_FREE, _known_finite, acc_dtype, all_finite, score_kind
+from .scores import SYNC_FREE, acc_dtype, all_finite, known_finite, score_kind
 
 __all__ = [
     "PlannedKeys",
@@ -61,7 +61,7 @@ def _finite(t: Tensor) -> bool:
 
 
 def _fast_device(t: Tensor) -> bool:
-    return t.device.type in _SYNC_FREE and not torch.compiler.is_compiling()
+    return t.device.type in SYNC_FREE and not torch.compiler.is_compiling()
 
 
 _MATH_DTYPES = (torch.float32, torch.float64)
@@ -149,7 +149,7 @@ def plan_keys(
             f"{tuple(valid_lens.shape)}"
         )
     # attention()'s own planner
-    plan = _plan(
+    plan = plan_call(
         query=probe,
         key=key,
         value=value,
@@ -254,8 +254,8 @@ def cached_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
         and query.dtype == key.dtype == value.dtype
         and query.device == key.device == value.device
         and _fast_device(query)
-        and (_known_finite(key) or _finite(key))
-        and (_known_finite(value) or _finite(value))
+        and (known_finite(key) or _finite(key))
+        and (known_finite(value) or _finite(value))
         and _finite(query)
     ):
         d, Lk = query.shape[-1], key.shape[2]

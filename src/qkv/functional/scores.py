@@ -107,7 +107,7 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 #: devices where reading a value back costs no sync: nonfinite_rows answers None there
-_SYNC_FREE = frozenset({"cpu"})
+SYNC_FREE = frozenset({"cpu"})
 
 
 #: tensors known to hold only finite numbers: id -> weak reference (see mark_finite)
@@ -124,7 +124,7 @@ def mark_finite(*tensors: Tensor) -> None:
         _KNOWN_FINITE[key] = weakref.ref(t, lambda _, key=key: _KNOWN_FINITE.pop(key, None))
 
 
-def _known_finite(t: Tensor) -> bool:
+def known_finite(t: Tensor) -> bool:
     ref = _KNOWN_FINITE.get(id(t))
     return ref is not None and ref() is t
 
@@ -132,7 +132,7 @@ def _known_finite(t: Tensor) -> bool:
 def all_finite(*tensors: Tensor) -> bool | None:
     """Whether every number of ``tensors`` is finite, by one sum per tensor read back; None
     (unknown) off the devices where reading back costs no sync (the CPU)."""
-    if any(t.device.type not in _SYNC_FREE for t in tensors):
+    if any(t.device.type not in SYNC_FREE for t in tensors):
         return None
     total = 0.0
     for t in tensors:
@@ -164,9 +164,9 @@ def nonfinite_rows(q: Tensor, k: Tensor, v: Tensor, *, sync_free: bool = False) 
     acc = acc_dtype(q.dtype)
     kw = {} if acc == q.dtype else {"dtype": acc}
     # where a sync costs nothing, one sum per tensor first: finite is the usual answer
-    if not sync_free and q.device.type in _SYNC_FREE:
+    if not sync_free and q.device.type in SYNC_FREE:
         # keys and values a cache checked when it stored them are not summed again
-        unchecked = [t for t in (k, v) if not _known_finite(t)]
+        unchecked = [t for t in (k, v) if not known_finite(t)]
         total = q.sum(**kw)
         for t in unchecked:
             total = total + t.sum(**kw)
@@ -433,7 +433,7 @@ def _exp_ratio_factors(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor] | None:
     Shapes: q ``(B, H, Lq, h)``, k ``(B, H, Lk, h)`` (the same leading shape, else None).
     Returns ``P (B, H, h, Lq)`` and ``Q (B, H, h, Lk)``, each contiguous.
     """
-    if q.device.type not in _SYNC_FREE or q.shape[:-2] != k.shape[:-2]:
+    if q.device.type not in SYNC_FREE or q.shape[:-2] != k.shape[:-2]:
         return None
     if torch.compiler.is_compiling() or getattr(_SYNC_FREE_SCORES, "on", False):
         return None  # torch.export, torch.compile, the export backend: no data-dependent branch

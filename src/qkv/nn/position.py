@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._checks import dropout_rate
 from ._checks import positive_int as _positive_int
-from ._checks import probability
 
 __all__ = [
     "POSITIONAL_ENCODINGS",
@@ -28,10 +28,6 @@ __all__ = [
 ]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = ("sinusoidal", "learned", "rotary", "none")
-
-
-def _dropout(value: object) -> float:
-    return probability("dropout", value)
 
 
 def _offset(value: object) -> int | torch.SymInt:
@@ -101,7 +97,7 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.num_hiddens = _positive_int("num_hiddens", num_hiddens)
         _positive_int("max_len", max_len)
-        self.dropout = nn.Dropout(_dropout(dropout))
+        self.dropout = nn.Dropout(dropout_rate(dropout))
         P = sinusoidal_encoding(torch.arange(max_len), num_hiddens).unsqueeze(0)
         self.register_buffer("P", P, persistent=False)
 
@@ -136,7 +132,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.max_len = _positive_int("max_len", max_len)
         self.embedding = nn.Embedding(max_len, num_hiddens)
         nn.init.normal_(self.embedding.weight, std=0.02)
-        self.dropout = nn.Dropout(_dropout(dropout))
+        self.dropout = nn.Dropout(dropout_rate(dropout))
 
     def forward(self, X: Tensor, offset: int = 0) -> Tensor:
         _want_3d(X, self.num_hiddens)
@@ -160,7 +156,7 @@ class NoPositionalEncoding(nn.Module):
     def __init__(self, num_hiddens: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.num_hiddens = _positive_int("num_hiddens", num_hiddens)
-        self.dropout = nn.Dropout(_dropout(dropout))
+        self.dropout = nn.Dropout(dropout_rate(dropout))
 
     def forward(self, X: Tensor, offset: int = 0) -> Tensor:
         _want_3d(X, self.num_hiddens)

@@ -23,22 +23,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ._checks import dropout_rate, token_ids
 from ._checks import positive_int as _positive_int
-from ._checks import probability
 from .attention import AdditiveAttention
 
 __all__ = ["RNNDecoderState", "Seq2SeqAttentionDecoder", "Seq2SeqEncoder"]
-
-
-def _dropout(value: object) -> float:
-    return probability("dropout", value)
-
-
-def _token_ids(name: str, X: object) -> Tensor:
-    if not isinstance(X, Tensor) or X.dim() != 2:
-        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-        raise ValueError(f"{name}: expected token ids of shape (B, L), got {got}")
-    return X.long() if X.is_floating_point() else X
 
 
 def _init_gru_(module: nn.Module) -> None:
@@ -75,7 +64,7 @@ class Seq2SeqEncoder(nn.Module):
         self.num_hiddens = _positive_int("num_hiddens", num_hiddens)
         self.num_layers = _positive_int("num_layers", num_layers)
         self.embedding = nn.Embedding(vocab_size, embed_size)
-        dropout = _dropout(dropout)
+        dropout = dropout_rate(dropout)
         # GRU's dropout acts between layers only (torch warns when there is just one)
         self.rnn = nn.GRU(
             embed_size,
@@ -90,7 +79,7 @@ class Seq2SeqEncoder(nn.Module):
     def forward(
         self, X: Tensor, valid_lens: Tensor | None = None, *, need_weights: bool = False
     ) -> tuple[Tensor, Tensor]:
-        embs = self.embedding(_token_ids("X", X))  # (B, L, embed_size)
+        embs = self.embedding(token_ids("X", X))  # (B, L, embed_size)
         if valid_lens is None:
             return self.rnn(embs)
         if not isinstance(valid_lens, Tensor):
@@ -155,7 +144,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
         _positive_int("embed_size", embed_size)
         self.num_hiddens = _positive_int("num_hiddens", num_hiddens)
         self.num_layers = _positive_int("num_layers", num_layers)
-        dropout = _dropout(dropout)
+        dropout = dropout_rate(dropout)
         self.attention = AdditiveAttention(num_hiddens, num_hiddens, num_hiddens, dropout)
         self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = nn.GRU(
@@ -220,7 +209,7 @@ class Seq2SeqAttentionDecoder(nn.Module):
             raise TypeError(
                 f"state: expected an RNNDecoderState (from init_state), got {type(state).__name__}"
             )
-        embs = self.embedding(_token_ids("X", X))  # (B, Lt, embed_size)
+        embs = self.embedding(token_ids("X", X))  # (B, Lt, embed_size)
         if embs.shape[1] == 0:
             raise ValueError("X: expected at least one target token, got shape (B, 0)")
         enc, vl, hidden = state.enc_outputs, state.enc_valid_lens, state.hidden

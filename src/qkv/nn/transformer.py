@@ -48,8 +48,8 @@ from ..functional.decode import (
     plan_keys,
     planned_attention,
 )
+from ._checks import dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
-from ._checks import probability
 from ._inference import fused_projection, linear
 from .attention import MultiHeadAttention
 from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
@@ -70,8 +70,6 @@ ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
 
 
 # ---------------------------------------------------------------------------- checks
-def _dropout(value: object) -> float:
-    return probability("dropout", value)
 
 
 def _bool(name: str, value: object) -> bool:
@@ -86,24 +84,6 @@ def _activation(name: str) -> nn.Module:
     if name == "gelu":
         return nn.GELU()
     raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
-
-
-def _token_ids(name: str, X: object) -> Tensor:
-    if not isinstance(X, Tensor) or X.dim() != 2:
-        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-        raise ValueError(f"{name}: expected token ids of shape (B, L), got {got}")
-    if X.is_floating_point():  # the book feeds torch.ones(...) to the encoder; accept it
-        X = X.long()
-    return X
-
-
-def _xavier_(module: nn.Module) -> None:
-    """Xavier-uniform weights and zero biases for every Linear (as torch.nn.Transformer)."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -159,7 +139,7 @@ class AddNorm(nn.Module):
             raise ValueError(
                 f"norm_shape: expected a positive int or a sequence of them, got {norm_shape!r}"
             )
-        self.dropout = nn.Dropout(_dropout(dropout))
+        self.dropout = nn.Dropout(dropout_rate(dropout))
         self.ln = nn.LayerNorm(shape)
         self.norm_first = _bool("norm_first", norm_first)
 
@@ -251,7 +231,7 @@ class _Stack(nn.Module):
         _positive_int("ffn_num_hiddens", ffn_num_hiddens)
         _positive_int("num_heads", num_heads)
         _positive_int("num_blks", num_blks)
-        _dropout(dropout)
+        dropout_rate(dropout)
         _positive_int("max_len", max_len)
         if num_hiddens % num_heads:
             raise ValueError(
@@ -331,13 +311,13 @@ class TransformerEncoder(_Stack):
                 ),
             )
         self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
-        _xavier_(self.blks)
+        xavier_(self.blks)
         self.attention_weights: list[Tensor] | None = None
 
     def forward(
         self, X: Tensor, valid_lens: Tensor | None = None, *, need_weights: bool = False
     ) -> Tensor:
-        X = self._embed(_token_ids("X", X))
+        X = self._embed(token_ids("X", X))
         weights = [] if need_weights else None
         for blk in self.blks:
             X = blk(X, valid_lens, need_weights=need_weights)
@@ -595,7 +575,7 @@ class TransformerDecoder(_Stack):
             )
         self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
         self.dense = nn.Linear(num_hiddens, vocab_size)
-        _xavier_(self.blks)
+        xavier_(self.blks)
         if _bool("tie_embeddings", tie_embeddings):
             self.dense.weight = self.embedding.weight
         self.tie_embeddings = tie_embeddings
@@ -645,7 +625,7 @@ class TransformerDecoder(_Stack):
                 f"state: expected a TransformerDecoderState (from init_state), got "
                 f"{type(state).__name__}"
             )
-        X = _token_ids("X", X)
+        X = token_ids("X", X)
         if self._fast_ok(X, state, need_weights):
             B = X.shape[0]
             Y = self._embed(X, state.offset).reshape(B, self.num_hiddens)

@@ -15,8 +15,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ._checks import dropout_rate, xavier_
 from ._checks import positive_int as _positive_int
-from .transformer import TransformerEncoderBlock, _dropout, _xavier_
+from .transformer import TransformerEncoderBlock
 
 __all__ = ["ImageEncoder", "ImageToSequence", "sine_position_encoding_2d"]
 
@@ -135,7 +136,7 @@ class ImageEncoder(nn.Module):
         super().__init__()
         _positive_int("num_blks", num_blks)
         self.to_sequence = ImageToSequence(in_channels, num_hiddens)
-        self.dropout = nn.Dropout(_dropout(dropout))
+        self.dropout = nn.Dropout(dropout_rate(dropout))
         self.blks = nn.Sequential(
             *(
                 TransformerEncoderBlock(
@@ -150,7 +151,7 @@ class ImageEncoder(nn.Module):
             )
         )
         self.norm = nn.LayerNorm(num_hiddens) if norm_first else None
-        _xavier_(self.blks)
+        xavier_(self.blks)
         self.attention_weights: list[Tensor] | None = None
 
     def forward(
