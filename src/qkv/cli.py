@@ -610,10 +610,11 @@ _SERVE_FIELDS = (
 
 
 def _serve_flag(err: BaseException) -> BaseException:
-    """``err`` with a leading ServeConfig field name given as its ``qkv serve`` flag."""
-    key, sep, rest = str(err).partition(": ")
-    if sep and key in (*_SERVE_FIELDS, "host", "port"):
-        return type(err)(f"--{key.replace('_', '-')}: {rest}")
+    """``err``, a setting of ServeConfig (or the address) named by its ``qkv serve`` flag."""
+    from ._errors import SettingError
+
+    if isinstance(err, SettingError) and err.key in (*_SERVE_FIELDS, "host", "port"):
+        return err.renamed(f"--{err.key.replace('_', '-')}")
     return err
 
 

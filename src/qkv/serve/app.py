@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._errors import SettingError
 from ..inference import TextTranslator, verify_checkpoint
 from ..viz import MAX_CELLS, attention_cells, attention_payload
 from .batcher import Batcher, QueueFull
@@ -99,6 +100,9 @@ class ServeConfig:
         max_attention_cells: the most weights one ``/attention`` answer holds
             (:func:`qkv.viz.attention_cells`).
         model_dir: the folder the model was given as (informational, in ``/health``).
+
+    Raises:
+        SettingError: (a ``ValueError``) a value out of range, named by its field.
     """
 
     source_lang: str | None = None
@@ -122,22 +126,23 @@ class ServeConfig:
             v = getattr(self, f.name)
             is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
             if is_count and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{f.name}: expected an int >= 1, got {v!r}")
+                raise SettingError(f.name, f"expected an int >= 1, got {v!r}")
         if self.max_alternatives + 1 > self.max_beam:
-            raise ValueError(
-                f"max_alternatives: {self.max_alternatives} alternatives need a beam of "
-                f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}"
+            raise SettingError(
+                "max_alternatives",
+                f"{self.max_alternatives} alternatives need a beam of "
+                f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}",
             )
         if self.beam is not None and (
             isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1
         ):
-            raise ValueError(f"beam: expected an int >= 1, got {self.beam!r}")
+            raise SettingError("beam", f"expected an int >= 1, got {self.beam!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
-            raise ValueError("api_key: expected a non-empty string or None")
+            raise SettingError("api_key", "expected a non-empty string or None")
         for name in ("source_lang", "target_lang"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):
-                raise ValueError(f"{name}: expected a language code such as 'en', got {v!r}")
+                raise SettingError(name, f"expected a language code such as 'en', got {v!r}")
 
 
 def model_languages(translator: TextTranslator) -> tuple[str, str] | None:
@@ -345,16 +350,17 @@ class _State:
         if None in langs:
             known = translator.languages
             if known is None:
-                raise ValueError(
-                    "source_lang: the model does not record the languages it translates; give "
-                    "them (qkv serve --source-lang CODE --target-lang CODE, e.g. en and fr)"
+                raise SettingError(
+                    "source_lang",
+                    "the model does not record the languages it translates; give them (qkv "
+                    "serve --source-lang CODE --target-lang CODE, e.g. en and fr)",
                 )
             langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
         self.source, self.target = langs[0].strip().lower(), langs[1].strip().lower()
         self.beam = translator.decoding.replace(beam_size=cfg.beam).beam_size
         if self.beam > cfg.max_beam:
-            raise ValueError(
-                f"beam: the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
+            raise SettingError(
+                "beam", f"the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
             )
         self.step: int | None = None
         if translator.path is not None:
@@ -498,7 +504,10 @@ def create_app(translator: TextTranslator, config: ServeConfig | None = None) ->
     The app's ``state.qkv`` holds the shared state (batcher, metrics).
 
     Raises:
-        ValueError: a bad setting, or languages that neither ``config`` nor the model give.
+        SettingError: (a ``ValueError``) a bad setting, named by its field (``max_wait_ms``, a
+            default ``beam`` wider than ``max_beam``), or languages that neither ``config`` nor
+            the model give (``source_lang``).
+        TypeError: ``translator`` is not a TextTranslator, or ``config`` not a ServeConfig.
     """
     if not isinstance(translator, TextTranslator):
         raise TypeError(
