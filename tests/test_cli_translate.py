@@ -90,7 +90,7 @@ def _logging_command(args):
 
 @pytest.mark.parametrize("quiet", [False, True])
 def test_main_shows_library_messages_on_stderr_while_it_runs(monkeypatch, capsys, quiet):
-    monkeypatch.setattr(qkv.cli, "_cmd_average", _logging_command)
+    monkeypatch.setattr(qkv.cli.average, "run", _logging_command)
     top = logging.getLogger("qkv")
     before = (list(top.handlers), top.level)
     assert main(["average", "--out", "x", *(["--quiet"] if quiet else [])]) == 0

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._errors import SettingError
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
 from ..nn.position import sinusoidal_encoding
@@ -247,7 +248,8 @@ class Ct2Translator(TranslatorBase):
     Raises:
         MissingDependency: ctranslate2 is not installed (the ``ct2`` extra).
         FileNotFoundError: ``path`` holds no exported CTranslate2 model.
-        ValueError: an unreadable ``qkv.json``, or a device CTranslate2 does not run on.
+        ValueError: an unreadable ``qkv.json``, or a device CTranslate2 does not run on (a
+            :class:`~qkv._errors.SettingError` keyed ``device``).
     """
 
     engine = "ctranslate2"
@@ -266,7 +268,7 @@ class Ct2Translator(TranslatorBase):
         import ctranslate2
 
         if device not in ("cpu", "cuda", "auto"):
-            raise ValueError(f"device: CTranslate2 runs on cpu or cuda, got {device!r}")
+            raise SettingError("device", f"CTranslate2 runs on cpu or cuda, got {device!r}")
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         self.path = find_ct2(path)

@@ -15,12 +15,21 @@ Needs the ``serve`` extra (``pip install 'qkv[serve]'``: starlette, uvicorn)::
 
     app = create_app(Translator.load("demo-out/translator"), ServeConfig())
     # any ASGI server runs it; `qkv serve --model-dir demo-out/translator` runs uvicorn
+
+:class:`ServeConfig` alone needs neither the extra nor torch (``qkv serve --help`` reads its
+defaults); the app and the batcher load on first use.
 """
 
 from __future__ import annotations
 
-from .app import LANGUAGE_NAMES, ApiError, ServeConfig, create_app, model_languages
-from .batcher import Batcher, QueueFull
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .config import ServeConfig
+
+if TYPE_CHECKING:
+    from .app import LANGUAGE_NAMES, ApiError, create_app, model_languages
+    from .batcher import Batcher, QueueFull
 
 __all__ = [
     "LANGUAGE_NAMES",
@@ -31,3 +40,23 @@ __all__ = [
     "create_app",
     "model_languages",
 ]
+
+#: the names that load their module (and starlette, torch) on first use -> that module
+_ON_FIRST_USE = {
+    "LANGUAGE_NAMES": "app",
+    "ApiError": "app",
+    "create_app": "app",
+    "model_languages": "app",
+    "Batcher": "batcher",
+    "QueueFull": "batcher",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(f"{__name__}.{_ON_FIRST_USE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -26,8 +26,7 @@ import math
 import secrets
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, fields
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,9 +35,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._errors import SettingError
 from ..inference import TextTranslator, verify_checkpoint
-from ..viz import MAX_CELLS, attention_cells, attention_payload
+from ..viz import attention_cells, attention_payload
 from .batcher import Batcher, QueueFull
+from .config import ServeConfig
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
@@ -76,68 +77,6 @@ LANGUAGE_NAMES: dict[str, str] = {
 
 #: the routes the metrics count by name (anything else counts as "other")
 ROUTES = ("/", "/translate", "/attention", "/languages", "/health", "/metrics", "/openapi.json")
-
-
-@dataclass
-class ServeConfig:
-    """What ``qkv serve``'s flags set.
-
-    Attributes:
-        source_lang, target_lang: the language codes the model translates between (None: read
-            from the model when it says, e.g. a model of the bundled corpus is ``en`` to ``fr``).
-        beam: the default beam of a request (None: the model's, chosen by ``qkv train``).
-        api_key: when set, ``/translate`` and ``/attention`` need it (compared in constant time).
-        batching: False: each request decoded alone (no dynamic batching).
-        max_batch_tokens: a batch's budget of source tokens (with ``<eos>``) times the beam.
-        max_wait_ms: how long the first request of a batch waits for others.
-        max_body_bytes: the largest request body.
-        max_sentences: the most sentences in one request's ``q``.
-        max_chars: the most characters in one sentence.
-        max_alternatives: the most ``alternatives`` a request may ask.
-        max_beam: the widest ``beam`` a request may ask.
-        max_queue: the most sentences waiting; beyond, 503.
-        max_attention_cells: the most weights one ``/attention`` answer holds
-            (:func:`qkv.viz.attention_cells`).
-        model_dir: the folder the model was given as (informational, in ``/health``).
-    """
-
-    source_lang: str | None = None
-    target_lang: str | None = None
-    beam: int | None = None
-    api_key: str | None = None
-    batching: bool = True
-    max_batch_tokens: int = 4096
-    max_wait_ms: float = 5.0
-    max_body_bytes: int = 1_000_000
-    max_sentences: int = 128
-    max_chars: int = 2000
-    max_alternatives: int = 5
-    max_beam: int = 8
-    max_queue: int = 4096
-    max_attention_cells: int = MAX_CELLS
-    model_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
-            if is_count and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{f.name}: expected an int >= 1, got {v!r}")
-        if self.max_alternatives + 1 > self.max_beam:
-            raise ValueError(
-                f"max_alternatives: {self.max_alternatives} alternatives need a beam of "
-                f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}"
-            )
-        if self.beam is not None and (
-            isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1
-        ):
-            raise ValueError(f"beam: expected an int >= 1, got {self.beam!r}")
-        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
-            raise ValueError("api_key: expected a non-empty string or None")
-        for name in ("source_lang", "target_lang"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):
-                raise ValueError(f"{name}: expected a language code such as 'en', got {v!r}")
 
 
 def model_languages(translator: TextTranslator) -> tuple[str, str] | None:
@@ -345,16 +284,17 @@ class _State:
         if None in langs:
             known = translator.languages
             if known is None:
-                raise ValueError(
-                    "source_lang: the model does not record the languages it translates; give "
-                    "them (qkv serve --source-lang CODE --target-lang CODE, e.g. en and fr)"
+                raise SettingError(
+                    "source_lang",
+                    "the model does not record the languages it translates; give them (qkv "
+                    "serve --source-lang CODE --target-lang CODE, e.g. en and fr)",
                 )
             langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
         self.source, self.target = langs[0].strip().lower(), langs[1].strip().lower()
         self.beam = translator.decoding.replace(beam_size=cfg.beam).beam_size
         if self.beam > cfg.max_beam:
-            raise ValueError(
-                f"beam: the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
+            raise SettingError(
+                "beam", f"the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
             )
         self.step: int | None = None
         if translator.path is not None:
@@ -386,7 +326,10 @@ class _State:
         # the n-best, best first; "no other translation" (-inf, a blank text's) is left out
         return [[dec(ids) for ids, score in hyps if score != -math.inf] or [""] for hyps in res]
 
-    def _attention(self, text: str, beam: int, n_best: int, choice: int, decimals: int) -> bytes:
+    def attention_answer(
+        self, text: str, beam: int, n_best: int, choice: int, decimals: int
+    ) -> bytes:
+        """/attention's answer (JSON bytes): the translation and every weight the viewer draws."""
         tr = self.translator
         if n_best == 1:
             ids = tr.translate_ids(text, beam_size=beam)
@@ -486,98 +429,123 @@ class _State:
         return sum(len(self.translator.encode(t)) for t in texts) * beam
 
     async def wait(self, job: Any) -> Any:
-        return await asyncio.wrap_future(job.future)
+        """The result of ``job``; a text the engine cannot translate is a 422."""
+        try:
+            return await asyncio.wrap_future(job.future)
+        except (ValueError, TypeError) as e:
+            raise ApiError(422, f"q: cannot be translated: {e}") from None
+
+    def check_encoder_cells(self, text: str) -> None:
+        """413 before decoding when the encoder's attention alone is over the cap (a
+        Transformer of the qkv engine; the whole picture is checked once decoded)."""
+        tr = self.translator
+        mc = tr.model.config  # type: ignore[attr-defined]  # the qkv engine's model
+        if mc is not None and tr.kind == "transformer":
+            S, H = len(tr.encode(text)), mc.num_heads
+            enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
+            if enc > self.cfg.max_attention_cells:
+                raise ApiError(413, self._too_many_cells(enc))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """The app's lifespan: the batch worker runs while the app does; at shutdown it
+        finishes every queued job."""
+        self.batcher.start()
+        try:
+            yield
+        finally:  # let the worker finish what is queued, off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, self.batcher.stop)
 
 
-def create_app(translator: TextTranslator, config: ServeConfig | None = None) -> Starlette:
-    """The ASGI app serving ``translator`` (any engine: :class:`qkv.translate.Translator`,
-    CTranslate2's, ONNX's) with ``config``'s settings; ``/attention`` needs an engine that
-    shows its weights (the qkv one).
+def _queued(submit: Callable[[], Any]) -> Any:
+    """``submit()``'s job; a full queue is a 503 that asks to retry."""
+    try:
+        return submit()
+    except QueueFull as e:
+        raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
 
-    Its lifespan starts the batch worker and, at shutdown, lets it finish every queued job.
-    The app's ``state.qkv`` holds the shared state (batcher, metrics).
 
-    Raises:
-        ValueError: a bad setting, or languages that neither ``config`` nor the model give.
-    """
-    if not isinstance(translator, TextTranslator):
-        raise TypeError(
-            f"translator: expected a qkv.inference.TextTranslator (qkv.translate.Translator, "
-            f"an exported engine), got {type(translator).__name__}"
-        )
-    cfg = config or ServeConfig()
-    if not isinstance(cfg, ServeConfig):
-        raise TypeError(f"config: expected a ServeConfig, got {type(cfg).__name__}")
-    st = _State(translator, cfg)
+def _translated(results: list[Any], single: bool, n_best: int) -> dict[str, Any]:
+    """``/translate``'s answer, LibreTranslate's shape: ``translatedText`` (a string for a
+    single ``q``, else a list) and, when asked, ``alternatives``."""
+    if n_best == 1:
+        best, alts = results, None
+    else:
+        best, alts = [r[0] for r in results], [r[1:] for r in results]
+    out: dict[str, Any] = {"translatedText": best[0] if single else best}
+    if alts is not None:
+        out["alternatives"] = alts[0] if single else alts
+    return out
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        body = await _read_body(request, cfg.max_body_bytes)
+
+class _Routes:
+    """The endpoints of the app, one method each, around the shared :class:`_State`."""
+
+    def __init__(self, st: _State) -> None:
+        self.st, self.cfg, self.translator = st, st.cfg, st.translator
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.page, methods=["GET"]),
+            Route("/translate", self.translate, methods=["POST"]),
+            Route("/attention", self.attention, methods=["POST"]),
+            Route("/languages", self.languages, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/openapi.json", self.openapi, methods=["GET"]),
+        ]
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        body = await _read_body(request, self.cfg.max_body_bytes)
         data, _ = _parse_body(body, request.headers.get("content-type", ""))
         return data
 
-    async def translate(request: Request) -> Response:
+    async def translate(self, request: Request) -> Response:
+        st = self.st
         st.arriving += 1  # the batcher may wait for this request's company
         try:
-            data = await body_of(request)
+            data = await self._body(request)
             st.check_key(request, data)
-            texts, single = _texts(data, cfg)
+            texts, single = _texts(data, self.cfg)
             auto = st.check_pair(data)
             beam, n_best = st.decoding(data)
             job = None
             if texts:
                 tokens = st.tokens(texts, beam)
-                try:
-                    job = st.batcher.submit(texts, beam=beam, n_best=n_best, tokens=tokens)
-                except QueueFull as e:
-                    raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
+                job = _queued(
+                    lambda: st.batcher.submit(texts, beam=beam, n_best=n_best, tokens=tokens)
+                )
         finally:
             st.arriving -= 1
-        results: list[Any] = []
-        if job is not None:
-            try:
-                results = await st.wait(job)
-            except (ValueError, TypeError) as e:
-                raise ApiError(422, f"q: cannot be translated: {e}") from None
-        if n_best == 1:
-            best, alts = results, None
-        else:
-            best, alts = [r[0] for r in results], [r[1:] for r in results]
-        out: dict[str, Any] = {"translatedText": best[0] if single else best}
-        if alts is not None:
-            out["alternatives"] = alts[0] if single else alts
+        results: list[Any] = [] if job is None else await st.wait(job)
+        out = _translated(results, single, n_best)
         if auto:  # qkv detects nothing: the model's one source language is assumed
             detected = {"language": st.source, "confidence": 0.0}
             out["detectedLanguage"] = detected if single else [detected] * len(texts)
         return _Json(out)
 
-    async def attention(request: Request) -> Response:
-        data = await body_of(request)
+    async def attention(self, request: Request) -> Response:
+        st = self.st
+        data = await self._body(request)
         st.check_key(request, data)
-        (text,), _ = _texts(data, cfg, one=True)
+        (text,), _ = _texts(data, self.cfg, one=True)
         st.check_pair(data)
         beam, n_best = st.decoding(data)
         choice = _int_or(data, "choice", 0, 0, n_best - 1)
         decimals = _int_or(data, "decimals", 4, 1, 6)
-        tr = translator
+        tr = self.translator
         if not tr.has_attention:
             raise ApiError(501, f"attention: the {tr.engine} engine returns no attention weights")
-        mc = tr.model.config  # type: ignore[attr-defined]  # the qkv engine's model
-        if mc is not None and tr.kind == "transformer":  # the encoder's part alone, before decoding
-            S, H = len(tr.encode(text)), mc.num_heads
-            enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
-            if enc > cfg.max_attention_cells:
-                raise ApiError(413, st._too_many_cells(enc))
-        try:
-            job = st.batcher.call(lambda: st._attention(text, beam, n_best, choice, decimals))
-        except QueueFull as e:
-            raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
-        try:
-            body = await st.wait(job)
-        except (ValueError, TypeError) as e:
-            raise ApiError(422, f"q: cannot be translated: {e}") from None
-        return _Json(body)
+        st.check_encoder_cells(text)  # the encoder's part alone, before decoding
+        job = _queued(
+            lambda: st.batcher.call(
+                lambda: st.attention_answer(text, beam, n_best, choice, decimals)
+            )
+        )
+        return _Json(await st.wait(job))
 
-    async def languages(request: Request) -> Response:
+    async def languages(self, request: Request) -> Response:
+        st = self.st
         out = [
             {
                 "code": st.source,
@@ -591,7 +559,8 @@ def create_app(translator: TextTranslator, config: ServeConfig | None = None) ->
             )
         return _Json(out)
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
+        st, cfg, translator = self.st, self.cfg, self.translator
         dec = translator.decoding
         return _Json(
             {
@@ -621,7 +590,8 @@ def create_app(translator: TextTranslator, config: ServeConfig | None = None) ->
             }
         )
 
-    async def metrics(request: Request) -> Response:
+    async def metrics(self, request: Request) -> Response:
+        st = self.st
         text = st.metrics.render(
             queue_depth=st.batcher.queue_depth,
             in_progress=st.batcher.in_progress,
@@ -629,15 +599,15 @@ def create_app(translator: TextTranslator, config: ServeConfig | None = None) ->
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def page(request: Request) -> Response:
+    async def page(self, request: Request) -> Response:
         nonce = secrets.token_urlsafe(16)
         html = page_html(
             nonce=nonce,
-            source=st.source,
-            target=st.target,
-            key_required=cfg.api_key is not None,
-            max_alternatives=cfg.max_alternatives,
-            max_chars=cfg.max_chars,
+            source=self.st.source,
+            target=self.st.target,
+            key_required=self.cfg.api_key is not None,
+            max_alternatives=self.cfg.max_alternatives,
+            max_chars=self.cfg.max_chars,
         )
         csp = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
@@ -648,56 +618,68 @@ def create_app(translator: TextTranslator, config: ServeConfig | None = None) ->
             html, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": csp}
         )
 
-    async def openapi(request: Request) -> Response:
-        return _Json(openapi_schema(st.source, st.target, cfg))
+    async def openapi(self, request: Request) -> Response:
+        return _Json(openapi_schema(self.st.source, self.st.target, self.cfg))
 
-    async def api_error(request: Request, exc: Exception) -> Response:
-        if not isinstance(exc, ApiError):  # registered for ApiError only
-            return await internal(request, exc)
-        return _error(exc.status, exc.message, exc.headers)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        if not isinstance(exc, HTTPException):  # registered for HTTPException only
-            return await internal(request, exc)
-        if exc.status_code == 404:
-            return _error(
-                404,
-                f"path: no route {request.method} {request.url.path}; the routes are "
-                + ", ".join(ROUTES),
-            )
-        if exc.status_code == 405:
-            return _error(
-                405,
-                f"method: {request.method} is not allowed on {request.url.path}",
-                dict(exc.headers or {}),
-            )
-        return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+# ---------------------------------------------------------------------------- errors answered
+async def _api_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, ApiError):  # registered for ApiError only
+        return await _internal(request, exc)
+    return _error(exc.status, exc.message, exc.headers)
 
-    async def internal(request: Request, exc: Exception) -> Response:
-        log.error("qkv serve: %s %s failed: %r", request.method, request.url.path, exc)
-        return _error(500, f"internal error: {type(exc).__name__}")
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        st.batcher.start()
-        try:
-            yield
-        finally:  # let the worker finish what is queued, off the event loop
-            await asyncio.get_running_loop().run_in_executor(None, st.batcher.stop)
+async def _http_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, HTTPException):  # registered for HTTPException only
+        return await _internal(request, exc)
+    if exc.status_code == 404:
+        return _error(
+            404,
+            f"path: no route {request.method} {request.url.path}; the routes are "
+            + ", ".join(ROUTES),
+        )
+    if exc.status_code == 405:
+        return _error(
+            405,
+            f"method: {request.method} is not allowed on {request.url.path}",
+            dict(exc.headers or {}),
+        )
+    return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
-    routes = [
-        Route("/", page, methods=["GET"]),
-        Route("/translate", translate, methods=["POST"]),
-        Route("/attention", attention, methods=["POST"]),
-        Route("/languages", languages, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
-    ]
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    log.error("qkv serve: %s %s failed: %r", request.method, request.url.path, exc)
+    return _error(500, f"internal error: {type(exc).__name__}")
+
+
+# ---------------------------------------------------------------------------- the app
+def create_app(translator: TextTranslator, config: ServeConfig | None = None) -> Starlette:
+    """The ASGI app serving ``translator`` (any engine: :class:`qkv.translate.Translator`,
+    CTranslate2's, ONNX's) with ``config``'s settings; ``/attention`` needs an engine that
+    shows its weights (the qkv one).
+
+    Its lifespan starts the batch worker and, at shutdown, lets it finish every queued job.
+    The app's ``state.qkv`` holds the shared state (batcher, metrics).
+
+    Raises:
+        SettingError: (a ``ValueError``) a bad setting, named by its field (``max_wait_ms``, a
+            default ``beam`` wider than ``max_beam``), or languages that neither ``config`` nor
+            the model give (``source_lang``).
+        TypeError: ``translator`` is not a TextTranslator, or ``config`` not a ServeConfig.
+    """
+    if not isinstance(translator, TextTranslator):
+        raise TypeError(
+            f"translator: expected a qkv.inference.TextTranslator (qkv.translate.Translator, "
+            f"an exported engine), got {type(translator).__name__}"
+        )
+    cfg = config or ServeConfig()
+    if not isinstance(cfg, ServeConfig):
+        raise TypeError(f"config: expected a ServeConfig, got {type(cfg).__name__}")
+    st = _State(translator, cfg)
     app = Starlette(
-        routes=routes,
-        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: internal},
-        lifespan=lifespan,
+        routes=_Routes(st).routes(),
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal},
+        lifespan=st.lifespan,
     )
     app.state.qkv = st
     app.add_middleware(_Observe, state=st)

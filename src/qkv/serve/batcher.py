@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import SettingError
+
 __all__ = ["Batcher", "Job", "QueueFull"]
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,10 @@ class Batcher:
         max_queue: the most sentences waiting; :meth:`submit` raises :class:`QueueFull` beyond.
         on_batch: called after each decode with ``(sentences, tokens, seconds)`` (metrics).
         pending: how many requests are being read that will be submitted (None: unknown, 0).
+
+    Raises:
+        SettingError: (a ``ValueError``) a setting out of range, named by its argument.
+        TypeError: a setting of the wrong type.
     """
 
     def __init__(
@@ -94,13 +100,13 @@ class Batcher:
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int):
             raise TypeError(f"max_batch_tokens: expected an int, got {max_batch_tokens!r}")
         if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens: expected an int >= 1, got {max_batch_tokens}")
+            raise SettingError("max_batch_tokens", f"expected an int >= 1, got {max_batch_tokens}")
         if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, (int, float)):
             raise TypeError(f"max_wait_ms: expected a number, got {max_wait_ms!r}")
         if not 0 <= max_wait_ms <= 10_000:
-            raise ValueError(f"max_wait_ms: expected a number in [0, 10000], got {max_wait_ms}")
+            raise SettingError("max_wait_ms", f"expected a number in [0, 10000], got {max_wait_ms}")
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
-            raise ValueError(f"max_queue: expected an int >= 1, got {max_queue!r}")
+            raise SettingError("max_queue", f"expected an int >= 1, got {max_queue!r}")
         self.decode = decode
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0

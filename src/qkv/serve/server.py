@@ -17,6 +17,8 @@ from typing import Any
 
 import uvicorn
 
+from .._errors import SettingError
+
 __all__ = ["bind", "make_server", "run"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -50,11 +52,11 @@ def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` (port 0: one the system picks).
 
     Raises:
-        ValueError: the address cannot be listened on (in use, not this machine's, no rights),
-            naming it.
+        SettingError: (a ``ValueError``) keyed ``port``: a port out of range; keyed ``host``: the
+            address cannot be listened on (in use, not this machine's, no rights), naming it.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port: expected an int in [0, 65535], got {port!r}")
+        raise SettingError("port", f"expected an int in [0, 65535], got {port!r}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto given: asyncio sets TCP_NODELAY on each accepted connection only for a socket whose
     # proto is IPPROTO_TCP; with proto 0 every answer written in two parts (uvicorn writes the
@@ -66,7 +68,7 @@ def bind(host: str, port: int) -> socket.socket:
     except (OSError, OverflowError) as e:
         sock.close()
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ValueError(f"host: cannot listen on {host}:{port}: {why}") from None
+        raise SettingError("host", f"cannot listen on {host}:{port}: {why}") from None
     sock.set_inheritable(True)
     return sock
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import SettingError
 from .data import AttentionKind, as_kinds
 
 __all__ = [
@@ -94,10 +95,11 @@ def _check_cells(kinds: list[AttentionKind], max_cells: int | None, warn_cells: 
     cells = attention_cells(kinds)
     shapes = ", ".join(f"{k.name} {len(k.layers)}x{k.shape[0]}x{k.shape[1]}" for k in kinds)
     if max_cells is not None and cells > max_cells:
-        raise ValueError(
-            f"kinds: the viewer would embed {cells:,} attention weights ({shapes}; about "
+        raise SettingError(
+            "kinds",
+            f"the viewer would embed {cells:,} attention weights ({shapes}; about "
             f"{cells * 2 / 1e6:.0f} MB of page), over the limit of {max_cells:,} (max_cells): "
-            "draw a shorter text, fewer kinds or layers, or a static figure (.png, .svg, .pdf)"
+            "draw a shorter text, fewer kinds or layers, or a static figure (.png, .svg, .pdf)",
         )
     if warn_cells is not None and cells > warn_cells:
         log.warning(
@@ -130,7 +132,8 @@ def attention_payload(
         warn_cells: log a warning above this many weights; None: never.
 
     Raises:
-        ValueError: more weights than ``max_cells``, a bad ``decimals``; TypeError: bad kinds.
+        ValueError: more weights than ``max_cells`` (a :class:`~qkv._errors.SettingError` keyed
+            ``kinds``), a bad ``decimals``; TypeError: bad kinds.
     """
     ks = as_kinds(kinds)
     if not isinstance(title, str):
@@ -183,8 +186,9 @@ def attention_html(
         The HTML text; it loads nothing from the network.
 
     Raises:
-        ValueError: more weights than ``max_cells`` (the message says what to draw instead),
-            a bad ``decimals``; TypeError: ``kinds`` or ``title`` of the wrong type.
+        ValueError: more weights than ``max_cells`` (a :class:`~qkv._errors.SettingError` keyed
+            ``kinds``; the message says what to draw instead), a bad ``decimals``; TypeError:
+            ``kinds`` or ``title`` of the wrong type.
     """
     payload = attention_payload(
         kinds, title=title, decimals=decimals, max_cells=max_cells, warn_cells=warn_cells

@@ -1,0 +1,89 @@
+"""``qkv export``: a saved model written for deployment: an inference-only model folder, plus a
+CTranslate2 model or ONNX graphs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .._deps import require
+from ._common import fail, named_by_prefix, user_errors
+
+NAME = "export"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``qkv export``'s sub-parser."""
+    p = subparsers.add_parser(
+        NAME,
+        help="write a trained model for deployment: inference-only, CTranslate2 or ONNX",
+        description="Write a saved model (a qkv train --out folder: its final model, else its "
+        "best checkpoint; or a checkpoint folder) to --out: weights, config, tokenizers, its "
+        "decoding and a README.md model card, no training state (--format qkv; every qkv "
+        "command reads it), plus a CTranslate2 model in OUT/ctranslate2 (--format "
+        "ctranslate2, the ct2 extra), or ONNX graphs (--format onnx).",
+    )
+    p.add_argument("--model-dir", required=True, help="a qkv train --out folder or a model folder")
+    p.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    p.add_argument(
+        "--format",
+        choices=("qkv", "ctranslate2", "onnx"),
+        default="qkv",
+        help="qkv (default): an inference-only model folder; ctranslate2: also a CTranslate2 "
+        "model; onnx: the encoder and one decoder step as ONNX graphs",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=("int8", "int8_float32", "float16"),
+        default=None,
+        help="with --format ctranslate2: the weight type of model.bin (default: float32)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace a model folder exported to --out before"
+    )
+    p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
+    return p
+
+
+def _check_out(args: argparse.Namespace) -> Path:
+    """``--out`` as a folder to write: new, empty, or (``--force``) one exported before."""
+    if args.quantize is not None and args.format != "ctranslate2":
+        raise ValueError(f"--quantize: only for --format ctranslate2 (got --format {args.format})")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {str(out)!r} is a file; expected a folder to write")
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise ValueError(
+            f"--out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
+            "--force to replace a model folder exported before"
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export the model as the command line says; print where and how big."""
+    ct2 = ["ctranslate2"] if args.format == "ctranslate2" else []
+    require(f"qkv {NAME}", ["safetensors", *ct2])
+    from ..inference import load_model
+
+    try:
+        out = _check_out(args)
+        saved = load_model(args.model_dir)
+        if args.format == "ctranslate2":
+            from ..export.ctranslate2 import export_ctranslate2
+
+            path = export_ctranslate2(saved, out, quantize=args.quantize, force=args.force)
+        elif args.format == "onnx":
+            from ..export.onnx import export_onnx
+
+            path = export_onnx(saved, out)
+        else:
+            from ..export import export_model
+
+            path = export_model(saved, out, force=args.force)
+    except user_errors() as e:  # the model writer names --out only in its messages so far
+        return fail(NAME, named_by_prefix(e, {"out": "--out"}))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
+    return 0

@@ -1,0 +1,206 @@
+"""``qkv serve``: a model behind HTTP (:mod:`qkv.serve`) under uvicorn, until SIGTERM or Ctrl-C.
+
+The flags that set a :class:`~qkv.serve.ServeConfig` field carry its name (``--max-chars`` sets
+``max_chars``); one not given leaves the field's default, which ``--help`` reads from the
+dataclass. An error about a field is named by its flag from the error's key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from typing import Any
+
+from .._deps import require
+from ._common import (
+    add_decoding_flags,
+    add_engine_flags,
+    engine_needs,
+    fail,
+    flag,
+    load_translator,
+    named_by_flag,
+    user_errors,
+    with_default,
+)
+
+NAME = "serve"
+
+log = logging.getLogger(__name__)
+
+#: ServeConfig's limits, each set by the flag of its name: field -> (type, metavar, help); the
+#: help ends with the field's default, read from ServeConfig when --help shows it
+_LIMITS: dict[str, tuple[type, str, str]] = {
+    "max_batch_tokens": (int, "N", "a batch's budget: source tokens times the beam"),
+    "max_wait_ms": (float, "MS", "how long a batch waits for more requests after its first"),
+    "max_body_bytes": (int, "N", "largest request body"),
+    "max_sentences": (int, "N", "most sentences per request"),
+    "max_chars": (int, "N", "most characters per sentence"),
+    "max_alternatives": (int, "K", "most alternatives per request"),
+    "max_beam": (int, "N", "widest beam a request may ask"),
+    "max_queue": (int, "N", "most sentences waiting; beyond, requests get 503"),
+}
+
+#: every ServeConfig field given by the flag of its name (None or not given: the default)
+_FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells")
+
+#: library key -> flag, for the errors of ServeConfig, the app and the socket
+_FLAGS = {key: flag(key) for key in (*_FIELDS, "host", "port")}
+
+
+def _config_default(name: str) -> Any:
+    from ..serve.config import ServeConfig
+
+    return {f.name: f.default for f in dataclasses.fields(ServeConfig)}[name]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``qkv serve``'s sub-parser."""
+    p = subparsers.add_parser(
+        NAME,
+        help="serve a model over HTTP: a LibreTranslate-compatible API, batching, a page",
+        description="Serve a trained model over HTTP (needs qkv[serve]): POST /translate "
+        "(LibreTranslate's request shape), POST /attention, GET /languages, /health, /metrics "
+        "(Prometheus), /openapi.json, and a page at / that translates and draws the attention. "
+        "Concurrent requests are decoded together (dynamic batching). SIGTERM or Ctrl-C "
+        "finishes the requests in flight and exits 0. See docs/serve.md.",
+    )
+    p.add_argument(
+        "--model-dir",
+        required=True,
+        help="a qkv train --out folder (its final model, else its best checkpoint), a "
+        "checkpoint folder, or a qkv export folder",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
+    add_decoding_flags(
+        p,
+        beam="default beam size of a request (default: the model's, chosen on validation by "
+        "qkv train; else 1)",
+        length_penalty="beam length penalty (default: the model's)",
+        no_repeat_ngram="never repeat an N-gram in a translation (default: the model's)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require this key on /translate and /attention (the api_key field, or an "
+        "Authorization: Bearer header); default: $QKV_SERVE_API_KEY, else none",
+    )
+    p.add_argument(
+        "--source-lang",
+        default=None,
+        metavar="CODE",
+        help="the source language code (default: the model's when it records it, e.g. en for "
+        "the bundled corpus)",
+    )
+    p.add_argument(
+        "--target-lang", default=None, metavar="CODE", help="the target language code (same)"
+    )
+    add_engine_flags(
+        p,
+        quantize="int8 dynamic quantization (CPU); with --engine ctranslate2: CTranslate2's int8",
+        engine="qkv (default), or ctranslate2: serve the CTranslate2 model that qkv export "
+        "--format ctranslate2 wrote in --model-dir (needs qkv[ct2]; no /attention)",
+    )
+    p.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="decode each request alone, in arrival order (no dynamic batching)",
+    )
+    for name, (typ, metavar, text) in _LIMITS.items():
+        shown = with_default(text, lambda n=name: _config_default(n))
+        p.add_argument(flag(name), type=typ, default=argparse.SUPPRESS, metavar=metavar, help=shown)
+    p.add_argument(
+        "--max-attention-cells",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="most attention weights one /attention answer holds (default: the viewer's cap, "
+        "qkv.viz.MAX_CELLS)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="on SIGTERM, how long to wait for requests in flight (default: 60)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads torch decodes with (0: torch's default, one per core)",
+    )
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
+    return p
+
+
+def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
+    """The :class:`~qkv.serve.ServeConfig` the flags give: each field given by its flag, the
+    others left at their defaults.
+
+    Raises:
+        SettingError: a value out of range, keyed by its field.
+    """
+    from ..serve.config import ServeConfig
+
+    given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name, None) is not None}
+    return ServeConfig(
+        **given, api_key=api_key, batching=not args.no_batching, model_dir=str(args.model_dir)
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered."""
+    require(f"qkv {NAME}", [*engine_needs(args), "starlette", "uvicorn"])
+    from ..serve import create_app
+    from ..serve.server import bind
+    from ..serve.server import run as serve_on
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
+    try:
+        if api_key is not None and not api_key:
+            raise ValueError("--api-key: expected a non-empty key")
+        cfg = serve_config(args, api_key)
+        if args.threads < 0:
+            raise ValueError(f"--threads: expected >= 0, got {args.threads}")
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        tr = load_translator(args)
+        app = create_app(tr, cfg)
+        sock = bind(args.host, args.port)
+    except user_errors() as e:
+        return fail(NAME, named_by_flag(e, _FLAGS))
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    st = app.state.qkv
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
+    batching = (
+        f"batching up to {cfg.max_batch_tokens} tokens, {cfg.max_wait_ms:g} ms wait"
+        if cfg.batching
+        else "batching off"
+    )
+    ready = (
+        f"qkv serve: {tr.path} ({st.source} -> {st.target}, beam {st.beam}, {batching}) on {url}"
+    )
+    started = serve_on(
+        app,
+        sock,
+        log_level="warning" if args.quiet else "info",
+        access_log=args.access_log,
+        shutdown_timeout=args.shutdown_timeout,
+        on_ready=lambda: print(ready, file=sys.stderr, flush=True),
+    )
+    if not started:
+        print("qkv serve: error: the server did not start (see above)", file=sys.stderr)
+        return 1
+    print("qkv serve: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,270 @@
+"""``qkv train``: settings from defaults < ``--config FILE`` < flags < ``--set KEY=VALUE``,
+then :func:`qkv.train.train`.
+
+Every flag defaults to "not given" and its help shows ``TrainConfig``'s default, read from the
+dataclass when ``--help`` shows it. The packages a run needs are the library's to say
+(``train()`` checks them before reading or writing anything); this command checks only the
+parser of ``--config``, which it reads before the library sees the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._deps import MissingDependency, require
+from .._errors import SettingError
+from ._common import fail, named_by_prefix, user_errors, with_default
+
+NAME = "train"
+
+# flag -> (TrainConfig key, type, help): the flags of `qkv train` (all default to "not given");
+# each help ends with the key's TrainConfig default, read from the dataclass by train_flag_default
+TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--data": ("data", str, "parallel text in any qkv.data format"),
+    "--format": ("data_format", str, "the data file's format"),
+    "--src-column": (
+        "src_column",
+        str,
+        "the source column of a tsv/csv file with a header row, or a jsonl field",
+    ),
+    "--tgt-column": (
+        "tgt_column",
+        str,
+        "the target column of a tsv/csv file with a header row, or a jsonl field",
+    ),
+    "--max-skipped": (
+        "max_skipped",
+        float,
+        "refuse a data file whose unreadable lines (blank ones aside) exceed this fraction",
+    ),
+    "--model": ("model", str, "transformer or bahdanau"),
+    "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
+    "--max-steps": ("max_steps", int, "the most optimizer updates"),
+    "--max-minutes": (
+        "max_minutes",
+        float,
+        "the run's time budget (across --resume): training, evaluations and the final "
+        "averaging fit in it",
+    ),
+    "--seed": ("seed", int, "seed of the weights, dropout and batch order"),
+    "--max-tokens": ("max_tokens", int, "token budget of one micro-batch per process"),
+    "--accum-steps": ("accum_steps", int, "micro-batches per update (gradient accumulation)"),
+    "--lr": ("lr", float, "peak learning rate"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up updates"),
+    "--schedule": ("schedule", str, "auto, linear, cosine or inverse_sqrt"),
+    "--label-smoothing": ("label_smoothing", float, "label smoothing epsilon"),
+    "--clip-norm": ("clip_norm", float, "gradient-norm clipping, 0 for none"),
+    "--eval-every": ("eval_every", int, "validation loss and BLEU every N updates"),
+    "--save-every": ("save_every", int, "checkpoint every N updates"),
+    "--keep-last": ("keep_last", int, "checkpoints kept besides the best"),
+    "--patience": ("patience", int, "early stopping: evaluations without a better BLEU (0: off)"),
+    "--log-every": ("log_every", int, "progress line every N updates"),
+    "--device": ("device", str, "auto, cpu, cuda, cuda:N"),
+    "--threads": ("threads", int, "CPU threads for torch (0: torch's default)"),
+}
+
+#: the flags other than TRAIN_FLAGS that give a setting train() names in its errors
+_RUN_FLAGS = {"resume_from": "--resume-from", "init_from": "--init-from", "out": "--out"}
+
+#: what a TrainConfig default of None or "auto" stands for, shown after it in --help (the
+#: numbers in braces are filled in from the library by train_flag_default)
+_AUTO_MEANS: dict[str, str] = {
+    "data": "the bundled corpus",
+    "data_format": "guessed from the file",
+    "src_column": "src or source",
+    "tgt_column": "tgt or target",
+    "preset": "from the corpus, budget and device",
+    "max_steps": "{max_steps}; with --max-minutes, no limit but the clock",
+    "max_minutes": "no time limit",
+    "max_tokens": "the preset's",
+    "lr": "the preset's",
+    "warmup_steps": "{warmup:.0%} of the planned run",
+    "schedule": "linear decay to the end of the run",
+    "eval_every": "about {evals} per run",
+    "save_every": "about {saves} per run",
+    "device": "CUDA when available, else the CPU",
+}
+
+MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
+
+
+def train_flag_default(key: str) -> str:
+    """How ``qkv train --help`` shows the default of TrainConfig field ``key``: its value, and
+    for None or ``"auto"`` what that stands for."""
+    from ..train import TrainConfig
+    from ..train.config import DEFAULT_MAX_STEPS
+    from ..train.loop import _Plan
+
+    default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
+    if default is not None and default != "auto":
+        return str(default)
+    means = _AUTO_MEANS[key].format(
+        max_steps=DEFAULT_MAX_STEPS,
+        warmup=_Plan.WARMUP_FRACTION,
+        evals=_Plan.EVALS,
+        saves=_Plan.SAVES,
+    )
+    return means if default is None else f"auto: {means}"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``qkv train``'s sub-parser."""
+    p = subparsers.add_parser(
+        NAME,
+        help="train a translation model (also under torchrun for several processes)",
+        description="Train a Transformer or Bahdanau translator. Settings: defaults < --config "
+        "FILE < flags < --set KEY=VALUE. Under `torchrun --nproc_per_node N` it trains with "
+        "DistributedDataParallel.",
+    )
+    p.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
+    p.add_argument("--out", default="runs/qkv", help="run folder (default: runs/qkv)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest intact checkpoint",
+    )
+    p.add_argument(
+        "--resume-from",
+        metavar="PATH|STEP",
+        help="continue the run in --out from this checkpoint (a folder of OUT/checkpoints, or "
+        "its update number); implies --resume",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="start a new run (update 0) from the weights of a saved model: a run folder, its "
+        "final/, or a checkpoint folder; its architecture and tokenizers are kept (fine-tuning)",
+    )
+    for name, (key, typ, text) in TRAIN_FLAGS.items():
+        shown = with_default(text, lambda k=key: train_flag_default(k))
+        kw: dict[str, Any] = {"type": typ, "default": argparse.SUPPRESS, "help": shown}
+        if name == "--model":  # qkv.nn.seq2seq.MODEL_KINDS, without importing torch for --help
+            kw["choices"] = MODEL_KINDS
+        p.add_argument(name, **kw)
+    p.add_argument(
+        "--strict", action="store_true", help="refuse a data file with any unreadable line"
+    )
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--tensorboard", action="store_true", help="TensorBoard logs in OUT/tensorboard")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any setting, e.g. --set model.num_hiddens=128 (repeatable)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def _resume_from(text: str | None) -> int | str | None:
+    """``--resume-from``: an update number (digits) or a checkpoint folder."""
+    if text is None:
+        return None
+    return int(text) if text.strip().isdigit() else text
+
+
+def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The run's ``TrainConfig`` from the command line, and whether it resumes: the defaults
+    (a resumed run's own settings) < ``--config`` < the flags < ``--set``."""
+    from ..train import TrainConfig, load_config_file, parse_assignment
+    from ..train.checkpoint import resumed_settings
+
+    changes: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        changes.update(load_config_file(args.config))
+    flags: dict[str, Any] = {}
+    for name, (key, _, _) in TRAIN_FLAGS.items():
+        dest = name[2:].replace("-", "_")
+        if hasattr(args, dest):
+            flags[key] = getattr(args, dest)
+    for name in ("bf16", "tensorboard"):
+        if getattr(args, name, False):
+            flags[name] = True
+    if args.strict:
+        if hasattr(args, "max_skipped"):
+            raise ValueError(
+                f"--strict: refuses any unreadable line, which --max-skipped "
+                f"{args.max_skipped:g} contradicts; give one of them"
+            )
+        flags["max_skipped"] = 0.0
+    for text in getattr(args, "set", None) or []:
+        key, value = parse_assignment(text)
+        flags[key] = value
+    out = Path(args.out)
+    resume_from = _resume_from(args.resume_from)
+    resume = args.resume or resume_from is not None
+    if resume:
+        saved = resumed_settings(out / "checkpoints", resume_from)
+        if saved is not None:
+            base = TrainConfig.from_dict(saved)
+            return base.updated({**changes, **flags}), True
+    return TrainConfig().updated({**changes, **flags}), resume
+
+
+def _named(err: BaseException, args: argparse.Namespace) -> BaseException:
+    """``err`` naming the ``qkv train`` flag that gave the setting it is about (``--data``, not
+    ``data``), when the user gave it by that flag. TrainConfig and train() name settings only
+    in their messages so far (see :func:`~qkv.cli._common.named_by_prefix`)."""
+    flags = {key: name for name, (key, _, _) in TRAIN_FLAGS.items()} | _RUN_FLAGS
+    given = {
+        key: name
+        for key, name in flags.items()
+        if getattr(args, name[2:].replace("-", "_"), None) is not None
+    }
+    return named_by_prefix(err, given)
+
+
+def _config_parser(args: argparse.Namespace) -> list[str]:
+    """The module that reads ``--config`` (the command reads it, before the library checks)."""
+    config = str(getattr(args, "config", None) or "").lower()
+    if config.endswith((".yaml", ".yml")):
+        return ["yaml"]
+    if config.endswith(".toml") and sys.version_info < (3, 11):
+        return ["tomli"]
+    return []
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as the command line says; print where the model is."""
+    require(f"qkv {NAME}", _config_parser(args))
+    from ..train import RunLockedError, TrainingError, TrainingInterrupted, train
+
+    try:
+        if args.init_from is not None and args.resume:
+            raise SettingError(
+                "init_from",
+                "--resume continues the run's own checkpoint; starting from another "
+                "model's weights is a new run (drop --resume, or --init-from)",
+            )
+        config, resume = train_config(args)
+        result = train(
+            config,
+            args.out,
+            resume=resume,
+            resume_from=_resume_from(args.resume_from),
+            init_from=args.init_from,
+            progress=not args.quiet,
+        )
+    except MissingDependency as e:  # the library's list, checked before any work: one line
+        raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None
+    except user_errors(RunLockedError) as e:
+        return fail(NAME, _named(e, args))
+    except TrainingError as e:
+        print(f"qkv train: stopped: {e}", file=sys.stderr)
+        return 1
+    except TrainingInterrupted as e:  # its line (how to resume) was logged
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("qkv train: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    if result.final_model is not None:
+        how = "greedy" if result.decoding is None else result.decoding.describe()
+        bleu = "?" if result.final_bleu is None else f"{result.final_bleu:.2f}"
+        print(f"model: {result.final_model} (valid BLEU {bleu}, {how})")
+    elif result.best_checkpoint is not None:
+        print(f"best checkpoint: {result.best_checkpoint} (valid BLEU {result.best_bleu:.2f})")
+    return 0

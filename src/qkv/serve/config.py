@@ -1,0 +1,80 @@
+"""The settings of ``qkv serve``: languages, limits, batching, the API key.
+
+:class:`ServeConfig` imports neither starlette nor torch, so its defaults (the ones ``qkv serve
+--help`` shows) are read without the ``serve`` extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .._errors import SettingError
+from ..viz import MAX_CELLS
+
+__all__ = ["ServeConfig"]
+
+
+@dataclass
+class ServeConfig:
+    """What ``qkv serve``'s flags set.
+
+    Attributes:
+        source_lang, target_lang: the language codes the model translates between (None: read
+            from the model when it says, e.g. a model of the bundled corpus is ``en`` to ``fr``).
+        beam: the default beam of a request (None: the model's, chosen by ``qkv train``).
+        api_key: when set, ``/translate`` and ``/attention`` need it (compared in constant time).
+        batching: False: each request decoded alone (no dynamic batching).
+        max_batch_tokens: a batch's budget of source tokens (with ``<eos>``) times the beam.
+        max_wait_ms: how long the first request of a batch waits for others.
+        max_body_bytes: the largest request body.
+        max_sentences: the most sentences in one request's ``q``.
+        max_chars: the most characters in one sentence.
+        max_alternatives: the most ``alternatives`` a request may ask.
+        max_beam: the widest ``beam`` a request may ask.
+        max_queue: the most sentences waiting; beyond, 503.
+        max_attention_cells: the most weights one ``/attention`` answer holds
+            (:func:`qkv.viz.attention_cells`).
+        model_dir: the folder the model was given as (informational, in ``/health``).
+
+    Raises:
+        SettingError: (a ``ValueError``) a value out of range, named by its field.
+    """
+
+    source_lang: str | None = None
+    target_lang: str | None = None
+    beam: int | None = None
+    api_key: str | None = None
+    batching: bool = True
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 5.0
+    max_body_bytes: int = 1_000_000
+    max_sentences: int = 128
+    max_chars: int = 2000
+    max_alternatives: int = 5
+    max_beam: int = 8
+    max_queue: int = 4096
+    max_attention_cells: int = MAX_CELLS
+    model_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
+            if is_count and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise SettingError(f.name, f"expected an int >= 1, got {v!r}")
+        if self.max_alternatives + 1 > self.max_beam:
+            raise SettingError(
+                "max_alternatives",
+                f"{self.max_alternatives} alternatives need a beam of "
+                f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}",
+            )
+        if self.beam is not None and (
+            isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1
+        ):
+            raise SettingError("beam", f"expected an int >= 1, got {self.beam!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise SettingError("api_key", "expected a non-empty string or None")
+        for name in ("source_lang", "target_lang"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):
+                raise SettingError(name, f"expected a language code such as 'en', got {v!r}")
