@@ -149,10 +149,10 @@ def test_a_timed_run_plans_its_length_and_decays_within_the_budget(tmp_path, cor
 
 
 def test_the_plan_keeps_time_for_evaluations_and_the_final_model():
-    from qkv.train.loop import _Clock, _Plan
+    from qkv.train.plan import Clock, Plan
 
-    plan = _Plan(TrainConfig(max_minutes=10, max_steps=100_000), timed=True)
-    clock = _Clock(t_start=0.0)
+    plan = Plan(TrainConfig(max_minutes=10, max_steps=100_000), timed=True)
+    clock = Clock(t_start=0.0)
     assert plan.estimate(3, 3, 3.0, 600.0, clock, 777) == 777  # nothing measured: the plan
     # 1 s an update, no evaluation yet: guessed at 10 updates' time each
     total = plan.estimate(13, 13, 13.0, 600.0, clock, 777)
@@ -280,11 +280,11 @@ def test_cli_average(trained, tmp_path):
 
 
 def test_final_model_is_the_average_when_it_validates_better(tmp_path, corpus_file, monkeypatch):
-    import qkv.train.loop as loop
+    import qkv.train.validation as validation
 
     # scheduled evaluations score 5 and 6; the average scores 9; beams score 1
     scores = itertools.chain([5.0, 6.0, 6.0, 9.0], itertools.repeat(1.0))
-    monkeypatch.setattr(loop, "validation_bleu",
+    monkeypatch.setattr(validation, "validation_bleu",
                         lambda *a, **k: SimpleNamespace(bleu=next(scores), chrf=1.0, n=1))  # fmt: skip
     cfg = tiny_config(data=str(corpus_file), max_steps=12, eval_every=4, save_every=4,
                       keep_last=3, average_last=3)  # fmt: skip
@@ -301,13 +301,13 @@ def test_final_model_is_the_average_when_it_validates_better(tmp_path, corpus_fi
 
 
 def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_file, monkeypatch):
-    import qkv.train.loop as loop
+    import qkv.train.validation as validation
 
     def fake(model, pairs, src_tok, tgt_tok, device, decoding, **k):
         bleu = 20.0 if (decoding.beam_size, decoding.length_penalty) == (4, 0.6) else 10.0
         return SimpleNamespace(bleu=bleu, chrf=1.0, n=1)
 
-    monkeypatch.setattr(loop, "validation_bleu", fake)
+    monkeypatch.setattr(validation, "validation_bleu", fake)
     train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, average_last=0),
           tmp_path, progress=False)  # fmt: skip
     dec = json.loads((tmp_path / "final" / "decoding.json").read_text())

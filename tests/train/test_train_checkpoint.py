@@ -307,27 +307,30 @@ def test_resume_refuses_changed_settings(tmp_path, trained):
 def test_crash_before_best_json_keeps_the_best_checkpoint(tmp_path, corpus_file, monkeypatch):
     from types import SimpleNamespace
 
-    import qkv.train.loop as loop
+    import qkv.train.checkpoint as checkpoint
+    import qkv.train.validation as validation
 
     bleus = itertools.chain([5.0, 9.0], itertools.repeat(1.0))
     monkeypatch.setattr(
-        loop, "validation_bleu", lambda *a, **k: SimpleNamespace(bleu=next(bleus), chrf=1.0, n=1)
+        validation,
+        "validation_bleu",
+        lambda *a, **k: SimpleNamespace(bleu=next(bleus), chrf=1.0, n=1),
     )
-    real = loop.atomic_write_json
+    real = checkpoint.atomic_write_json
 
     def crash(path, obj):  # power cut right after step 10 (the new best) was renamed into place
         if path.name == "best.json" and obj["step"] == 10:
             raise KeyboardInterrupt("crash")
         return real(path, obj)
 
-    monkeypatch.setattr(loop, "atomic_write_json", crash)
+    monkeypatch.setattr(checkpoint, "atomic_write_json", crash)
     cfg = tiny_config(data=str(corpus_file), max_steps=20, eval_every=5, save_every=100,
                       keep_last=1)  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path, progress=False)
     root = tmp_path / "checkpoints"
     assert json.loads((root / "best.json").read_text())["step"] == 5  # stale pointer
-    monkeypatch.setattr(loop, "atomic_write_json", real)
+    monkeypatch.setattr(checkpoint, "atomic_write_json", real)
     res = train(cfg, tmp_path, resume=True, progress=False)
     assert res.best_step == 10 and res.best_checkpoint.name == "step-00000010"
     assert (root / "step-00000010" / "manifest.json").is_file()

@@ -15,6 +15,7 @@ from qkv.train import (
     inverse_sqrt_lr,
     load_config_file,
     parse_assignment,
+    required_modules,
     sequence_loss,
 )
 
@@ -221,3 +222,17 @@ def test_list_is_an_option_of_demo_only(capsys):
     with pytest.raises(SystemExit) as info:
         main(["translate", "--model-dir", "x", "--list"])
     assert info.value.code == 2 and "--list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("changes", "modules"),
+    [
+        ({}, ["safetensors", "sacrebleu"]),  # the bundled corpus: its word tokenizer
+        ({"data": "pairs.tsv"}, ["safetensors", "sacrebleu", "sentencepiece"]),  # auto: subwords
+        ({"data": "pairs.tsv", "tokenizer": "word"}, ["safetensors", "sacrebleu"]),
+        ({"tokenizer": "sentencepiece"}, ["safetensors", "sacrebleu", "sentencepiece"]),
+        ({"tensorboard": True}, ["safetensors", "sacrebleu", "tensorboard"]),
+    ],
+)
+def test_required_modules_are_what_a_run_of_the_config_imports(changes, modules):
+    assert required_modules(TrainConfig().updated(changes)) == modules

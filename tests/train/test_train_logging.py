@@ -16,7 +16,7 @@ import pytest
 from _train_helpers import tiny_config
 
 from qkv.train import train
-from qkv.train.loop import Progress, _messages_on
+from qkv.train.progress import Progress, messages_on
 from qkv.train.runlock import LOCK_NAME
 
 
@@ -89,7 +89,7 @@ class _Terminal(io.StringIO):
 def test_a_message_wipes_the_progress_line_on_a_terminal(qkv_logger):
     term = _Terminal()
     bar = Progress(10, True, term)
-    with _messages_on(bar, stream_given=True):
+    with messages_on(bar, stream_given=True):
         bar.update(1, 2.0, 1e-3, 1000.0, 1.0, 9.0, False)
         assert term.getvalue().startswith("\r[##")
         logging.getLogger("qkv.train.loop").info("valid @ 1: loss 1.0")

@@ -154,7 +154,7 @@ def test_a_run_with_accumulation_and_bf16_logs_finite_losses(tmp_path, corpus_fi
 def test_early_stopping(tmp_path, corpus_file, monkeypatch):
     # a validation BLEU that never improves after the first evaluation
     monkeypatch.setattr(
-        "qkv.train.loop.validation_bleu",
+        "qkv.train.validation.validation_bleu",
         lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
     )
     cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)
@@ -179,7 +179,7 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, corpus_file, monke
         loss, nll, n = real(logits, target, **kw)
         return loss * float("nan"), nll, n
 
-    monkeypatch.setattr("qkv.train.loop.sequence_loss", poisoned)
+    monkeypatch.setattr("qkv.train.update.sequence_loss", poisoned)
     with pytest.raises(TrainingError, match="non-finite at update 1") as info:
         train(tiny_config(data=str(corpus_file)), tmp_path, progress=False)
     assert "no checkpoint was written yet" in str(info.value)
@@ -197,7 +197,7 @@ def test_non_finite_loss_after_a_checkpoint_names_it(tmp_path, corpus_file, monk
         calls.append(1)
         return (loss * float("nan") if len(calls) > 3 else loss), nll, n
 
-    monkeypatch.setattr("qkv.train.loop.sequence_loss", poisoned_later)
+    monkeypatch.setattr("qkv.train.update.sequence_loss", poisoned_later)
     cfg = tiny_config(data=str(corpus_file), save_every=2, eval_every=100)
     with pytest.raises(TrainingError, match=r"update 4 .*the last checkpoint \(step-00000002"):
         train(cfg, tmp_path, progress=False)
@@ -269,7 +269,7 @@ def test_resuming_an_early_stopped_run_does_nothing(tmp_path, corpus_file, monke
     import io
 
     monkeypatch.setattr(
-        "qkv.train.loop.validation_bleu",
+        "qkv.train.validation.validation_bleu",
         lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
     )
     cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)

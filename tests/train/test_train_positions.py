@@ -18,7 +18,7 @@ from qkv.data import Normalizer, build_tokenizers, bundled_pairs, write_pairs
 from qkv.inference import Decoding, corpus_scores, position_limits, save_model
 from qkv.nn.seq2seq import Seq2SeqConfig, build_model
 from qkv.train import train
-from qkv.train.loop import validation_bleu
+from qkv.train.validation import validation_bleu
 from qkv.translate import Translator
 
 TABLE = 12

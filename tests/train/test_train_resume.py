@@ -129,7 +129,8 @@ def test_a_final_evaluation_off_the_grid_does_not_count_toward_patience(
 
     # a validation BLEU that never improves: patience decides where the run stops
     monkeypatch.setattr(
-        "qkv.train.loop.validation_bleu", lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1)
+        "qkv.train.validation.validation_bleu",
+        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
     )
     cfg = tiny_config(data=str(corpus_file), max_steps=30, eval_every=7, patience=2,
                       save_every=100, threads=1)  # fmt: skip

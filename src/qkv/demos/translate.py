@@ -81,8 +81,10 @@ QUICK: dict[str, Any] = {
 
 def _fresh_run_dir(path: Path) -> None:
     """Empty the demo's own run folder (only if it is one: it holds checkpoints/ or nothing)."""
+    from ..inference.layout import RunLayout  # torch: not for `qkv demo --list`
+
     if path.exists():
-        if not (path / "checkpoints").is_dir() and any(path.iterdir()):
+        if not RunLayout(path).checkpoints.is_dir() and any(path.iterdir()):
             raise ValueError(
                 f"--out: {str(path)!r} exists and is not a qkv run folder; choose another --out"
             )

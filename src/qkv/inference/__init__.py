@@ -3,7 +3,9 @@ text in batches, scoring with sacreBLEU, and picking the device.
 
 Training (its validation and final model), :mod:`qkv.translate`, ``qkv evaluate``, the demos and
 any later server import these; this package imports nothing above it (no ``train``,
-``translate``, ``cli`` or ``demos``).
+``translate``, ``cli`` or ``demos``). Where things are in a run folder (checkpoints, ``best.json``,
+``final/``, the lock) is :class:`RunLayout` (:mod:`qkv.inference.layout`), for the trainer that
+writes them and every reader.
 
 >>> from qkv.inference import Decoding, load_model, decode_texts, corpus_scores
 >>> saved = load_model("runs/en-fr")                     # model, tokenizers, decoding, path
@@ -18,6 +20,7 @@ Translator`, CTranslate2's, ONNX's) is a :class:`TextTranslator`.
 from .decode import decode_texts, generate_ids, never_generated
 from .device import pick_device
 from .engine import TextTranslator, TranslatorBase, evaluate_pairs, recorded_languages
+from .layout import RunLayout
 from .limits import position_limits
 from .options import CANDIDATES, Decoding, default_max_len
 from .quantize import QUANTIZATIONS, check_quantize, quantize_model
@@ -57,6 +60,7 @@ __all__ = [
     "Evaluation",
     "LoadedCheckpoint",
     "NoSpaceError",
+    "RunLayout",
     "SavedModel",
     "TextTranslator",
     "TranslatorBase",

@@ -14,9 +14,10 @@ A folder written by ``qkv train`` (a checkpoint ``OUT/checkpoints/step-XXXXXXXX`
     decoding.json       the final model's decoding chosen on validation (beam, length penalty)
 
 This module reads that format (``qkv.train.checkpoint`` writes it): verifying the manifest,
-finding the folder to use in a run folder, loading the weights, and :func:`load_model`, which
-returns a :class:`SavedModel` (model, tokenizers, decoding) ready to decode. Anything wrong with
-a folder is a :class:`CheckpointError` that says what, never a traceback from deep inside torch.
+finding the folder to use in a run folder (whose names are :mod:`qkv.inference.layout`'s),
+loading the weights, and :func:`load_model`, which returns a :class:`SavedModel` (model,
+tokenizers, decoding) ready to decode. Anything wrong with a folder is a
+:class:`CheckpointError` that says what, never a traceback from deep inside torch.
 
 Every file read is verified first, and only what is read: it must be listed in the manifest
 (a file the manifest leaves out is refused, never read unchecked) and have the listed size and
@@ -32,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +46,7 @@ from .._deps import require
 from ..data import Tokenizer, load_tokenizers
 from ..nn.seq2seq import EncoderDecoder, build_model
 from .device import pick_device
+from .layout import BEST_POINTER, CHECKPOINTS_DIR, RunLayout, step_of
 from .options import Decoding
 
 __all__ = [
@@ -71,22 +72,17 @@ __all__ = [
 CHECKPOINT_FORMAT = "qkv.checkpoint"
 CHECKPOINT_VERSION = 1
 MANIFEST = "manifest.json"
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
 class CheckpointError(ValueError):
     """A checkpoint folder that cannot be used: missing, corrupt, foreign or mismatched."""
 
 
-#: the lock file a running ``qkv train`` holds in its run folder (``qkv.train.runlock``)
-_LOCK_NAME = ".lock"
-
-
 def _trainer_of(folder: Path) -> str | None:
     """The trainer a run's lock file names for a folder of that run (``OUT/final``,
     ``OUT/checkpoints/step-*``): ``"pid N on HOST (lock OUT/.lock)"``, or None without one."""
     for run in (folder.parent, folder.parent.parent):
-        lock = run / _LOCK_NAME
+        lock = RunLayout(run).lock
         try:
             holder = json.loads(lock.read_text(encoding="utf-8"))
             pid, host = int(holder["pid"]), str(holder["host"])
@@ -136,9 +132,9 @@ def find_checkpoints(root: str | Path) -> list[Path]:
         return []
     found = []
     for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and not p.is_symlink() and (p / MANIFEST).is_file():
-            found.append((int(m.group(1)), p))
+        step = step_of(p)
+        if step is not None and p.is_dir() and not p.is_symlink() and (p / MANIFEST).is_file():
+            found.append((step, p))
     return [p for _, p in sorted(found)]
 
 
@@ -156,7 +152,7 @@ def best_checkpoint(root: str | Path) -> Path | None:
             ``root`` (an absolute path, ``..``, a link leading out): it is not followed.
     """
     root = Path(root)
-    pointer = root / "best.json"
+    pointer = root / BEST_POINTER
     if not pointer.is_file():
         return None
     try:
@@ -164,7 +160,7 @@ def best_checkpoint(root: str | Path) -> Path | None:
     except (ValueError, KeyError, TypeError, OSError):
         return None
     p = root / str(name)
-    inside = isinstance(name, str) and _STEP_DIR.match(name) is not None
+    inside = isinstance(name, str) and step_of(name) is not None
     if not inside or not p.resolve().is_relative_to(root.resolve()):
         raise CheckpointError(
             f"checkpoint: {pointer} names {name!r}, which is not a checkpoint folder of "
@@ -191,22 +187,22 @@ def resolve_model_dir(path: str | Path) -> Path:
         )
     if (p / MANIFEST).is_file():
         return p
-    final = p / "final"
-    if (final / MANIFEST).is_file() and _is_current(final, p / "checkpoints"):
-        return final  # a run's final model (averaged, decoding chosen)
+    run = RunLayout(p)
+    if (run.final / MANIFEST).is_file() and _is_current(run.final, run.checkpoints):
+        return run.final  # a run's final model (averaged, decoding chosen)
     if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
         raise CheckpointError(
             f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
             f"{MANIFEST}, which qkv writes last)"
         )
-    for root in (p / "checkpoints", p):
+    for root in (run.checkpoints, p):
         if root.is_dir():
             found = best_checkpoint(root) or latest_checkpoint(root)
             if found is not None:
                 return found
     raise CheckpointError(
         f"model dir: {str(p)!r} holds no qkv checkpoint (expected {MANIFEST} in it, or "
-        f"checkpoints/step-*/ under it, as written by qkv train)"
+        f"{CHECKPOINTS_DIR}/step-*/ under it, as written by qkv train)"
     )
 
 
@@ -238,7 +234,7 @@ class _Verified:
     def __init__(self, folder: str | Path) -> None:
         self.dir = d = Path(folder)
         mpath = d / MANIFEST
-        if not mpath.is_file() and _STEP_DIR.match(d.name) and _trainer_of(d) is not None:
+        if not mpath.is_file() and step_of(d) is not None and _trainer_of(d) is not None:
             raise _in_use(d) or CheckpointError(f"checkpoint: {str(d)!r} is not a folder")
         if not d.is_dir():
             raise CheckpointError(f"checkpoint: {str(d)!r} is not a folder")

@@ -35,6 +35,7 @@ import torch
 from .. import __version__
 from ..data import Tokenizer, save_tokenizers
 from ..nn.seq2seq import EncoderDecoder
+from .layout import CHECKPOINTS_DIR
 from .options import Decoding
 from .saved import (
     CHECKPOINT_FORMAT,
@@ -47,7 +48,10 @@ from .saved import (
 __all__ = [
     "BUNDLED_DATA",
     "BUNDLED_LANGUAGES",
+    "TMP_PREFIX",
     "NoSpaceError",
+    "fsync_dir",
+    "is_model_folder",
     "model_card",
     "remove_stale_folders",
     "run_card",
@@ -61,7 +65,7 @@ BUNDLED_DATA = "the bundled English-French corpus (qkv.data)"
 BUNDLED_LANGUAGES = ("en", "fr")
 
 #: the prefixes of qkv's temporary names (a folder being written, a folder being replaced)
-_TMP, _OLD = ".qkv-tmp-", ".qkv-old-"
+TMP_PREFIX, _OLD = ".qkv-tmp-", ".qkv-old-"
 #: a folder being written or replaced by process PID: ``.qkv-tmp-NAME-PID``, ``.qkv-old-NAME-PID``
 _TEMP_FOLDER = re.compile(r"^\.qkv-(?:tmp|old)-(.+)-(\d+)$")
 #: what a folder qkv writes holds (a temporary one is removed only when it holds no more)
@@ -160,7 +164,7 @@ def remove_stale_folders(
 
 
 # ---------------------------------------------------------------------------- the writer
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -216,7 +220,7 @@ def write_model_folder(
             raise no_space_error(e, root, name, remedy) from None
         raise
     remove_stale_folders(root, in_use)  # what a killed writer left, on the next write
-    tmp = root / f"{_TMP}{name}-{os.getpid()}"
+    tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
     old = root / f"{_OLD}{name}-{os.getpid()}"
     try:
         _write_folder(
@@ -231,7 +235,7 @@ def write_model_folder(
             raise no_space_error(e, root, name, remedy) from None
         raise
     shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(root)
+    fsync_dir(root)
     return final
 
 
@@ -310,7 +314,7 @@ def _write_folder(
         },
     )
     for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
-        _fsync_dir(d)
+        fsync_dir(d)
     if final.exists():  # the same step written again (a resumed run that stopped right here)
         os.replace(final, old)
     os.replace(tmp, final)
@@ -334,15 +338,22 @@ def _check_out(out: Path, force: bool, sources: tuple[Path, ...]) -> None:
             f"out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
             "force=True (--force) to replace a model folder written before"
         )
-    if (
-        not (out / MANIFEST).is_file()
-        or (out / "trainer.pt").exists()
-        or (out / "checkpoints").exists()
-    ):
+    if not is_model_folder(out):
         raise ValueError(
             f"out: {str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
             "files qkv did not write): it is never replaced, even with --force; choose a new folder"
         )
+
+
+def is_model_folder(folder: Path) -> bool:
+    """Is ``folder`` a model folder qkv wrote, without training state: its manifest there, no
+    ``trainer.pt`` (a checkpoint) and no ``checkpoints/`` (a run)? Only such a folder is ever
+    replaced by a new model (``save_model(force=True)``, ``qkv average --out``)."""
+    return (
+        (folder / MANIFEST).is_file()
+        and not (folder / "trainer.pt").exists()
+        and not (folder / CHECKPOINTS_DIR).exists()
+    )
 
 
 def _number(x: Any) -> str:
@@ -527,5 +538,5 @@ def save_model(
             extra=extra,
         )
     except BaseException:  # nothing half-written is left beside out (out itself is untouched)
-        shutil.rmtree(out.parent / f"{_TMP}{out.name}-{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}", ignore_errors=True)
         raise

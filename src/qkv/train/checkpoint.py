@@ -1,6 +1,6 @@
 """Checkpoints that lose nothing, written so that a crash never leaves a half-written one.
 
-A run's folder ``OUT`` holds::
+A run's folder ``OUT`` holds (every name is :mod:`qkv.inference.layout`'s)::
 
     OUT/checkpoints/step-00001200/   one complete checkpoint (see below)
     OUT/checkpoints/best.json        which checkpoint has the best validation BLEU
@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..inference.layout import BEST_POINTER, FINAL_DIR, RunLayout, step_name, step_of
 from ..inference.saved import (
-    _STEP_DIR,
     CHECKPOINT_FORMAT,
     MANIFEST,
     CheckpointError,
@@ -62,15 +62,16 @@ from ..inference.saved import (
     verify_checkpoint,
 )
 from ..inference.writing import (
-    _TMP,
+    TMP_PREFIX,
     NoSpaceError,
-    _fsync_dir,
+    fsync_dir,
+    is_model_folder,
     is_no_space,
     no_space_error,
     remove_stale_folders,
     write_model_folder,
 )
-from .runlock import LOCK_NAME, LockHolder
+from .runlock import LockHolder
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -88,12 +89,14 @@ __all__ = [
     "load_model_weights",
     "prune_checkpoints",
     "read_weights",
+    "repair_best_pointer",
     "resolve_model_dir",
     "resume_checkpoint",
     "resumed_settings",
     "save_checkpoint",
     "sha256_file",
     "verify_checkpoint",
+    "write_best_pointer",
     "write_model_folder",
 ]
 
@@ -101,7 +104,9 @@ log = logging.getLogger(__name__)
 
 #: qkv's temporary files (atomic_write_bytes) are recognisable, so that clean-up never takes a
 #: user's ``.tmp-*`` file for one
-_STALE_FILE = re.compile(r"^\.(?:best|latest)\.json\.qkv-tmp-\d+$")
+_STALE_FILE = re.compile(
+    rf"^\.(?:{re.escape(BEST_POINTER)}|latest\.json){re.escape(TMP_PREFIX)}\d+$"
+)
 
 
 def run_lock_in_use(folder: str | Path) -> Callable[[int], bool] | None:
@@ -112,7 +117,7 @@ def run_lock_in_use(folder: str | Path) -> Callable[[int], bool] | None:
     folder = Path(folder)
     for run in (folder, folder.parent):
         try:
-            holder = LockHolder.parse((run / LOCK_NAME).read_text(encoding="utf-8"))
+            holder = LockHolder.parse(RunLayout(run).lock.read_text(encoding="utf-8"))
         except OSError:
             continue
         if holder is not None and holder.pid == os.getpid() and holder.alive() is not False:
@@ -127,7 +132,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     ``os.replace``. Readers see the old content or the new one, never a part; on an error the
     temporary file is removed (a full disk: :class:`NoSpaceError`)."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}{_TMP}{os.getpid()}")
+    tmp = p.with_name(f".{p.name}{TMP_PREFIX}{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -139,7 +144,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         if isinstance(e, OSError) and is_no_space(e):
             raise no_space_error(e, p.parent, p.name) from None
         raise
-    _fsync_dir(p.parent)
+    fsync_dir(p.parent)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -183,9 +188,8 @@ def save_checkpoint(
             removed and the checkpoints written before are intact.
     """
     root = Path(root)
-    name = f"step-{step:08d}"
     final = write_model_folder(
-        root / name,
+        root / step_name(step),
         step=step,
         state_dict=model.state_dict(),
         model_config=model_config,
@@ -242,6 +246,33 @@ def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     return {k: (v / n).to(dtypes[k]) if v.is_floating_point() else v for k, v in acc.items()}
 
 
+# ---------------------------------------------------------------------------- the best one
+def write_best_pointer(root: str | Path, step: int, bleu: float | None) -> None:
+    """Make ``root/best.json`` (``root``: ``OUT/checkpoints``) name the checkpoint of update
+    ``step`` as the one of the best validation BLEU, ``bleu``; atomically."""
+    atomic_write_json(
+        Path(root) / BEST_POINTER, {"step": int(step), "path": step_name(int(step)), "bleu": bleu}
+    )
+
+
+def repair_best_pointer(root: str | Path, best_step: int | None, best_bleu: float | None) -> None:
+    """Make ``best.json`` name ``best_step`` (the run state's best update) when that checkpoint
+    exists and the pointer names another: a crash right after a checkpoint's rename, before
+    its ``best.json`` write, leaves the pointer stale.
+
+    Raises:
+        CheckpointError: the pointer there names a folder out of ``root`` (not followed).
+    """
+    if best_step is None:
+        return
+    root, name = Path(root), step_name(int(best_step))
+    if not (root / name / MANIFEST).is_file():
+        return
+    current = best_checkpoint(root)
+    if current is None or current.name != name:
+        write_best_pointer(root, best_step, best_bleu)
+
+
 # ---------------------------------------------------------------------------- finding
 def prune_checkpoints(
     root: str | Path, keep_last: int, *, best_step: int | None = None
@@ -262,7 +293,7 @@ def prune_checkpoints(
     if best is not None:
         keep.add(best)
     if best_step is not None:
-        keep.add(root / f"step-{int(best_step):08d}")
+        keep.add(root / step_name(int(best_step)))
     removed = []
     for p in found:
         if p not in keep:
@@ -289,10 +320,6 @@ def remove_stale_temporaries(root: str | Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- resuming
-def _step_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
 def _resume_target(root: Path, resume_from: int | str | Path) -> Path:
     """The checkpoint folder ``resume_from`` names (an update number, or a checkpoint folder of
     ``root``); CheckpointError listing the checkpoints there when there is none such."""
@@ -310,7 +337,7 @@ def _resume_target(root: Path, resume_from: int | str | Path) -> Path:
     if isinstance(resume_from, int):
         if resume_from < 0:
             raise CheckpointError(f"resume_from: expected an update number >= 0, got {resume_from}")
-        target = root / _step_name(resume_from)
+        target = root / step_name(resume_from)
         if target not in found:
             raise CheckpointError(
                 f"resume_from: no checkpoint of update {resume_from} in {str(root)!r}; {there}"
@@ -400,9 +427,9 @@ def resume_checkpoint(
 
 def _set_aside_later(root: Path, chosen: Path) -> None:
     """Set aside what of the run is newer than ``chosen`` (see :func:`resume_checkpoint`)."""
-    step = int(_STEP_DIR.match(chosen.name).group(1))  # type: ignore[union-attr]
+    step = step_of(chosen)
     for p in find_checkpoints(root):
-        if int(_STEP_DIR.match(p.name).group(1)) > step:  # type: ignore[union-attr]
+        if step_of(p) > step:  # type: ignore[operator] - both are checkpoints' names
             dest = _set_aside(p, "superseded")
             log.warning(
                 "resuming from %s: the newer checkpoint %s is kept as %s (delete it when you no "
@@ -411,7 +438,7 @@ def _set_aside_later(root: Path, chosen: Path) -> None:
                 p.name,
                 dest.name,
             )
-    final = root.parent / "final"
+    final = root.parent / FINAL_DIR  # root is OUT/checkpoints
     try:
         final_step = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("step")
     except (OSError, ValueError, AttributeError):
@@ -461,19 +488,12 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
         ValueError: no folders, or ``out`` is one of them.
         CheckpointError: a corrupt folder, or folders of different models.
     """
-    paths = sorted((Path(f) for f in folders), key=lambda p: _step_of(p))
+    paths = sorted((Path(f) for f in folders), key=lambda p: _manifest_step(p))
     if not paths:
         raise ValueError("checkpoints: expected at least one checkpoint folder, got none")
     out = Path(out)
     inside = any(p.resolve().is_relative_to(out.resolve()) for p in paths)
-    if inside or (
-        out.exists()
-        and (
-            not (out / MANIFEST).is_file()
-            or (out / "trainer.pt").exists()
-            or (out / "checkpoints").exists()
-        )
-    ):
+    if inside or (out.exists() and not is_model_folder(out)):
         raise ValueError(
             f"--out: {str(out)!r} holds other things (a run, a checkpoint, or files qkv did not "
             "write); it would be replaced: choose a new folder"
@@ -481,7 +501,7 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
     weights = average_weights(paths)
     newest = paths[-1]
     meta = read_json(newest, "model.json")
-    steps = [_step_of(p) for p in paths]
+    steps = [_manifest_step(p) for p in paths]
 
     verify_checkpoint(newest, ["tokenizers"])  # copied into a folder whose manifest vouches
 
@@ -505,7 +525,7 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
     )
 
 
-def _step_of(folder: Path) -> int:
+def _manifest_step(folder: Path) -> int:
     """The update a checkpoint folder holds (from its manifest)."""
     manifest = verify_checkpoint(folder, files=[])
     step = manifest.get("step")

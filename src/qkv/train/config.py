@@ -35,6 +35,7 @@ __all__ = [
     "TrainConfig",
     "load_config_file",
     "parse_assignment",
+    "required_modules",
 ]
 
 #: the update limit of a run with neither ``max_steps`` nor ``max_minutes``
@@ -468,6 +469,21 @@ class TrainConfig:
         if isinstance(d["betas"], list):
             d["betas"] = tuple(float(b) if _is_int(b) else b for b in d["betas"])
         return TrainConfig(**d)
+
+
+def required_modules(config: TrainConfig) -> list[str]:
+    """The optional modules a run of ``config`` imports, by their import names: checkpoints
+    (``safetensors``), validation BLEU (``sacrebleu``), a subword tokenizer (``sentencepiece``,
+    also the automatic choice for a user's data), TensorBoard when asked for; what
+    :func:`qkv.train.train` checks (:func:`qkv._deps.require`) before anything is read."""
+    modules = ["safetensors", "sacrebleu"]
+    if config.tokenizer == "sentencepiece" or (
+        config.tokenizer == "auto" and config.data is not None
+    ):
+        modules.append("sentencepiece")
+    if config.tensorboard:
+        modules.append("tensorboard")
+    return modules
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

@@ -1,419 +1,70 @@
-"""The training loop behind ``qkv train``.
+"""The training loop behind ``qkv train``: :func:`train`, and the run it drives update by update.
 
-One update: ``accum_steps`` micro-batches (each a :class:`qkv.data.Batch` under the token
-budget), forward under optional bf16 autocast, label-smoothed cross-entropy summed over the real
-target tokens, backward, the gradient scaled so that the update uses the mean loss per target
-token of all micro-batches on all ranks, gradient-norm clipping, AdamW, and the inverse-square-root
-schedule. Every ``eval_every`` updates rank 0 computes the validation loss and sacreBLEU; a
-checkpoint follows every evaluation and every ``save_every`` updates.
+A run is prepared (:mod:`qkv.train.prepare`: the checkpoint to resume, settings, data, model,
+optimizer, schedule), then updates (:mod:`qkv.train.update`) until its plan, its clock or its
+patience says stop (:mod:`qkv.train.plan`). Every ``eval_every`` updates rank 0 computes the
+validation loss and sacreBLEU (:mod:`qkv.train.validation`); a checkpoint follows every
+evaluation and every ``save_every`` updates (:mod:`qkv.train.checkpoint`). At the end it writes
+the model to use (:mod:`qkv.train.finish`).
 
 Resuming is exact: a checkpoint holds the weights, the optimizer's moments, the schedule's step,
-every rank's RNG states (dropout), and the data position, so a run killed and resumed ends with
-bitwise the same weights as an uninterrupted one (on the CPU with the same thread count; on GPUs
-as far as the kernels are deterministic).
+every rank's RNG states (dropout; :mod:`qkv.train.rng`), the data position and the run state
+(:mod:`qkv.train.state`), so a run killed and resumed ends with bitwise the same weights as an
+uninterrupted one (on the CPU with the same thread count; on GPUs as far as the kernels are
+deterministic).
 
 Around the loop: one trainer per run folder (:mod:`qkv.train.runlock`, taken before any data is
 read), SIGINT/SIGTERM finish the update and save before stopping (:mod:`qkv.train.interrupt`),
 and every message goes through :mod:`logging` (logger ``qkv.train.loop``); the progress line
-is the only thing written to the stream directly.
+(:mod:`qkv.train.progress`) is the only thing written to the stream directly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 import math
-import random
 import signal
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import numpy as np
 import torch
 from torch import nn
 
 from .._deps import require
-from ..data import (
-    Batch,
-    Normalizer,
-    Split,
-    TokenBatcher,
-    Tokenizer,
-    encode_pairs,
-    load_tokenizers,
-    save_tokenizers,
-    split_pairs,
-)
-from ..inference import (
-    CANDIDATES,
-    Decoding,
-    Evaluation,
-    corpus_scores,
-    decode_texts,
-    load_model,
-    position_limits,
-)
-from ..inference.limits import SETTING as POSITION_SETTING
-from ..nn.seq2seq import EncoderDecoder, build_model
+from ..data import Batch, TokenBatcher
+from ..inference import Decoding
+from ..inference.layout import RunLayout, step_name
+from ..inference.saved import MANIFEST
 from . import distributed as D
 from .checkpoint import (
-    CheckpointError,
-    LoadedCheckpoint,
-    atomic_write_json,
-    average_weights,
     best_checkpoint,
-    find_checkpoints,
-    latest_checkpoint,
-    load_model_weights,
     prune_checkpoints,
-    read_json,
-    read_weights,
-    remove_stale_temporaries,
-    resume_checkpoint,
-    run_lock_in_use,
     save_checkpoint,
-    write_model_folder,
+    write_best_pointer,
 )
-from .config import RESUMABLE_KEYS, TrainConfig
+from .config import TrainConfig, required_modules
+from .finish import Final, read_final, write_final
 from .interrupt import StopSignals, TrainingInterrupted, resume_command
-from .losses import sequence_loss
-from .presets import resolve_config
-from .run_data import (
-    RunData,
-    load_run_data,
-    raw_run_pairs,
-    read_run_pairs,
-    saved_run_pairs,
-)
+from .plan import Clock, Plan, scheduled
+from .prepare import Setup, length_limit, open_run, prepare
+from .progress import Progress, Say, messages_on, sayer
+from .rng import rng_state
 from .runlock import RunLock, RunLockedError, check_out
-from .schedules import Schedule
+from .update import StepStats, TrainingError, train_update
 
-__all__ = [
-    "RunData",
-    "StepStats",
-    "TrainResult",
-    "TrainingError",
-    "TrainingInterrupted",
-    "load_run_data",
-    "make_optimizer",
-    "raw_run_pairs",
-    "saved_run_pairs",
-    "train",
-    "train_update",
-]
+__all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
 
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. the loss became NaN or infinite)."""
-
-
-# ---------------------------------------------------------------------------- optimisation
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices of linear layers only (not on biases, norms or
-    embeddings, as nanoGPT and fairseq do)."""
-    decay, no_decay, seen = [], [], set()
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    for _, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(
-        groups,
-        lr=config.lr,
-        betas=config.betas,
-        eps=config.adam_eps,
-        foreach=False,  # the same arithmetic whatever the parameter layout
-    )
+#: ``qkv.train.loop._Plan``, the name ``qkv train --help`` read the plan's constants by; the plan
+#: is :class:`qkv.train.plan.Plan`
+_Plan = Plan
 
 
-@dataclass
-class StepStats:
-    """What one update did: summed losses and token counts over every rank."""
-
-    loss_sum: float
-    nll_sum: float
-    tokens: int
-    grad_norm: float
-    lr: float
-
-    @property
-    def loss(self) -> float:
-        """Mean label-smoothed loss per target token."""
-        return self.loss_sum / max(self.tokens, 1)
-
-
-def train_update(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    schedule: Schedule,
-    micro_batches: Sequence[Batch],
-    *,
-    label_smoothing: float,
-    clip_norm: float,
-    device: torch.device,
-    bf16: bool = False,
-    pad_id: int = 0,
-) -> StepStats:
-    """One optimizer update over ``micro_batches`` (this rank's part of it).
-
-    The gradient is that of the summed loss divided by the number of real target tokens of the
-    whole update on all ranks; under DDP, which averages gradients over ranks, each rank scales its
-    loss by ``world_size / tokens`` so that the average is exactly that.
-
-    Shapes: every batch's ``src`` ``(B, Ls)``, ``tgt_in``/``tgt_out`` ``(B, Lt)``.
-    """
-    world = (
-        torch.distributed.get_world_size()
-        if torch.distributed.is_available() and torch.distributed.is_initialized()
-        else 1
-    )
-    local_tokens = sum(b.num_tokens for b in micro_batches)
-    count = D.all_reduce_sum(torch.tensor([float(local_tokens)], device=device))
-    total_tokens = int(count.item())
-    scale = world / max(total_tokens, 1)
-    lr = schedule.step()
-    loss_acc = torch.zeros((), device=device)
-    nll_acc = torch.zeros((), device=device)
-    is_ddp = isinstance(model, nn.parallel.DistributedDataParallel)
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if bf16
-        else contextlib.nullcontext()
-    )
-    for i, batch in enumerate(micro_batches):
-        b = batch.to(device, non_blocking=True)
-        sync = not is_ddp or i == len(micro_batches) - 1
-        ctx = contextlib.nullcontext() if sync else model.no_sync()
-        with ctx:
-            with autocast:
-                logits = model(b.src, b.tgt_in, b.src_valid_lens)
-            loss_sum, nll_sum, _ = sequence_loss(
-                logits, b.tgt_out, pad_id=pad_id, label_smoothing=label_smoothing
-            )
-            (loss_sum * scale).backward()
-        loss_acc += loss_sum.detach()
-        nll_acc += nll_sum
-    params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm if clip_norm > 0 else math.inf)
-    stats = D.all_reduce_sum(torch.stack([loss_acc, nll_acc]).double())
-    loss_sum, nll_sum = (float(x) for x in stats.tolist())
-    grad_norm = float(norm)
-    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        raise TrainingError(
-            f"the loss became non-finite at update {schedule.last_step} (loss sum {loss_sum}, "
-            f"gradient norm {grad_norm}); nothing was updated. Lower lr, keep clip_norm > 0, or "
-            "check the data"
-        )
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return StepStats(loss_sum, nll_sum, total_tokens, grad_norm, lr)
-
-
-# ---------------------------------------------------------------------------- evaluation
-@torch.no_grad()
-def validation_loss(
-    model: nn.Module, batcher: TokenBatcher, device: torch.device, *, bf16: bool = False
-) -> float:
-    """Mean negative log-likelihood per target token over every batch of ``batcher`` (no
-    label smoothing, eval mode)."""
-    training = model.training
-    model.eval()
-    nll, tokens = 0.0, 0
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if bf16
-        else contextlib.nullcontext()
-    )
-    try:
-        batcher.set_epoch(0)
-        for batch in batcher:
-            b = batch.to(device)
-            with autocast:
-                logits = model(b.src, b.tgt_in, b.src_valid_lens)
-            _, s, n = sequence_loss(logits, b.tgt_out)
-            nll += float(s)
-            tokens += n
-    finally:
-        model.train(training)
-    return nll / max(tokens, 1)
-
-
-def validation_bleu(
-    model: EncoderDecoder,
-    pairs: Sequence[tuple[str, str]],
-    src_tok: Tokenizer,
-    tgt_tok: Tokenizer,
-    device: torch.device,
-    decoding: Decoding | None = None,
-    *,
-    references: Sequence[str] | None = None,
-) -> Evaluation:
-    """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
-
-    ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
-    against the normalised targets of ``pairs``. A run validates with ``decoding``'s
-    ``output_len_cap`` set to its ``max_len`` (its model never saw longer targets), so an
-    untrained model's validation does not decode every sentence to ``2 * source + 10`` tokens.
-    The translations are decoded by :func:`qkv.inference.decode_texts`, as
-    :class:`qkv.translate.Translator` decodes them, with its position-limit policy (a source
-    longer than a learned table gets an empty hypothesis, never a crash in the middle of a
-    run; nothing is logged: the run said before its first update what its table cannot hold).
-    """
-    hyps = decode_texts(
-        model,
-        [s for s, _ in pairs],
-        src_tok,
-        tgt_tok,
-        decoding,
-        device=device,
-        pre_normalized=True,
-        warn=False,
-    )
-    refs = list(references) if references is not None else [t for _, t in pairs]
-    return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs)
-
-
-# ---------------------------------------------------------------------------- RNG state
-def _rng_state(device: torch.device) -> dict:
-    """The generators training may draw from: torch's (dropout), CUDA's, Python's and NumPy's
-    global ones (the batch order has its own seeded generator and is restored from the data
-    position)."""
-    np_state = np.random.get_state()  # noqa: NPY002 - the legacy global state is what is saved
-    py_version, py_state, _ = random.getstate()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": list(py_state),
-        "python_version": py_version,
-        "numpy": torch.from_numpy(np_state[1].astype(np.int64)),
-        "numpy_pos": int(np_state[2]),
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate((int(state["python_version"]), tuple(int(x) for x in state["python"]), None))
-    np_state = (
-        "MT19937",
-        state["numpy"].numpy().astype(np.uint32),
-        int(state["numpy_pos"]),
-        0,
-        0.0,
-    )
-    np.random.set_state(np_state)  # noqa: NPY002
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-# ---------------------------------------------------------------------------- progress
-class Progress:
-    """The progress display: a line rewritten in place on a terminal, else a line every
-    ``log_every`` updates; on stderr (rank 0 only). Messages are not its business: they go
-    through :mod:`logging`, and :meth:`clear` wipes the line on a terminal first so that a
-    message never lands in the middle of it."""
-
-    def __init__(self, total: int, enabled: bool, stream: Any = None) -> None:
-        self.total, self.enabled = total, enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last_draw = 0.0
-        self._open = False
-
-    def _fmt(self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float):
-        width = 20
-        done = int(width * step / self.total)
-        bar = "#" * done + "-" * (width - done)
-        return (
-            f"[{bar}] {step}/{self.total} loss {loss:.3f} lr {lr:.2e} "
-            f"{tps / 1000:.1f}k tok/s {_clock(elapsed)} eta {_clock(eta)}"
-        )
-
-    def update(
-        self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float, log: bool
-    ) -> None:
-        if not self.enabled:
-            return
-        line = self._fmt(step, loss, lr, tps, elapsed, eta)
-        now = time.monotonic()
-        if self.tty and not log:
-            if now - self._last_draw >= 0.25:
-                self.stream.write("\r" + line + "\x1b[K")
-                self.stream.flush()
-                self._last_draw, self._open = now, True
-            return
-        if log:
-            self.clear()
-            self.stream.write(line + "\n")
-            self.stream.flush()
-
-    def clear(self) -> None:
-        """Wipe the line drawn in place (a terminal), so that what comes next starts clean."""
-        if self._open:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._open = False
-
-
-class _MessageHandler(logging.StreamHandler):
-    """Shows qkv's log records on the progress stream, the progress line wiped first."""
-
-    def __init__(self, bar: Progress) -> None:
-        super().__init__(bar.stream)
-        self.bar = bar
-        self.setFormatter(logging.Formatter("qkv: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.bar.clear()
-        super().emit(record)
-
-
-@contextlib.contextmanager
-def _messages_on(bar: Progress, *, stream_given: bool) -> Iterator[None]:
-    """While a run shows progress, show its messages (INFO and up) on the progress stream too:
-    when a ``stream`` was given, or when logging is not configured at all (no handler on the
-    ``qkv`` logger or above it). A configured application gets them through its own handlers;
-    a ``qkv`` logger set to a level is obeyed."""
-    top = logging.getLogger("qkv")
-    if not bar.enabled or (not stream_given and top.hasHandlers()):
-        yield
-        return
-    handler, level = _MessageHandler(bar), top.level
-    top.addHandler(handler)
-    if level == logging.NOTSET:
-        top.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        top.removeHandler(handler)
-        top.setLevel(level)
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    s = int(seconds)
-    return (
-        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-    )
-
-
-# ---------------------------------------------------------------------------- the run
 @dataclass
 class TrainResult:
     """How a run ended.
@@ -446,306 +97,6 @@ class TrainResult:
     final_model: Path | None = None
     final_bleu: float | None = None
     decoding: Decoding | None = None
-
-
-def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
-    while True:
-        yield from batcher
-
-
-def _repair_best_pointer(ckroot: Path, state: RunState) -> None:
-    """Make ``best.json`` name the run state's best checkpoint: a crash right after a
-    checkpoint's rename, before its ``best.json`` write, leaves the pointer stale."""
-    best_step = state.best_step
-    if best_step is None:
-        return
-    name = f"step-{int(best_step):08d}"
-    if not (ckroot / name / "manifest.json").is_file():
-        return
-    current = best_checkpoint(ckroot)
-    if current is None or current.name != name:
-        atomic_write_json(
-            ckroot / "best.json", {"step": int(best_step), "path": name, "bleu": state.best_bleu}
-        )
-
-
-def _check_resume_config(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
-    a, b = saved.to_dict(), given.to_dict()
-    # "auto" (None) given for a setting the checkpoint holds a value of is no change: a run
-    # written before the setting was automatic, resumed from a script with the defaults
-    for k in a:
-        if b.get(k) in (None, "auto") and a[k] not in (None, "auto"):
-            b[k] = a[k]
-    # the model options compare as the model they resolve to: an option given at its default
-    # value (--set model.dropout=0.1) is no change
-    ma, mb = saved.model_config(2, 2).to_dict(), given.model_config(2, 2).to_dict()
-    changed = [k for k in ma if ma[k] != mb.get(k)]
-    a["model_options"] = {k: ma[k] for k in changed}
-    b["model_options"] = {k: mb.get(k) for k in changed}
-    diff = sorted(k for k in a if k not in RESUMABLE_KEYS and a[k] != b[k])
-    if diff:
-        shown = ", ".join(f"{k}: checkpoint {a[k]!r}, given {b[k]!r}" for k in diff[:6])
-        raise ValueError(
-            f"resume: the run was started with other settings ({shown}); only "
-            f"{', '.join(sorted(RESUMABLE_KEYS))} may change when resuming"
-        )
-    return given
-
-
-# ---------------------------------------------------------------------------- the run's plan
-@dataclass
-class _Clock:
-    """Where this invocation's time went: evaluations and checkpoint writes are not training."""
-
-    t_start: float
-    evals: list[float] = field(default_factory=list)
-    saving: float = 0.0
-    t_first: float | None = None  # when the speed began to be measured
-    steps_at_first: int = 0
-    busy_at_first: float = 0.0
-
-    def eval_cost(self, per_update: float) -> float:
-        """Seconds one validation takes: measured, or guessed before the first one."""
-        if self.evals:
-            return sum(self.evals[-3:]) / len(self.evals[-3:])
-        return max(1.0, 10 * per_update)
-
-
-#: the provisional length of a timed run, until its speed is measured (after 6 updates)
-_FIRST_GUESS = 10_000
-
-
-class _Plan:
-    """How long the run will be, and the warm-up and cadences that follow from it.
-
-    A run bounded by ``max_steps`` alone knows its length. A run with a clock
-    (``max_minutes``) measures the time of its updates (without evaluations and checkpoint
-    writes) and of its evaluations, and plans the updates that fit in the budget, keeping time
-    for the evaluations still to come and the final averaging and decoding choice (about
-    :attr:`FINAL_EVALS` validations). It re-plans after 3, 6 and 10 updates and then every 10,
-    so the learning rate decays to the end of the budget on any machine.
-    """
-
-    EVALS = 6  # scheduled evaluations over a run whose eval_every is automatic
-    SAVES = 12  # checkpoints over a run whose save_every is automatic
-    WARMUP_FRACTION = 0.1
-    MIN_WARMUP = 10
-    FINAL_EVALS = 7.0  # the final evaluation, the averaged model's, greedy and two beams (~2x)
-
-    def __init__(self, config: TrainConfig, timed: bool) -> None:
-        self.config, self.timed = config, timed
-
-    def warmup(self, total: int) -> int:
-        if self.config.warmup_steps is not None:
-            return self.config.warmup_steps
-        return min(max(self.MIN_WARMUP, round(self.WARMUP_FRACTION * total)), max(total, 1))
-
-    def eval_every(self, total: int) -> int:
-        return max(1, math.ceil(total / self.EVALS))
-
-    def save_every(self, total: int, eval_every: int | None = None) -> int:
-        """Half the evaluation interval (rounded up, so a checkpoint never falls one update
-        before an evaluation's), or ``total / SAVES`` when evaluations are not automatic."""
-        if eval_every is not None and self.config.eval_every is None:
-            return max(1, math.ceil(eval_every / 2))
-        return max(1, math.ceil(total / self.SAVES))
-
-    @staticmethod
-    def due(done_steps: int) -> bool:
-        return done_steps in (3, 6) or (done_steps >= 10 and done_steps % 10 == 0)
-
-    def final_reserve(self, clock: _Clock, budget_s: float) -> float:
-        """Seconds kept at the end of a timed run for its final evaluation and averaging."""
-        if not clock.evals:
-            return 0.05 * budget_s
-        return min(self.FINAL_EVALS * clock.eval_cost(0.0), budget_s / 6) + 2 * clock.saving / max(
-            len(clock.evals), 1
-        )
-
-    def estimate(
-        self,
-        step: int,
-        done_steps: int,
-        elapsed: float,
-        budget_s: float,
-        clock: _Clock,
-        current: int,
-    ) -> int:
-        """The number of updates (in all) this run can make within ``budget_s`` (``current``:
-        the plan so far, kept until something is measured)."""
-        now = clock.t_start + elapsed
-        if clock.t_first is None:
-            clock.t_first, clock.steps_at_first = now, done_steps
-            clock.busy_at_first = sum(clock.evals) + clock.saving
-            return current  # nothing measured yet: keep the plan
-        n = done_steps - clock.steps_at_first
-        busy = sum(clock.evals) + clock.saving - clock.busy_at_first
-        per_update = max((now - clock.t_first - busy) / max(n, 1), 1e-6)
-        eval_cost = clock.eval_cost(per_update)
-        save_cost = clock.saving / max(len(clock.evals), 1) if clock.evals else 0.0
-        # evaluations may take at most a quarter of the budget, the final ones a sixth
-        remaining = budget_s - elapsed - min(self.FINAL_EVALS * eval_cost, budget_s / 6)
-        total = float(step + max(remaining, 0.0) / per_update)
-        for _ in range(3):  # the evaluations and saves still to come shorten the run
-            left = max(total - step, 0.0) / max(total, 1.0)
-            busy_left = left * (self.EVALS * eval_cost + self.SAVES * save_cost)
-            busy_left = min(busy_left, 0.25 * max(remaining, 0.0))
-            total = step + max(remaining - busy_left, 0.0) / per_update
-        return max(int(total), step)
-
-    def describe(self, schedule: Schedule) -> str:
-        c = self.config
-        end = (
-            f"the planned end of a {c.max_minutes:g}-minute budget (re-planned from the "
-            f"measured speed{f'; at most {c.max_steps} updates' if c.max_steps else ''})"
-            if self.timed
-            else f"update {c.step_limit}"
-        )
-        if schedule.kind == "inverse_sqrt":
-            shape = "then 1/sqrt(step) decay"
-        else:
-            shape = f"then {schedule.kind} decay to {c.min_lr_ratio:g} x peak at {end}"
-        cadence = (
-            f"evaluation every {c.eval_every} updates"
-            if c.eval_every
-            else f"about {self.EVALS} evaluations"
-        )
-        saves = (
-            f"a checkpoint every {c.save_every}"
-            if c.save_every
-            else f"about {self.SAVES} checkpoints"
-        )
-        warm = (
-            f"{c.warmup_steps} warm-up updates"
-            if c.warmup_steps is not None
-            else f"warm-up over {self.WARMUP_FRACTION:.0%} of the run"
-        )
-        return (
-            f"schedule: peak lr {c.lr:g}, {warm}, {shape}; {cadence} and {saves}; "
-            f"{c.max_tokens} tokens per batch"
-            + (f" x {c.accum_steps} micro-batches" if c.accum_steps > 1 else "")
-        )
-
-
-def _due(step: int, last: int, every: int, fixed: bool) -> bool:
-    """Is a scheduled evaluation/checkpoint due at ``step``? A fixed cadence is a grid
-    (multiples of ``every``); an automatic one counts from the last."""
-    return step % every == 0 if fixed else step - last >= every
-
-
-def _finish(
-    out: Path,
-    ckroot: Path,
-    model: EncoderDecoder,
-    model_config: Any,
-    run_cfg: TrainConfig,
-    user_cfg: TrainConfig,
-    data: RunData,
-    state: RunState,
-    pairs: Sequence[tuple[str, str]],
-    refs: Sequence[str],
-    device: torch.device,
-    say: Any,
-    time_left: float = math.inf,
-    eval_cost: float = 0.0,
-) -> tuple[Path, float, Decoding]:
-    """Write ``OUT/final``: the best checkpoint's weights, or the average of the newest
-    ``average_last`` checkpoints when it validates better, with the decoding (greedy, or beam 4
-    with a length penalty) that validates best. Returns the folder, its validation BLEU and
-    the decoding."""
-    t0 = time.monotonic()
-    src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-
-    base = Decoding(output_len_cap=run_cfg.max_len)
-
-    def score(decoding: Decoding) -> Any:
-        return validation_bleu(model, pairs, src_tok, tgt_tok, device, decoding, references=refs)
-
-    best_dir = ckroot / f"step-{int(state.best_step):08d}"
-    weights = read_weights(best_dir)
-    bleu = float(state.best_bleu)
-    source: dict[str, Any] = {"kind": "best checkpoint", "steps": [int(state.best_step)]}
-    found = find_checkpoints(ckroot)
-    # the newest checkpoints only (pruning keeps keep_last of them, and the best)
-    n_avg = min(run_cfg.average_last, run_cfg.keep_last)
-    last = found[-n_avg:] if n_avg >= 2 else []
-    # a timed run does only what its budget has room for (beam search costs ~2 validations)
-    deadline = time.monotonic() + time_left
-    if len(last) >= 2 and deadline - time.monotonic() < eval_cost:
-        say("no time left to validate an average of the last checkpoints; skipped")
-        last = []
-    if len(last) >= 2:
-        avg = average_weights(last)
-        model.load_state_dict(avg)
-        sc = score(base.replace(beam_size=run_cfg.eval_beam))  # as the checkpoints were scored
-        steps = [int(p.name.split("-")[1]) for p in last]
-        better = sc.bleu > bleu
-        say(
-            f"average of the checkpoints of updates {steps}: valid BLEU {sc.bleu:.2f} "
-            f"({'better than' if better else 'not better than'} the best checkpoint's {bleu:.2f})"
-        )
-        if better:
-            weights, bleu = avg, float(sc.bleu)
-            source = {"kind": "average", "steps": steps}
-    model.load_state_dict(weights)
-    decoding = Decoding()
-    tune = run_cfg.tune_decoding
-    if tune and deadline - time.monotonic() < 5 * eval_cost:
-        say("no time left to choose a beam on the validation split; greedy decoding kept")
-        tune = False
-    if tune:
-        tried = []
-        best_bleu = -math.inf
-        for candidate in CANDIDATES:  # scored as the checkpoints were: capped at max_len
-            sc = score(dataclasses.replace(candidate, output_len_cap=base.output_len_cap))
-            tried.append(f"{candidate.describe()}: {sc.bleu:.2f}")
-            if sc.bleu > best_bleu:
-                best_bleu, decoding = float(sc.bleu), candidate
-        bleu = best_bleu
-        say(f"decoding chosen on validation: {decoding.describe()} (tried: {', '.join(tried)})")
-    decoding = decoding.replace(chosen_on=f"{len(pairs)} validation sentences, BLEU {bleu:.2f}")
-    folder = write_model_folder(
-        out / "final",
-        step=int(state.step),
-        state_dict=model.state_dict(),
-        model_config=model_config.to_dict(),
-        write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
-        documents={
-            "train.json": user_cfg.to_dict(),
-            "split.json": data.split.to_dict(),
-            "trainer.json": {
-                "step": int(state.step),
-                "weights": source,
-                "valid_bleu": bleu,
-                "resolved_config": run_cfg.to_dict(),
-                "preset": state.preset,
-                "history": state.history,
-            },
-            "decoding.json": decoding.to_dict(),
-        },
-        in_use=run_lock_in_use(out),
-        remedy=f"then finish the run: {resume_command(out)}",
-    )
-    say(
-        f"final model ({source['kind']} of updates {source['steps']}, "
-        f"{decoding.describe()}) valid BLEU {bleu:.2f} in "
-        f"{folder} ({time.monotonic() - t0:.1f} s)"
-    )
-    return folder, bleu, decoding
-
-
-def _needs(config: TrainConfig) -> list[str]:
-    """The optional modules a run of ``config`` imports: checkpoints (safetensors), validation
-    BLEU (sacreBLEU), a subword tokenizer (sentencepiece, the automatic choice for a user's
-    data), TensorBoard when asked for."""
-    modules = ["safetensors", "sacrebleu"]
-    if config.tokenizer == "sentencepiece" or (
-        config.tokenizer == "auto" and config.data is not None
-    ):
-        modules.append("sentencepiece")
-    if config.tensorboard:
-        modules.append("tensorboard")
-    return modules
 
 
 def train(
@@ -800,27 +151,33 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
-    require("training", _needs(config))  # before anything is read or written
+    require("training", required_modules(config))  # before anything is read or written
     config.validate()
     if init_from is not None and (resume or resume_from is not None):
         raise ValueError(
             "init_from: a resumed run continues its own checkpoint; starting from another "
             "model's weights is a new run (drop resume, or init_from)"
         )
-    out = Path(out)
-    ckroot = out / "checkpoints"
+    layout = RunLayout(Path(out))
     # what to resume: nothing (False), the newest intact checkpoint (True), or the one named
     which = bool(resume) if resume_from is None else resume_from
     info = D.setup(config.device, timeout_minutes=config.dist_timeout_minutes)
     bar = Progress(config.step_limit, progress and info.is_main, stream)
+    say = sayer(bar, log, is_main=info.is_main)
     run = None
     threads = torch.get_num_threads()  # config.threads is the run's, not the process's
     try:
-        with _messages_on(bar, stream_given=stream is not None), _lock_run(out, info):
-            run = _Run(config, out, ckroot, info, which, bar, init_from)
-            with StopSignals(run.stop_now) as signals:
-                run.signals = signals
-                run.prepare()
+        with messages_on(bar, stream_given=stream is not None), _lock_run(layout.out, info):
+            t_start = time.monotonic()
+            preparing = _Preparing(layout.out, say)
+            with StopSignals(preparing.stop_now) as signals:
+                if config.threads:
+                    torch.set_num_threads(config.threads)
+                settings, resumed = open_run(config, layout, info, which, say)
+                preparing.checkpoint = resumed.checkpoint.path if resumed is not None else None
+                setup = prepare(settings, resumed, layout, info, init_from=init_from)
+                run = _Run(setup, layout, info, bar, say, signals, t_start)
+                signals.stop_now = run.stop_now
                 return run.run()
     finally:
         if run is not None:
@@ -846,538 +203,128 @@ def _lock_run(out: Path, info: D.DistInfo) -> contextlib.AbstractContextManager:
     return lock if lock is not None else contextlib.nullcontext()
 
 
-@dataclass
-class RunState:
-    """What the loop keeps between updates, saved in every checkpoint's ``trainer.json`` and
-    restored on resume (with the data position, which the batcher keeps).
+def _stop(
+    say: Say,
+    out: Path,
+    signum: int,
+    *,
+    step: int,
+    where: str,
+    checkpoint: Path | None,
+    resumable: bool,
+    since: str = "",
+) -> NoReturn:
+    """Say that signal ``signum`` stopped the run ``where`` it was, and how to resume it when
+    it can be (``resumable``), and raise :class:`TrainingInterrupted`."""
+    name = signal.Signals(signum).name
+    if resumable:
+        text = f"stopped by {name} {where}; resume with: {resume_command(out)}{since}"
+    else:
+        text = f"stopped by {name} {where}; nothing was saved"
+    say(text, logging.WARNING)
+    raise TrainingInterrupted(text, signum=signum, step=step, checkpoint=checkpoint)
+
+
+class _Preparing:
+    """Stops a run still preparing (a signal before its first update): nothing new to lose.
 
     Attributes:
-        step: updates done.
-        best_bleu, best_step: the best validation BLEU so far and its update.
-        evals_since_best: scheduled evaluations since the best scheduled one (patience).
-        grid_best_bleu: the best BLEU of the scheduled evaluations (patience compares to it).
-        target_tokens: target tokens trained on.
-        history: the logged training and validation figures.
-        loss_window: losses of the updates since the last progress line (a resumed run logs
-            the same means).
-        stopped: ``"early_stopping"`` once patience ran out, ``"max_minutes"`` once the budget
-            did: resuming with the same settings then does nothing.
-        last_eval, last_save: the updates of the last scheduled evaluation and checkpoint
-            (automatic cadence).
-        resolved_config: the run's settings after the preset filled them in.
-        preset: what the preset chose and why.
-        train_seconds: seconds of the run's earlier invocations (``max_minutes`` is the whole
-            run's budget).
-        init_from: the model a fine-tuning run started from (``path`` and ``step``), or None.
+        checkpoint: the checkpoint the run resumes from, once chosen (``--resume`` takes it
+            again); None before, or for a new run.
     """
 
-    step: int = 0
-    best_bleu: float | None = None
-    best_step: int | None = None
-    evals_since_best: int = 0
-    grid_best_bleu: float | None = None
-    target_tokens: int = 0
-    history: list[dict] = field(default_factory=list)
-    loss_window: list[float] = field(default_factory=list)
-    stopped: str | None = None
-    last_eval: int = 0
-    last_save: int = 0
-    resolved_config: dict = field(default_factory=dict)
-    preset: dict | None = None
-    train_seconds: float = 0.0
-    init_from: dict | None = None
+    def __init__(self, out: Path, say: Say) -> None:
+        self.out, self.say = out, say
+        self.checkpoint: Path | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready fields (what ``trainer.json`` holds besides the data position)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        """Take every field ``saved`` (a checkpoint's ``trainer.json``) holds."""
-        for f in dataclasses.fields(self):
-            if f.name in saved:
-                setattr(self, f.name, saved[f.name])
-        if "grid_best_bleu" not in saved:  # written before it was kept apart
-            self.grid_best_bleu = self.best_bleu
+    def stop_now(self, signum: int) -> NoReturn:
+        """Raise :class:`TrainingInterrupted` (update 0, the checkpoint being resumed)."""
+        _stop(
+            self.say,
+            self.out,
+            signum,
+            step=0,
+            where="before the first update",
+            checkpoint=self.checkpoint,
+            resumable=self.checkpoint is not None,
+        )
 
 
-@dataclass
-class _Model:
-    """What the run trains and with what: built fresh, or restored from a checkpoint."""
-
-    data: RunData
-    model_config: Any
-    model: EncoderDecoder
-    batcher: TokenBatcher
-    valid_batches: TokenBatcher
-    bleu_pairs: list[tuple[str, str]]
-    bleu_refs: list[str]
-    optimizer: torch.optim.Optimizer
-    schedule: Schedule
+def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
+    while True:
+        yield from batcher
 
 
-#: the model options a run started from another model's weights may change
-_INIT_MAY_CHANGE = frozenset({"dropout"})
-
-
-@dataclass
-class _Init:
-    """The saved model a new run starts from (``init_from``): its weights, architecture and
-    tokenizers."""
-
-    folder: Path
-    step: int | None
-    model_config: dict[str, Any]
-    weights: dict[str, torch.Tensor]
-    tokenizers: tuple[Tokenizer, Tokenizer]
-
-    def describe(self) -> str:
-        return str(self.folder) + (f" (update {self.step})" if self.step is not None else "")
-
-    def record(self) -> dict[str, Any]:
-        return {"path": str(self.folder), "step": self.step}
-
-    def settings(self, config: TrainConfig) -> TrainConfig:
-        """``config`` with this model's architecture and vocabulary.
-
-        Raises:
-            ValueError: ``config`` asks for another architecture or vocabulary (every
-                difference listed), before any data is read.
-        """
-        mc, (src, tgt) = self.model_config, self.tokenizers
-        own = {k: v for k, v in mc.items() if k not in ("src_vocab_size", "tgt_vocab_size", "kind")}
-        joint = src is tgt
-        norm = {Normalizer.book(): "book", Normalizer(): "plain"}.get(src.normalizer)
-        conflicts = []
-        # TrainConfig's default kind cannot be told from a choice: only another kind conflicts
-        default_kind = TrainConfig.__dataclass_fields__["model"].default
-        if config.model not in (mc["kind"], default_kind):
-            conflicts.append(f"model: the model's {mc['kind']!r}, given {config.model!r}")
-        conflicts += [
-            f"model.{k}: the model's {own.get(k)!r}, given {v!r}"
-            for k, v in sorted(config.model_options.items())
-            if k not in _INIT_MAY_CHANGE and own.get(k) != v
-        ]
-        for key, given, theirs, unset in (
-            ("tokenizer", config.tokenizer, src.kind, "auto"),
-            ("normalizer", config.normalizer, norm, "auto"),
-            ("joint_vocab", config.joint_vocab, joint, None),
-            ("vocab_size", config.vocab_size, tgt.vocab_size, None),
-        ):
-            if given != unset and theirs is not None and given != theirs:
-                conflicts.append(f"{key}: the model's {theirs!r}, given {given!r}")
-        if conflicts:
-            raise ValueError(
-                f"init_from: the model in {str(self.folder)!r} fixes the architecture and the "
-                f"vocabulary, and these settings differ: {'; '.join(conflicts)} (leave them "
-                f"out; of the model options only {', '.join(sorted(_INIT_MAY_CHANGE))} may change)"
-            )
-        options = {**own, **{k: v for k, v in config.model_options.items() if k in own}}
-        changes: dict[str, Any] = {
-            "model": mc["kind"],
-            "model_options": options,
-            "tokenizer": src.kind,
-            "joint_vocab": joint,
-        }
-        if norm is not None:
-            changes["normalizer"] = norm
-        return config.updated(changes)
-
-    def load_into(self, model: nn.Module) -> None:
-        """Copy the weights into ``model`` (built from :meth:`settings`' configuration)."""
-        try:
-            model.load_state_dict(self.weights)
-        except RuntimeError as e:  # pragma: no cover - settings() keeps the shapes equal
-            raise CheckpointError(
-                f"init_from: the weights in {str(self.folder)!r} do not fit the model: {e}"
-            ) from None
-
-
-def _load_init(path: str | Path) -> _Init:
-    """Read the model a run starts from (:func:`qkv.inference.load_model`, verified).
-
-    Raises:
-        CheckpointError: nothing usable there (the message names ``init_from``).
-    """
+def _tensorboard(setup: Setup, layout: RunLayout, info: D.DistInfo) -> Any:
+    """TensorBoard's writer (rank 0, ``tensorboard=true``), else None. A resumed run purges the
+    events a killed or stopped invocation logged after its checkpoint."""
+    if not (setup.config.tensorboard and info.is_main):
+        return None
     try:
-        saved = load_model(path, device="cpu")
-        manifest = json.loads((saved.path / "manifest.json").read_text(encoding="utf-8"))
-    except (CheckpointError, OSError, ValueError) as e:
-        text = str(e)
-        for label in ("model dir: ", "checkpoint: "):  # init_from names it
-            text = text.removeprefix(label)
-        raise CheckpointError(f"init_from: {text}") from None
-    step = manifest.get("step") if isinstance(manifest, dict) else None
-    return _Init(
-        folder=saved.path,
-        step=step if isinstance(step, int) else None,
-        model_config=saved.model.config.to_dict(),
-        weights=saved.model.state_dict(),
-        tokenizers=(saved.src_tokenizer, saved.tgt_tokenizer),
-    )
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ImportError(
+            "tensorboard=true needs the tensorboard package: pip install tensorboard"
+        ) from None
+    purge = int(setup.state.step) + 1 if setup.resumed_from is not None else None
+    return SummaryWriter(str(layout.tensorboard), purge_step=purge)
 
 
 class _Run:
-    """One invocation of ``qkv train``, in phases a reader can find:
+    """One invocation of ``qkv train`` from its first update on, in phases a reader can find:
 
-    * :meth:`_open` (where we start: a checkpoint to resume, or none), :meth:`_build` (data,
-      model, batches, optimizer, schedule) and :meth:`_restore` (their state, the RNGs and the
-      :class:`RunState` from the checkpoint);
-    * then per update: :meth:`_step` (one optimizer update), :meth:`_replan` and :meth:`_log`,
+    * per update: :meth:`_step` (one optimizer update), :meth:`_replan` and :meth:`_log`,
       :meth:`_out_of_time` (the stop decision all ranks agree on), :meth:`_evaluate_if_due`
       (validation and early stopping) and :meth:`_checkpoint_if_due`;
-    * and at the end :meth:`_final_model` (averaging, decoding chosen) and the result.
+    * and at the end :meth:`_final_model` (:mod:`qkv.train.finish`) and the result.
 
-    A signal (:class:`StopSignals`) stops it between updates (:meth:`_stop_for_signal`) or at
-    once (:meth:`stop_now`).
+    What it trains and with what is its :class:`~qkv.train.prepare.Setup`; the rest is the
+    loop's own bookkeeping, none of it saved but through ``setup.state``. A signal
+    (:class:`StopSignals`) stops it between updates (:meth:`_stop_for_signal`) or at once
+    (:meth:`stop_now`).
     """
 
     def __init__(
         self,
-        config: TrainConfig,
-        out: Path,
-        ckroot: Path,
+        setup: Setup,
+        layout: RunLayout,
         info: D.DistInfo,
-        resume: bool | int | str | Path,
         bar: Progress,
-        init_from: str | Path | None = None,
+        say: Say,
+        signals: StopSignals | None,
+        t_start: float,
     ) -> None:
-        self.t_start = time.monotonic()
-        self.out, self.ckroot, self.info, self.device = out, ckroot, info, info.device
-        self.user_config, self.resume, self.init_from = config, resume, init_from
-        self.bar = bar
-        self.signals: StopSignals | None = None
-        self.stop_signal: int | None = None  # a signal all ranks agreed to stop for
-        self.writer: Any = None
-        self.state: RunState | None = None
-        self.ckpt: LoadedCheckpoint | None = None
-        self.last_ckpt: Path | None = None
-        self.saved_step: int | None = None
-        self.start_step: int | None = None  # set once the run is ready (_restore)
-
-    def say(self, text: str, level: int = logging.INFO) -> None:
-        """Log a message of the run (rank 0 only), the progress line wiped first."""
-        if self.info.is_main:
-            self.bar.clear()
-            log.log(level, text)
-
-    def prepare(self) -> None:
-        """Everything before the first update: the checkpoint or model to start from, the
-        data, the model, the optimizer and their restored state."""
-        config = self.user_config
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        self.config, self.ckpt, self.saved = self._open(config, self.resume)
-        self.init = _load_init(self.init_from) if self.init_from is not None else None
-        self.run_cfg, self.preset_info, data = self._settings_and_data()
-        self.timed = self.run_cfg.max_minutes is not None
-        self.limit = self.run_cfg.step_limit
-        self.plan = _Plan(self.run_cfg, self.timed)
-        self.m = self._build(data)
-        self.state = RunState(
-            resolved_config=self.run_cfg.to_dict(),
-            preset=self.preset_info,
-            init_from=self.init.record() if self.init is not None else None,
-        )
-        # the loop's own state (not saved): set by _restore
-        self.final_bleu: float | None = None
-        self.decoding: Decoding | None = None
-        self._restore()
-
-    # -- where we start -------------------------------------------------------------------------
-    def _open(
-        self, config: TrainConfig, resume: bool | int | str | Path
-    ) -> tuple[TrainConfig, LoadedCheckpoint | None, TrainConfig | None]:
-        """The settings, and the checkpoint to resume from (with its saved settings), if any."""
-        if config.data is not None:
-            config = config.updated({"data": str(Path(config.data).resolve())})
-        if self.info.is_main:
-            remove_stale_temporaries(self.ckroot)
-        D.barrier()
-        latest = latest_checkpoint(self.ckroot)
-        if latest is not None and resume is False:
-            raise ValueError(
-                f"out: {str(self.out)!r} already holds a run (checkpoint {latest.name}); pass "
-                "--resume to continue it, or choose another --out"
-            )
-        # resume: True (the newest intact checkpoint), or the update/folder to resume from
-        ckpt = None
-        if resume is not False:
-            chosen = None if resume is True else resume
-            ckpt = resume_checkpoint(self.ckroot, chosen, act=self.info.is_main)
-        if ckpt is not None:
-            try:
-                saved = TrainConfig.from_dict(ckpt.train_config)
-            except (TypeError, ValueError) as e:
-                raise CheckpointError(
-                    f"checkpoint: train.json in {str(ckpt.path)!r} is invalid: {e}"
-                ) from None
-            return _check_resume_config(saved, config), ckpt, saved
-        if resume:
-            self.say(f"nothing to resume in {self.out}; starting a new run")
-        return config, None, None
-
-    # -- data, the run's plan, the model ----------------------------------------------------------
-    def _settings_and_data(self) -> tuple[TrainConfig, dict | None, RunData]:
-        """The resolved settings (a preset's choices filled in), the preset's reasons, and the
-        run's data: the checkpoint's for a resumed run."""
-        config, ckpt, info = self.config, self.ckpt, self.info
-        if ckpt is not None:
-            return self._resumed_data(ckpt)
-        if self.init is not None:  # checked before the data is read
-            config = self.init.settings(config)
-        pairs, source = read_run_pairs(config)
-        split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
-        n_train = len(split.train)
-        if n_train < 1:
-            raise ValueError(
-                f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
-                f"read); expected more data, or smaller valid/test sizes"
-            )
-        run_cfg, preset = resolve_config(
-            config, n_train, device=self.device.type, world_size=info.world_size
-        )
-        preset_info = preset.to_dict() if preset is not None else None
-        if self.init is not None and preset_info is not None:  # the model is not the preset's
-            preset_info["reason"] = (
-                f"preset {preset.name} for the batches and the learning rate: "
-                f"{run_cfg.max_tokens} tokens per batch, peak lr {run_cfg.lr:g}"
-            )
-            preset_info["notes"] = []
-        toks = self.init.tokenizers if self.init is not None else None
-        data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks)
-        return run_cfg, preset_info, data
-
-    @staticmethod
-    def _length_limit(model: nn.Module, max_len: int) -> tuple[int, str]:
-        """The longest pair (in tokens, ``<eos>`` counted) the run trains on: ``max_len``, or
-        the model's learned positional table when it is smaller (pairs longer than it could
-        not be encoded: dropped before the first update, and counted), with its name."""
-        table = min((n for n in position_limits(model) if n is not None), default=None)
-        if table is not None and table < max_len:
-            return table, f"the model's learned positions ({POSITION_SETTING}={table})"
-        return max_len, f"max_len={max_len}"
-
-    def _build(self, data: RunData) -> _Model:
-        """The model (the checkpoint's weights when resuming), the batches, the optimizer and
-        the schedule, in the order that draws the same random numbers on every start."""
-        run_cfg, ckpt, info = self.run_cfg, self.ckpt, self.info
-        src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-        torch.manual_seed(run_cfg.seed)
-        model_config = run_cfg.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
-        if ckpt is not None and ckpt.model_config != model_config.to_dict():
-            raise CheckpointError(
-                f"checkpoint: model.json in {str(ckpt.path)!r} does not match the run's settings"
-            )
-        model = build_model(model_config)
-        if ckpt is not None:
-            load_model_weights(ckpt.path, model)
-        elif self.init is not None:
-            self.init.load_into(model)
-        model.to(self.device)
-        src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
-        if run_cfg.max_tokens is None:  # pragma: no cover - resolve_config always sets it
-            raise ValueError("max_tokens: expected a resolved token budget, got None")
-        limit, why = self._length_limit(model, run_cfg.max_len)
-        kept = sum(1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= limit)
-        if kept == 0:
-            raise ValueError(
-                f"data: every one of the {len(data.train)} training pairs is longer than "
-                f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
-                f"({'--set max_len=N' if limit == run_cfg.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
-                "or check the data"
-            )  # fmt: skip
-        batcher = TokenBatcher(
-            src_ids,
-            tgt_ids,
-            max_tokens=run_cfg.max_tokens,
-            max_len=limit,
-            shuffle=True,
-            seed=run_cfg.seed,
-            rank=info.rank,
-            world_size=info.world_size,
-        )
-        vs, vt = encode_pairs(data.valid, src_tok, tgt_tok, pre_normalized=True)
-        valid_batches = TokenBatcher(
-            vs,
-            vt,
-            max_tokens=max(run_cfg.max_tokens, 256),
-            shuffle=False,
-            rank=0,
-            world_size=1,
-            max_len=max(limit, 2),
-            truncate=True,
-        )
-        n_bleu = run_cfg.eval_sentences or len(data.valid)
-        optimizer = make_optimizer(model, run_cfg)
-        limit, timed = self.limit, self.timed
-        schedule = Schedule(
-            optimizer,
-            peak_lr=run_cfg.lr,
-            kind=run_cfg.schedule,
-            warmup_steps=self.plan.warmup(min(limit, _FIRST_GUESS) if timed else limit),
-            total_steps=min(limit, _FIRST_GUESS) if timed else limit,
-            min_lr_ratio=run_cfg.min_lr_ratio,
-        )
-        return _Model(
-            data=data,
-            model_config=model_config,
-            model=model,
-            batcher=batcher,
-            valid_batches=valid_batches,
-            bleu_pairs=data.valid[:n_bleu],
-            bleu_refs=data.raw_valid[:n_bleu],
-            optimizer=optimizer,
-            schedule=schedule,
-        )
-
-    def _resumed_data(self, ckpt: LoadedCheckpoint) -> tuple[TrainConfig, dict | None, RunData]:
-        """A resumed run's resolved settings, preset and data (its saved split and tokenizers)."""
-        try:
-            split = Split.from_dict(ckpt.split)
-            toks = load_tokenizers(ckpt.path / "tokenizers")
-        except (ValueError, KeyError, OSError) as e:
-            raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
-        resolved = ckpt.trainer_state.get("resolved_config")
-        saved = self.saved
-        try:
-            if resolved:
-                run_cfg = TrainConfig.from_dict(resolved)
-            else:  # written before runs were planned: the schedule was the inverse square root
-                old = "inverse_sqrt" if saved.schedule == "auto" else saved.schedule
-                run_cfg = saved.updated({"schedule": old, "preset": "none"})
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(
-                f"checkpoint: the resolved settings in {str(ckpt.path)!r} are invalid: {e}"
-            ) from None
-        # what may change on resume comes from the invocation; the rest is the run's own
-        run_cfg = run_cfg.updated({k: getattr(self.config, k) for k in sorted(RESUMABLE_KEYS)})
-        data = load_run_data(run_cfg, split=split, tokenizers=toks)
-        return run_cfg, ckpt.trainer_state.get("preset"), data
-
-    # -- restore ----------------------------------------------------------------------------------
-    def _restore(self) -> None:
-        """Put the checkpoint's optimizer, schedule, data position, RNGs and run state back (or
-        seed a fresh run's dropout), decide whether a resumed run has nothing left to do, and
-        set up the clock, the DDP wrapper, TensorBoard and the first messages."""
-        ckpt, info, state, m = self.ckpt, self.info, self.state, self.m
-        if ckpt is not None:
-            tensors = ckpt.tensors or {}
-            try:
-                m.optimizer.load_state_dict(tensors["optimizer"])
-                m.schedule.load_state_dict(tensors["schedule"])
-                rngs = tensors["rng"]
-                m.batcher.load_state_dict(ckpt.trainer_state["data"])
-            except (KeyError, ValueError, TypeError, RuntimeError) as e:
-                raise CheckpointError(
-                    f"checkpoint: the training state in {str(ckpt.path)!r} cannot be restored: {e}"
-                ) from None
-            if len(rngs) != info.world_size:
-                raise CheckpointError(
-                    f"checkpoint: {str(ckpt.path)!r} was written by {len(rngs)} processes; resume "
-                    f"it with the same number (this run has {info.world_size})"
-                )
-            _set_rng_state(rngs[info.rank], self.device)
-            state.restore(ckpt.trainer_state)
-            state.resolved_config = self.run_cfg.to_dict()
-            if info.is_main:
-                _repair_best_pointer(self.ckroot, state)
-        else:
-            # dropout differs per rank; the weights were drawn from config.seed on every rank
-            torch.manual_seed(self.run_cfg.seed * 1009 + 1 + info.rank)
+        self.setup, self.layout, self.info, self.device = setup, layout, info, info.device
+        self.bar, self.say, self.signals = bar, say, signals
+        config, state = setup.config, setup.state
+        self.limit = config.step_limit  # the update that ends the run at the latest
         self.start_step = int(state.step)
-        self.already_stopped = self._stopped_before()
-        resumed_stop = state.stopped if self.already_stopped else None
-        if not self.already_stopped:
-            state.stopped = None
-        if self.start_step != m.schedule.last_step:
-            raise CheckpointError(
-                f"checkpoint: inconsistent state (step {self.start_step}, schedule "
-                f"{m.schedule.last_step})"
-            )
-        if not self.timed and m.schedule.kind != "inverse_sqrt":
-            # an update-bounded run ends at max_steps (which a resumed run may have changed)
-            m.schedule.plan(total_steps=self.limit, warmup_steps=self.plan.warmup(self.limit))
-
-        self.wrapped: nn.Module = m.model
-        if info.distributed:
-            self.wrapped = nn.parallel.DistributedDataParallel(
-                m.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-        if self.run_cfg.tensorboard and info.is_main:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ImportError(
-                    "tensorboard=true needs the tensorboard package: pip install tensorboard"
-                ) from None
-            # events a killed or stopped invocation logged after this checkpoint are purged
-            purge = self.start_step + 1 if ckpt is not None else None
-            self.writer = SummaryWriter(str(self.out / "tensorboard"), purge_step=purge)
-        if info.is_main:
-            self._greet()
-
-        self.stream_of_batches = _infinite(m.batcher)
-        self.last_ckpt: Path | None = ckpt.path if ckpt else None
-        self.saved_step: int | None = self.start_step if ckpt else None  # known on every rank
-        self.stopped = resumed_stop or "max_steps"
-        self.window_tokens, self.window_t0 = 0, time.monotonic()
+        # the clock: this invocation's time, the run's earlier invocations', and its budget
+        self.t_start, self.clock = t_start, Clock(t_start)
         self.seconds_before = float(state.train_seconds or 0.0)
         self.budget_s = (
-            self.run_cfg.max_minutes * 60 - self.seconds_before if self.timed else math.inf
+            config.max_minutes * 60 - self.seconds_before if setup.plan.timed else math.inf
         )
-        if self.timed and self.budget_s <= 0 and not self.already_stopped:
+        # how it ends: "max_steps" unless the clock, patience or a signal says otherwise
+        self.stopped = setup.stopped or "max_steps"
+        self.already_stopped = setup.stopped is not None
+        if setup.plan.timed and self.budget_s <= 0 and not self.already_stopped:
             self.already_stopped, self.stopped = True, "max_minutes"
-        if self.already_stopped and self.stopped == "max_minutes" and info.is_main:
-            self.say(
-                f"the run has used its {self.run_cfg.max_minutes:g}-minute budget "
-                f"({self.seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
+        self.stop_signal: int | None = None  # a signal all ranks agreed to stop for
+        # the newest checkpoint (rank 0's folder) and its update (known on every rank)
+        self.last_ckpt: Path | None = setup.resumed_from
+        self.saved_step: int | None = self.start_step if setup.resumed_from else None
+        self.batches = _infinite(setup.batcher)
+        self.wrapped: nn.Module = setup.model
+        if info.distributed:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                setup.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        self.clock = _Clock(self.t_start)
-        m.model.train()
-        if self.already_stopped and self.stopped == "early_stopping" and info.is_main:
-            self.say(
-                f"the run already stopped early at update {state.step} (patience "
-                f"{self.run_cfg.patience}); nothing to do (a larger --patience or --max-steps "
-                "goes on)"
-            )
-
-    def _stopped_before(self) -> bool:
-        """Did the resumed run stop for a reason that still holds with these settings?"""
-        if self.ckpt is None or self.saved is None:
-            return False
-        saved, config, stopped = self.saved, self.config, self.state.stopped
-        return (
-            stopped == "early_stopping"
-            and saved.patience == config.patience
-            and saved.max_steps == config.max_steps
-        ) or (  # a run that used its time budget (the final evaluation and averaging included)
-            stopped == "max_minutes" and saved.max_minutes == config.max_minutes
-        )
-
-    def _greet(self) -> None:
-        run_cfg, info, data, ckpt = self.run_cfg, self.info, self.m.data, self.ckpt
-        src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-        n_params = sum(p.numel() for p in self.m.model.parameters())
-        self.out.mkdir(parents=True, exist_ok=True)
-        what = f"resumed at update {self.start_step} from {ckpt.path}" if ckpt else "new run"
-        if self.init is not None:
-            what += f" from the weights of {self.init.describe()}"
-        self.say(
-            f"{what}; {run_cfg.model} model, {n_params / 1e6:.2f}M parameters, "
-            f"{len(data.train)} training pairs ({self.m.batcher.n_dropped} longer than "
-            f"{self._length_limit(self.m.model, run_cfg.max_len)[1]} dropped), "
-            f"{len(data.valid)} valid, {len(data.test)} test, "
-            f"{run_cfg.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
-            f"{' (joint)' if src_tok is tgt_tok else ''}, {run_cfg.normalizer} text; "
-            f"device {self.device}"
-            + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
-            + f", {torch.get_num_threads()} threads"
-        )
-        if self.preset_info is not None and ckpt is None:
-            self.say(self.preset_info["reason"])
-            for note in self.preset_info.get("notes", []):
-                self.say(f"note: {note}")
-        self.say(self.plan.describe(self.m.schedule))
+        self.writer = _tensorboard(setup, layout, info)
+        # the tokens trained on since the last progress line, and since when (not counting
+        # evaluations and checkpoint writes)
+        self.window_tokens, self.window_t0 = 0, time.monotonic()
+        setup.model.train()
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -1385,9 +332,13 @@ class _Run:
 
         A first SIGINT/SIGTERM lets the current update finish (with its scheduled evaluation
         and checkpoint), then a checkpoint is written and :class:`TrainingInterrupted` raised."""
+        if self.info.is_main:
+            self._greet()
+        self._say_if_stopped_before()
         if self.signals is not None:
             self.signals.graceful = True
-        while self.state.step < self.limit and not self.already_stopped:
+        state = self.setup.state
+        while state.step < self.limit and not self.already_stopped:
             stats = self._step()
             elapsed = time.monotonic() - self.t_start
             self._replan(elapsed)
@@ -1403,34 +354,81 @@ class _Run:
             self.signals.graceful = False  # from here on a signal stops at once
             if self.signals.received is not None:  # it came after the last update's check
                 self.stop_now(self.signals.received)
-        if self.state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
-            self.say(f"the run is already at update {self.state.step} (max_steps {self.limit})")
-        final_model = self._final_model()
-        return self._result(final_model)
+        if state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
+            self.say(f"the run is already at update {state.step} (max_steps {self.limit})")
+        return self._result(self._final_model())
+
+    def _greet(self) -> None:
+        """What the run is: where it starts, the model, the data, the device, the plan."""
+        setup, info = self.setup, self.info
+        config, data = setup.config, setup.data
+        src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+        n_params = sum(p.numel() for p in setup.model.parameters())
+        self.layout.out.mkdir(parents=True, exist_ok=True)
+        what = (
+            f"resumed at update {self.start_step} from {setup.resumed_from}"
+            if setup.resumed_from
+            else "new run"
+        )
+        if setup.init is not None:
+            what += f" from the weights of {setup.init.describe()}"
+        self.say(
+            f"{what}; {config.model} model, {n_params / 1e6:.2f}M parameters, "
+            f"{len(data.train)} training pairs ({setup.batcher.n_dropped} longer than "
+            f"{length_limit(setup.model, config.max_len)[1]} dropped), "
+            f"{len(data.valid)} valid, {len(data.test)} test, "
+            f"{config.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
+            f"{' (joint)' if src_tok is tgt_tok else ''}, {config.normalizer} text; "
+            f"device {self.device}"
+            + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
+            + f", {torch.get_num_threads()} threads"
+        )
+        preset = setup.state.preset
+        if preset is not None and setup.resumed_from is None:
+            self.say(preset["reason"])
+            for note in preset.get("notes", []):
+                self.say(f"note: {note}")
+        self.say(setup.plan.describe(setup.schedule))
+
+    def _say_if_stopped_before(self) -> None:
+        """Say why a resumed run has nothing to do (its budget used, or its patience)."""
+        config = self.setup.config
+        if self.already_stopped and self.stopped == "max_minutes":
+            self.say(
+                f"the run has used its {config.max_minutes:g}-minute budget "
+                f"({self.seconds_before / 60:.1f} min of training); a larger --max-minutes goes on"
+            )
+        if self.already_stopped and self.stopped == "early_stopping":
+            self.say(
+                f"the run already stopped early at update {self.setup.state.step} (patience "
+                f"{config.patience}); nothing to do (a larger --patience or --max-steps goes on)"
+            )
 
     def _step(self) -> StepStats:
         """One optimizer update over ``accum_steps`` micro-batches (:func:`train_update`)."""
-        micro = [next(self.stream_of_batches) for _ in range(self.run_cfg.accum_steps)]
+        setup, config = self.setup, self.setup.config
+        micro = [next(self.batches) for _ in range(config.accum_steps)]
         try:
             stats = train_update(
                 self.wrapped,
-                self.m.optimizer,
-                self.m.schedule,
+                setup.optimizer,
+                setup.schedule,
                 micro,
-                label_smoothing=self.run_cfg.label_smoothing,
-                clip_norm=self.run_cfg.clip_norm,
+                label_smoothing=config.label_smoothing,
+                clip_norm=config.clip_norm,
                 device=self.device,
-                bf16=self.run_cfg.bf16,
-                pad_id=self.m.data.tgt_tokenizer.pad_id,
+                bf16=config.bf16,
+                pad_id=setup.data.tgt_tokenizer.pad_id,
             )
         except TrainingError as e:
             where = (
-                f"the last checkpoint (step-{self.saved_step:08d} in {self.ckroot}) is intact"
+                f"the last checkpoint ({step_name(self.saved_step)} in "
+                f"{self.layout.checkpoints}) is intact"
                 if self.saved_step is not None
                 else "no checkpoint was written yet"
             )
             raise TrainingError(f"{e}; {where}") from None
-        state = self.state
+        state = setup.state
         state.step += 1
         state.target_tokens += stats.tokens
         self.window_tokens += stats.tokens
@@ -1439,30 +437,33 @@ class _Run:
 
     def _replan(self, elapsed: float) -> None:
         """A time-bounded run re-plans its length from the measured speed (rank 0 decides)."""
-        done_steps = self.state.step - self.start_step
-        if not (self.timed and self.plan.due(done_steps)):
+        plan, schedule, step = self.setup.plan, self.setup.schedule, self.setup.state.step
+        done_steps = step - self.start_step
+        if not (plan.timed and plan.due(done_steps)):
             return
-        schedule, step = self.m.schedule, self.state.step
         current = schedule.total_steps or self.limit
-        total = self.plan.estimate(step, done_steps, elapsed, self.budget_s, self.clock, current)
+        total = plan.estimate(step, done_steps, elapsed, self.budget_s, self.clock, current)
         mine = torch.tensor([float(total if self.info.is_main else 0)], device=self.device)
         total = int(D.all_reduce_sum(mine).item())
         total = max(min(total, self.limit), step)
-        schedule.plan(total_steps=total, warmup_steps=self.plan.warmup(total))
+        schedule.plan(total_steps=total, warmup_steps=plan.warmup(total))
 
     @property
     def _planned(self) -> int:
         """The update the run is planned to end at."""
-        schedule = self.m.schedule
-        return schedule.total_steps if self.timed and schedule.total_steps else self.limit
+        schedule = self.setup.schedule
+        return (
+            schedule.total_steps if self.setup.plan.timed and schedule.total_steps else self.limit
+        )
 
     def _log(self, stats: StepStats, elapsed: float) -> None:
         """The progress line, and every ``log_every`` updates the history and TensorBoard."""
-        state, step, planned = self.state, self.state.step, self._planned
+        state, planned = self.setup.state, self._planned
+        step = state.step
         self.bar.total = planned
-        log_now = step % self.run_cfg.log_every == 0 or step >= planned
+        log_now = step % self.setup.config.log_every == 0 or step >= planned
         eta = elapsed / (step - self.start_step) * (planned - step)
-        if self.timed:
+        if self.setup.plan.timed:
             eta = min(eta, max(self.budget_s - elapsed, 0.0))
         now = time.monotonic()
         tps = self.window_tokens / max(now - self.window_t0, 1e-9)
@@ -1487,10 +488,11 @@ class _Run:
 
         A plan made from a few slow updates never ends a run early: it is re-made every 10
         updates, and the planned end counts only in the last fifth of the budget."""
-        step, budget_s = self.state.step, self.budget_s
-        over_time = self.timed and (
+        state, plan, budget_s = self.setup.state, self.setup.plan, self.budget_s
+        step = state.step
+        over_time = plan.timed and (
             (step >= self._planned and elapsed >= 0.8 * budget_s)
-            or elapsed >= budget_s - self.plan.final_reserve(self.clock, budget_s)
+            or elapsed >= budget_s - plan.final_reserve(self.clock, budget_s)
         )
         got = self.signals.received if self.signals is not None else None
         flags = torch.tensor(
@@ -1501,28 +503,24 @@ class _Run:
         if sigint > 0 or sigterm > 0:
             self.stop_signal = signal.SIGTERM if sigterm > 0 else signal.SIGINT
         if over > 0 and step < self.limit:
-            self.stopped = self.state.stopped = "max_minutes"
+            self.stopped = state.stopped = "max_minutes"
         return step >= self.limit or self.stopped != "max_steps"
-
-    def _cadence(self) -> tuple[int, int]:
-        """``(eval_every, save_every)``: the fixed ones, or the plan's."""
-        eval_every = self.run_cfg.eval_every or self.plan.eval_every(self._planned)
-        save_every = self.run_cfg.save_every or self.plan.save_every(self._planned, eval_every)
-        return eval_every, save_every
 
     def _evaluate_if_due(self, final: bool) -> tuple[bool, bool]:
         """Validate when the cadence or the end says so (rank 0), and stop early when patience
         ran out (all ranks agree). Returns ``(evaluated, final)``."""
-        state, step = self.state, self.state.step
-        eval_every, _ = self._cadence()
-        scheduled = _due(step, state.last_eval, eval_every, self.run_cfg.eval_every is not None)
-        if not (scheduled or final):
+        state = self.setup.state
+        step = state.step
+        eval_every, _ = self.setup.plan.cadence(self._planned)
+        fixed = self.setup.config.eval_every is not None
+        due = scheduled(step, state.last_eval, eval_every, fixed)
+        if not (due or final):
             return False, final
         stop = 0.0
-        if scheduled:
+        if due:
             state.last_eval = step
         if self.info.is_main:
-            stop = self._evaluate(step, scheduled=scheduled)
+            stop = self._evaluate(step, scheduled=due)
             self.window_t0 = time.monotonic()  # the evaluation is not training time
         flag = D.all_reduce_sum(torch.tensor([stop], device=self.device))
         if float(flag) > 0 and not final:
@@ -1538,17 +536,9 @@ class _Run:
         would make a resumed run stop at another update. It may still become the best
         checkpoint (its weights are the same in either run)."""
         t0 = time.monotonic()
-        m, run_cfg, state = self.m, self.run_cfg, self.state
-        vloss = validation_loss(m.model, m.valid_batches, self.device, bf16=run_cfg.bf16)
-        scores = validation_bleu(
-            m.model,
-            m.bleu_pairs,
-            m.data.src_tokenizer,
-            m.data.tgt_tokenizer,
-            self.device,
-            Decoding(beam_size=run_cfg.eval_beam, output_len_cap=run_cfg.max_len),
-            references=m.bleu_refs,
-        )
+        setup, config, state = self.setup, self.setup.config, self.setup.state
+        vloss = setup.validation.loss(setup.model, bf16=config.bf16)
+        scores = setup.validation.bleu(setup.model)
         if scheduled:
             if state.grid_best_bleu is None or scores.bleu > state.grid_best_bleu:
                 state.grid_best_bleu, state.evals_since_best = scores.bleu, 0
@@ -1576,15 +566,16 @@ class _Run:
             f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
             f"({took:.1f} s)" + ("  *best*" if better else "")
         )
-        out_of_patience = run_cfg.patience and state.evals_since_best >= run_cfg.patience
+        out_of_patience = config.patience and state.evals_since_best >= config.patience
         return 1.0 if out_of_patience else 0.0
 
     def _checkpoint_if_due(self, evaluated: bool, final: bool) -> None:
         """A checkpoint after every evaluation, at the end, and every ``save_every`` updates."""
-        state, step = self.state, self.state.step
-        _, save_every = self._cadence()
-        fixed = self.run_cfg.save_every is not None
-        if evaluated or final or _due(step, state.last_save, save_every, fixed):
+        state = self.setup.state
+        step = state.step
+        _, save_every = self.setup.plan.cadence(self._planned)
+        fixed = self.setup.config.save_every is not None
+        if evaluated or final or scheduled(step, state.last_save, save_every, fixed):
             state.last_save = step
             self.last_ckpt = self._checkpoint(step) or self.last_ckpt
             self.saved_step = step
@@ -1594,43 +585,40 @@ class _Run:
         """Write checkpoint ``step`` (rank 0; every rank's RNG state gathered, the replicas
         checked to agree); returns its folder on rank 0."""
         t0 = time.monotonic()
-        info, m, state = self.info, self.m, self.state
-        rng_all = D.all_gather_objects(_rng_state(self.device))
-        sums = D.all_gather_objects(D.param_checksum(m.model) if info.distributed else "")
+        info, setup, state = self.info, self.setup, self.setup.state
+        rng_all = D.all_gather_objects(rng_state(self.device))
+        sums = D.all_gather_objects(D.param_checksum(setup.model) if info.distributed else "")
         if info.distributed and len(set(sums)) != 1:
             raise TrainingError(f"the replicas diverged at update {step}: checksums {sums}")
         path = None
         state.train_seconds = round(self.seconds_before + time.monotonic() - self.t_start, 3)
         if info.is_main:
-            src_tok, tgt_tok = m.data.src_tokenizer, m.data.tgt_tokenizer
+            root = self.layout.checkpoints
             trainer_state = {
                 **state.to_dict(),
                 "step": step,
-                "data": m.batcher.state_dict(),
+                "data": setup.batcher.state_dict(),
                 "world_size": info.world_size,
                 "replica_checksums": sums if info.distributed else None,
             }
             path = save_checkpoint(
-                self.ckroot,
+                root,
                 step,
-                model=m.model,
-                model_config=m.model_config.to_dict(),
-                train_config=self.config.to_dict(),
-                write_tokenizers=lambda d: save_tokenizers(d, src_tok, tgt_tok),
-                split=m.data.split.to_dict(),
+                model=setup.model,
+                model_config=setup.model_config.to_dict(),
+                train_config=setup.settings,
+                write_tokenizers=setup.save_tokenizers,
+                split=setup.data.split.to_dict(),
                 trainer_state=trainer_state,
                 tensors={
-                    "optimizer": m.optimizer.state_dict(),
-                    "schedule": m.schedule.state_dict(),
+                    "optimizer": setup.optimizer.state_dict(),
+                    "schedule": setup.schedule.state_dict(),
                     "rng": rng_all,
                 },
             )
             if state.best_step == step:
-                atomic_write_json(
-                    self.ckroot / "best.json",
-                    {"step": step, "path": path.name, "bleu": state.best_bleu},
-                )
-            prune_checkpoints(self.ckroot, self.run_cfg.keep_last, best_step=state.best_step)
+                write_best_pointer(root, step, state.best_bleu)
+            prune_checkpoints(root, setup.config.keep_last, best_step=state.best_step)
         D.barrier()
         self.clock.saving += time.monotonic() - t0
         return path
@@ -1639,35 +627,33 @@ class _Run:
     def _stop_for_signal(self) -> None:
         """After the update a signal interrupted: its checkpoint (unless just written), the
         line that says how to resume, and :class:`TrainingInterrupted` (every rank)."""
-        step = self.state.step
+        step = self.setup.state.step
         if self.saved_step != step:
             # not a scheduled checkpoint: the cadence (last_save) stays the uninterrupted run's
             self.last_ckpt = self._checkpoint(step) or self.last_ckpt
             self.saved_step = step
         name = signal.Signals(self.stop_signal).name
-        text = f"stopped by {name} at update {step}; resume with: {resume_command(self.out)}"
+        text = f"stopped by {name} at update {step}; resume with: {resume_command(self.layout.out)}"
         self.say(text, logging.WARNING)
         raise TrainingInterrupted(
             text, signum=int(self.stop_signal), step=step, checkpoint=self.last_ckpt
         )
 
-    def stop_now(self, signum: int) -> None:
+    def stop_now(self, signum: int) -> NoReturn:
         """Stop at once (a second signal, or one outside the loop): raise
         :class:`TrainingInterrupted` naming the newest checkpoint, which ``--resume`` takes."""
-        name = signal.Signals(signum).name
-        if self.start_step is None:  # still preparing: nothing new to lose
-            step, ckpt = 0, self.ckpt.path if self.ckpt is not None else None
-            where, since = "before the first update", ""
-        else:
-            step, ckpt = self.state.step, self.last_ckpt
-            where = f"at update {step}"
-            since = f" (from update {self.saved_step})" if self.saved_step != step else ""
-        if ckpt is not None or (self.saved_step is not None and not self.info.is_main):
-            text = f"stopped by {name} {where}; resume with: {resume_command(self.out)}{since}"
-        else:
-            text = f"stopped by {name} {where}; nothing was saved"
-        self.say(text, logging.WARNING)
-        raise TrainingInterrupted(text, signum=signum, step=step, checkpoint=ckpt)
+        step = self.setup.state.step
+        _stop(
+            self.say,
+            self.layout.out,
+            signum,
+            step=step,
+            where=f"at update {step}",
+            checkpoint=self.last_ckpt,
+            resumable=self.last_ckpt is not None
+            or (self.saved_step is not None and not self.info.is_main),
+            since=f" (from update {self.saved_step})" if self.saved_step != step else "",
+        )
 
     def close(self) -> None:
         """Close what the run opened (TensorBoard), however it ended."""
@@ -1676,67 +662,51 @@ class _Run:
             self.writer = None
 
     # -- the end ----------------------------------------------------------------------------------
-    def _final_model(self) -> Path | None:
+    def _final_model(self) -> Final:
         """``OUT/final``: averaged when that validates better, decoding chosen on validation;
         kept as it is when nothing was trained (rank 0)."""
-        state, info, out = self.state, self.info, self.out
-        final_model: Path | None = None
+        state, folder = self.setup.state, self.layout.final
+        final = Final()
         trained = state.step > self.start_step
-        have_final = (out / "final" / "manifest.json").is_file()
-        if info.is_main and state.best_step is not None and (trained or not have_final):
-            m = self.m
-            final_model, self.final_bleu, self.decoding = _finish(
-                out,
-                self.ckroot,
-                m.model,
-                m.model_config,
-                self.run_cfg,
-                self.config,
-                m.data,
-                state,
-                m.bleu_pairs,
-                m.bleu_refs,
-                self.device,
+        have_final = (folder / MANIFEST).is_file()
+        if self.info.is_main and state.best_step is not None and (trained or not have_final):
+            final = write_final(
+                self.setup,
+                self.layout,
                 self.say,
                 time_left=self.budget_s - (time.monotonic() - self.t_start),
                 eval_cost=self.clock.eval_cost(0.0) if self.clock.evals else 0.0,
             )
-        elif info.is_main and have_final:  # nothing trained: the final model stands
-            final_model = out / "final"
-            try:
-                meta = read_json(final_model, "trainer.json")  # verified, as every file read
-                self.final_bleu = meta.get("valid_bleu")
-                self.decoding = Decoding.from_dict(read_json(final_model, "decoding.json"))
-            except (OSError, ValueError, AttributeError):  # CheckpointError is a ValueError
-                pass
+        elif self.info.is_main and have_final:  # nothing trained: the final model stands
+            final = read_final(folder)
         D.barrier()
-        return final_model
+        return final
 
-    def _result(self, final_model: Path | None) -> TrainResult:
-        state, info = self.state, self.info
+    def _result(self, final: Final) -> TrainResult:
+        state, info = self.setup.state, self.info
         minutes = (time.monotonic() - self.t_start) / 60
         self.close()
-        best = best_checkpoint(self.ckroot) if info.is_main else None
+        best = best_checkpoint(self.layout.checkpoints) if info.is_main else None
         if info.is_main:
             bleu = state.best_bleu if state.best_bleu is None else round(state.best_bleu, 2)
             self.say(
                 f"stopped ({self.stopped}) at update {state.step} after {minutes:.1f} "
                 f"min; best valid BLEU {bleu} at update {state.best_step}; checkpoints in "
-                f"{self.ckroot}"
-                + (f"; the model to use: {final_model}" if final_model is not None else "")
+                f"{self.layout.checkpoints}"
+                + (f"; the model to use: {final.folder}" if final.folder is not None else "")
             )
         return TrainResult(
-            out=self.out,
+            out=self.layout.out,
             step=state.step,
             stopped=self.stopped,
             best_bleu=state.best_bleu,
             best_step=state.best_step,
             last_checkpoint=self.last_ckpt,
             best_checkpoint=best,
-            resumed_from=self.start_step if self.ckpt is not None else None,
+            resumed_from=self.start_step if self.setup.resumed_from is not None else None,
             minutes=minutes,
             history=list(state.history),
-            final_model=final_model,
-            final_bleu=self.final_bleu,
-            decoding=self.decoding,
+            final_model=final.folder,
+            final_bleu=final.bleu,
+            decoding=final.decoding,
         )

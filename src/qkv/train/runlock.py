@@ -25,6 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
+from ..inference.layout import LOCK_NAME, RunLayout
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -34,8 +36,6 @@ __all__ = ["LOCK_NAME", "LockHolder", "RunLock", "RunLockedError", "check_out"]
 
 log = logging.getLogger(__name__)
 
-#: the lock file inside a run folder
-LOCK_NAME = ".lock"
 #: what ``flock`` fails with where the file system has no locks (then: exclusive creation)
 _NO_LOCKS = frozenset(
     getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS") if hasattr(errno, name)
@@ -141,7 +141,7 @@ class RunLock:
 
     def __init__(self, out: str | Path, *, created_out: bool = False) -> None:
         self.out = Path(out)
-        self.path = self.out / LOCK_NAME
+        self.path = RunLayout(self.out).lock
         self.created_out = created_out
         self._fd: int | None = None
         self._held_excl = False

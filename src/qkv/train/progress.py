@@ -1,0 +1,126 @@
+"""What a run shows while it trains: the progress line, and its messages on the same stream.
+
+:class:`Progress` draws one line (rank 0 only): rewritten in place on a terminal, else printed
+every ``log_every`` updates. Messages go through :mod:`logging` (the run's logger is
+``qkv.train.loop``); :func:`messages_on` shows them on the progress stream when nothing else
+would, and :func:`sayer` makes the run's ``say``, which wipes the line first so that a message
+never lands in the middle of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["Progress", "Say", "messages_on", "sayer"]
+
+#: how a run says something: ``say(text)`` (INFO), ``say(text, logging.WARNING)``
+Say = Callable[..., None]
+
+
+class Progress:
+    """The progress display: a line rewritten in place on a terminal, else a line every
+    ``log_every`` updates; on stderr (rank 0 only). Messages are not its business: they go
+    through :mod:`logging`, and :meth:`clear` wipes the line on a terminal first so that a
+    message never lands in the middle of it."""
+
+    def __init__(self, total: int, enabled: bool, stream: Any = None) -> None:
+        self.total, self.enabled = total, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_draw = 0.0
+        self._open = False
+
+    def _fmt(self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float):
+        width = 20
+        done = int(width * step / self.total)
+        bar = "#" * done + "-" * (width - done)
+        return (
+            f"[{bar}] {step}/{self.total} loss {loss:.3f} lr {lr:.2e} "
+            f"{tps / 1000:.1f}k tok/s {_clock(elapsed)} eta {_clock(eta)}"
+        )
+
+    def update(
+        self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float, log: bool
+    ) -> None:
+        if not self.enabled:
+            return
+        line = self._fmt(step, loss, lr, tps, elapsed, eta)
+        now = time.monotonic()
+        if self.tty and not log:
+            if now - self._last_draw >= 0.25:
+                self.stream.write("\r" + line + "\x1b[K")
+                self.stream.flush()
+                self._last_draw, self._open = now, True
+            return
+        if log:
+            self.clear()
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        """Wipe the line drawn in place (a terminal), so that what comes next starts clean."""
+        if self._open:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._open = False
+
+
+class _MessageHandler(logging.StreamHandler):
+    """Shows qkv's log records on the progress stream, the progress line wiped first."""
+
+    def __init__(self, bar: Progress) -> None:
+        super().__init__(bar.stream)
+        self.bar = bar
+        self.setFormatter(logging.Formatter("qkv: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bar.clear()
+        super().emit(record)
+
+
+@contextlib.contextmanager
+def messages_on(bar: Progress, *, stream_given: bool) -> Iterator[None]:
+    """While a run shows progress, show its messages (INFO and up) on the progress stream too:
+    when a ``stream`` was given, or when logging is not configured at all (no handler on the
+    ``qkv`` logger or above it). A configured application gets them through its own handlers;
+    a ``qkv`` logger set to a level is obeyed."""
+    top = logging.getLogger("qkv")
+    if not bar.enabled or (not stream_given and top.hasHandlers()):
+        yield
+        return
+    handler, level = _MessageHandler(bar), top.level
+    top.addHandler(handler)
+    if level == logging.NOTSET:
+        top.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        top.removeHandler(handler)
+        top.setLevel(level)
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(seconds)
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
+
+
+def sayer(bar: Progress, logger: logging.Logger, *, is_main: bool) -> Say:
+    """The run's ``say(text, level=logging.INFO)``: ``text`` logged on ``logger`` by rank 0
+    only (``is_main``), the progress line wiped first."""
+
+    def say(text: str, level: int = logging.INFO) -> None:
+        if is_main:
+            bar.clear()
+            logger.log(level, text)
+
+    return say

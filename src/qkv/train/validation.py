@@ -1,0 +1,128 @@
+"""Validation during a run: the loss on the validation split, and BLEU of its translations.
+
+:func:`validation_loss` is the mean negative log-likelihood per target token (no label
+smoothing); :func:`validation_bleu` decodes the sources with :func:`qkv.inference.decode_texts`,
+as :class:`qkv.translate.Translator` does, and scores them with sacreBLEU. A run holds what it
+validates on in one :class:`ValidationSet`: its scheduled evaluations and the final choice of
+weights and decoding (:mod:`qkv.train.finish`) score through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..data import TokenBatcher, Tokenizer
+from ..inference import Decoding, Evaluation, corpus_scores, decode_texts
+from ..nn.seq2seq import EncoderDecoder
+from .losses import sequence_loss
+
+__all__ = ["ValidationSet", "validation_bleu", "validation_loss"]
+
+
+@torch.no_grad()
+def validation_loss(
+    model: nn.Module, batcher: TokenBatcher, device: torch.device, *, bf16: bool = False
+) -> float:
+    """Mean negative log-likelihood per target token over every batch of ``batcher`` (no
+    label smoothing, eval mode)."""
+    training = model.training
+    model.eval()
+    nll, tokens = 0.0, 0
+    autocast = (
+        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        if bf16
+        else contextlib.nullcontext()
+    )
+    try:
+        batcher.set_epoch(0)
+        for batch in batcher:
+            b = batch.to(device)
+            with autocast:
+                logits = model(b.src, b.tgt_in, b.src_valid_lens)
+            _, s, n = sequence_loss(logits, b.tgt_out)
+            nll += float(s)
+            tokens += n
+    finally:
+        model.train(training)
+    return nll / max(tokens, 1)
+
+
+def validation_bleu(
+    model: EncoderDecoder,
+    pairs: Sequence[tuple[str, str]],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    device: torch.device,
+    decoding: Decoding | None = None,
+    *,
+    references: Sequence[str] | None = None,
+) -> Evaluation:
+    """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
+
+    ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
+    against the normalised targets of ``pairs``. A run validates with ``decoding``'s
+    ``output_len_cap`` set to its ``max_len`` (its model never saw longer targets), so an
+    untrained model's validation does not decode every sentence to ``2 * source + 10`` tokens.
+    The translations are decoded by :func:`qkv.inference.decode_texts`, as
+    :class:`qkv.translate.Translator` decodes them, with its position-limit policy (a source
+    longer than a learned table gets an empty hypothesis, never a crash in the middle of a
+    run; nothing is logged: the run said before its first update what its table cannot hold).
+    """
+    hyps = decode_texts(
+        model,
+        [s for s, _ in pairs],
+        src_tok,
+        tgt_tok,
+        decoding,
+        device=device,
+        pre_normalized=True,
+        warn=False,
+    )
+    refs = list(references) if references is not None else [t for _, t in pairs]
+    return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs)
+
+
+@dataclass
+class ValidationSet:
+    """What a run validates on: the batches of its validation split (the loss) and its first
+    ``eval_sentences`` pairs with their raw references (BLEU).
+
+    Attributes:
+        batches: the validation split's batches (every pair, cut to the run's length limit).
+        pairs: ``(normalised source, normalised target)`` pairs whose sources are translated.
+        references: the raw reference texts of ``pairs`` (what sacreBLEU scores against).
+        src_tokenizer, tgt_tokenizer: the run's tokenizers.
+        device: where the model is.
+        decoding: how the run's evaluations decode: its ``eval_beam``, the decode length capped
+            at its ``max_len`` (its model never saw longer targets).
+    """
+
+    batches: TokenBatcher
+    pairs: list[tuple[str, str]]
+    references: list[str]
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    device: torch.device
+    decoding: Decoding
+
+    def loss(self, model: nn.Module, *, bf16: bool = False) -> float:
+        """:func:`validation_loss` of ``model`` on :attr:`batches`."""
+        return validation_loss(model, self.batches, self.device, bf16=bf16)
+
+    def bleu(self, model: EncoderDecoder, decoding: Decoding | None = None) -> Evaluation:
+        """:func:`validation_bleu` of ``model`` decoding :attr:`pairs` with ``decoding`` (None:
+        :attr:`decoding`)."""
+        return validation_bleu(
+            model,
+            self.pairs,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
+            self.device,
+            decoding or self.decoding,
+            references=self.references,
+        )
