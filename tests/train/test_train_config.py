@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qkv.cli import _train_config, build_parser
+from qkv.cli import build_parser
+from qkv.cli.train import train_config as _train_config
 from qkv.train import (
     InverseSqrtSchedule,
     TrainConfig,
@@ -190,7 +191,7 @@ def test_every_train_flag_shows_the_config_default():
     import dataclasses
     import re
 
-    from qkv.cli import _TRAIN_FLAGS
+    from qkv.cli.train import TRAIN_FLAGS as _TRAIN_FLAGS
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     helps = _train_flag_helps()
@@ -208,7 +209,7 @@ def test_every_train_flag_shows_the_config_default():
 
 
 def test_model_choices_are_the_model_kinds():
-    from qkv.cli import _MODEL_KINDS
+    from qkv.cli.train import MODEL_KINDS as _MODEL_KINDS
     from qkv.nn.seq2seq import MODEL_KINDS
 
     assert _MODEL_KINDS == MODEL_KINDS

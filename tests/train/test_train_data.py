@@ -115,7 +115,8 @@ def test_data_errors_name_the_flag(tmp_path, monkeypatch, args, message, capsys)
 
 
 def _args(*argv):
-    from qkv.cli import _train_config, build_parser
+    from qkv.cli import build_parser
+    from qkv.cli.train import train_config as _train_config
 
     return _train_config(build_parser().parse_args(["train", *argv]))[0]
 

@@ -143,7 +143,7 @@ def test_progress_goes_to_a_terminal_stderr_only(trained, tmp_path, capsys, monk
     src = tmp_path / "en.txt"
     src.write_text("go .\ni lost .\n" * 40, encoding="utf-8")
     clock = iter(range(0, 10_000, 1))  # a second per call: every batch draws
-    monkeypatch.setattr("qkv.cli.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("qkv.cli.translate.time.monotonic", lambda: float(next(clock)))
     err = _TtyErr()
     monkeypatch.setattr("sys.stderr", err)
     assert main(["translate", "--model-dir", d, "--src", str(src), "--batch-tokens", "64"]) == 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time  # noqa: F401  (reached by tests/train: see the end of this module)
 from collections.abc import Sequence
 
 from .. import __version__
@@ -55,9 +54,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         except MissingDependency as e:  # one line, before any work
             print(e, file=sys.stderr)
             return 1
-
-
-# What tests/train reaches through qkv.cli today (that folder changes on another branch): to
-# be repointed at qkv.cli.train (and "qkv.cli.translate.time.monotonic" for the clock that
-# test_translate_tool.py patches as "qkv.cli.time.monotonic") when it merges, then removed.
-_train_config, _TRAIN_FLAGS, _MODEL_KINDS = train.train_config, train.TRAIN_FLAGS, train.MODEL_KINDS

@@ -33,6 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Average the checkpoints the command line names; print what was written."""
     require(f"qkv {NAME}", ["safetensors"])
+    from ..inference import RunLayout
     from ..train import CheckpointError
     from ..train.checkpoint import average_checkpoints, find_checkpoints
 
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             if args.model_dir is None:
                 raise ValueError("--model-dir: expected a run folder (or give checkpoint folders)")
             root = Path(args.model_dir)
-            root = root / "checkpoints" if (root / "checkpoints").is_dir() else root
+            run = RunLayout(root)
+            root = run.checkpoints if run.checkpoints.is_dir() else root
             found = find_checkpoints(root)
             if not found:
                 raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")

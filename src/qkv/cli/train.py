@@ -95,18 +95,17 @@ MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (test
 def train_flag_default(key: str) -> str:
     """How ``qkv train --help`` shows the default of TrainConfig field ``key``: its value, and
     for None or ``"auto"`` what that stands for."""
-    from ..train import TrainConfig
+    from ..train import Plan, TrainConfig
     from ..train.config import DEFAULT_MAX_STEPS
-    from ..train.loop import _Plan
 
     default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
     if default is not None and default != "auto":
         return str(default)
     means = _AUTO_MEANS[key].format(
         max_steps=DEFAULT_MAX_STEPS,
-        warmup=_Plan.WARMUP_FRACTION,
-        evals=_Plan.EVALS,
-        saves=_Plan.SAVES,
+        warmup=Plan.WARMUP_FRACTION,
+        evals=Plan.EVALS,
+        saves=Plan.SAVES,
     )
     return means if default is None else f"auto: {means}"
 
@@ -170,6 +169,7 @@ def _resume_from(text: str | None) -> int | str | None:
 def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     """The run's ``TrainConfig`` from the command line, and whether it resumes: the defaults
     (a resumed run's own settings) < ``--config`` < the flags < ``--set``."""
+    from ..inference import RunLayout
     from ..train import TrainConfig, load_config_file, parse_assignment
     from ..train.checkpoint import resumed_settings
 
@@ -198,7 +198,7 @@ def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     resume_from = _resume_from(args.resume_from)
     resume = args.resume or resume_from is not None
     if resume:
-        saved = resumed_settings(out / "checkpoints", resume_from)
+        saved = resumed_settings(RunLayout(out).checkpoints, resume_from)
         if saved is not None:
             base = TrainConfig.from_dict(saved)
             return base.updated({**changes, **flags}), True

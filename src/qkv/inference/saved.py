@@ -223,7 +223,7 @@ def _is_current(final: Path, ckroot: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------- reading
-class _Verified:
+class VerifiedFolder:
     """One folder's manifest, checked, and the files of it verified so far (each hashed once).
 
     A file is read only after :meth:`file` (or :meth:`tree`) verified it: listed in the
@@ -382,7 +382,7 @@ def verify_checkpoint(folder: str | Path, files: Sequence[str] | None = None) ->
             verify that the manifest does not list, or a file whose size or SHA-256 differs
             from the manifest (corruption, truncation).
     """
-    v = _Verified(folder)
+    v = VerifiedFolder(folder)
     if files is None:
         v.all()
     for rel in files or ():
@@ -399,7 +399,7 @@ def read_json(d: Path, name: str) -> Any:
     Raises:
         CheckpointError: see :func:`verify_checkpoint`; also a file that is not JSON.
     """
-    return _Verified(d).json(name)
+    return VerifiedFolder(d).json(name)
 
 
 def load_model_weights(folder: str | Path, model: nn.Module) -> None:
@@ -478,7 +478,7 @@ def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedC
     Raises:
         CheckpointError: see :func:`verify_checkpoint`; also unreadable JSON or state.
     """
-    v = _Verified(folder)
+    v = VerifiedFolder(folder)
     d = v.dir
     if with_tensors:
         v.all()
@@ -499,7 +499,7 @@ def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedC
     )
 
 
-def _read_state(v: _Verified) -> dict:
+def _read_state(v: VerifiedFolder) -> dict:
     """``trainer.pt``, verified, read with ``torch.load(weights_only=True)``; never otherwise."""
     path = v.file("trainer.pt")
     try:
@@ -528,10 +528,10 @@ def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     Raises:
         CheckpointError: an unlisted, damaged or unreadable file.
     """
-    return _read_weights(_Verified(folder))
+    return _read_weights(VerifiedFolder(folder))
 
 
-def _read_weights(v: _Verified) -> dict[str, torch.Tensor]:
+def _read_weights(v: VerifiedFolder) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -611,7 +611,7 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     folder = resolve_model_dir(model_dir)
     # only what translating reads is verified: a damaged trainer.pt or split.json of a
     # checkpoint does not stop its weights from translating
-    v = _Verified(folder)
+    v = VerifiedFolder(folder)
     meta = v.json("model.json")
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")

@@ -41,7 +41,7 @@ from .saved import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     MANIFEST,
-    _Verified,
+    VerifiedFolder,
     sha256_file,
 )
 
@@ -425,7 +425,7 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     folder's run recorded: ``train.json`` (data, settings) and ``trainer.json`` (validation
     BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
     """
-    v = _Verified(folder)
+    v = VerifiedFolder(folder)
     if "card.json" in v.files:
         kept = v.json("card.json")
         if isinstance(kept, dict):

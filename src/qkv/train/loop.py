@@ -49,7 +49,7 @@ from .checkpoint import (
 from .config import TrainConfig, required_modules
 from .finish import Final, read_final, write_final
 from .interrupt import StopSignals, TrainingInterrupted, resume_command
-from .plan import Clock, Plan, scheduled
+from .plan import Clock, scheduled
 from .prepare import Setup, length_limit, open_run, prepare
 from .progress import Progress, Say, messages_on, sayer
 from .rng import rng_state
@@ -59,10 +59,6 @@ from .update import StepStats, TrainingError, train_update
 __all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
-
-#: ``qkv.train.loop._Plan``, the name ``qkv train --help`` read the plan's constants by; the plan
-#: is :class:`qkv.train.plan.Plan`
-_Plan = Plan
 
 
 @dataclass
