@@ -173,6 +173,9 @@ def _kdim_and_dead_rows(r: StepByStep) -> None:
     r.shapes["k_proj_weight (kdim -> d)"] = tuple(ours.k_proj_weight.shape)
     r.shapes["v_proj_weight (vdim -> d)"] = tuple(ours.v_proj_weight.shape)
     ref, ours = _pair()
+    with torch.no_grad():  # a bias that is not 0, so that "the output is the bias" means something
+        ref.out_proj.bias.copy_(torch.randn(D, generator=g))
+    ours.load_state_dict(ref.state_dict())
     x = torch.randn(L, B, D, generator=g)
     dead = torch.zeros(L, L, dtype=torch.bool)
     dead[0] = True  # query 0 may look at no key

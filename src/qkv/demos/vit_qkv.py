@@ -169,6 +169,7 @@ class VitResult:
     labels: Tensor  # (4,)
     predicted: Tensor  # (4,)
     maps: Tensor  # (4, H, GRID, GRID): the class token's attention over the patches
+    weights: Tensor  # (4, H, 17, 17): every token's weights ([CLS], then the patches row-major)
     on_square: list[float]  # per head, its class token's mean weight on the square's patches
     touched: float  # mean share of the patches the square touches (what uniform weights give)
 
@@ -217,6 +218,7 @@ def compute_maps(
         labels=lab[:4],
         predicted=pred[:4],
         maps=cls[:4].reshape(4, -1, GRID, GRID),
+        weights=w[:4],
         on_square=on_square,
         touched=float(touched.double().mean()),
     )
