@@ -1,47 +1,12 @@
-"""The demos of seeds 000 and 002, why sqrt(d_k), why several heads: each writes its figures (not
-blank), and its numbers are right (float64 references, torch's and timm's modules, theory)."""
+"""The numbers of the demos of seeds 000 and 002, why sqrt(d_k) and why several heads are right:
+float64 references, torch's modules, the theory (their figures: tests/viz/test_viz_demos.py)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
-
-from qkv.demos import load
-
-FILES = {
-    "mha-step-by-step": ["mha-step-by-step-weights.png", "mha-step-by-step-detr.png"],
-    "vit-qkv": ["vit-attention-maps.png"],
-    "sqrt-dk": ["sqrt-dk-variance.png", "sqrt-dk-saturation.png"],
-    "heads": ["heads-weights.png", "heads-loss.png"],
-}
-
-
-@pytest.mark.parametrize("name", sorted(FILES))
-def test_demo_writes_its_figures(name, tmp_path, capsys):
-    demo = load()[name]
-    assert demo.run(tmp_path, True) in (None, 0)
-    printed = capsys.readouterr().out
-    for f in FILES[name]:
-        path = tmp_path / f
-        assert f"wrote {path}" in printed
-        img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
-        assert img.shape[0] > 200 and img.shape[1] > 200
-        assert img.std() > 10, f"{f} looks blank (pixel std {img.std():.1f})"
-        assert (img.min(-1) < 200).mean() > 0.02, f"{f} is almost empty"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FILES[name])
-
-
-def test_demos_are_listed(capsys):
-    from qkv.cli import main
-
-    assert main(["demo", "--list"]) == 0
-    listed = capsys.readouterr().out
-    for name in FILES:
-        assert name in listed
 
 
 # ---------------------------------------------------------------------------- seed 000

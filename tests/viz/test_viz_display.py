@@ -168,18 +168,15 @@ def test_sentence_attention_shows_the_viewer(translator):
 
 
 # ---------------------------------------------------------------------------- masks, explain
+def _spec(B: int, Lq: int, Lk: int, **masks):
+    return check_masks(
+        B=B, H=1, Lq=Lq, Lk=Lk, device=torch.device("cpu"), batched_heads=False, **masks
+    )
+
+
 def test_mask_spec_table_and_grid():
     kpm = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]], dtype=torch.bool)
-    spec = check_masks(
-        B=2,
-        H=1,
-        Lq=5,
-        Lk=5,
-        device=torch.device("cpu"),
-        batched_heads=False,
-        key_padding_mask=kpm,
-        is_causal=True,
-    )
+    spec = _spec(2, 5, 5, key_padding_mask=kpm, is_causal=True)
     text = repr(spec)
     assert text.startswith("MaskSpec(B=2, H=1, Lq=5, Lk=5; key_padding_mask: torch.bool")
     assert "is_causal" in text and "\n" not in text
@@ -187,25 +184,9 @@ def test_mask_spec_table_and_grid():
     merged = kpm[:, None, :] | torch.ones(5, 5, dtype=torch.bool).triu(1)
     assert html.count("✕") == int(merged.sum())
     assert html.count("<caption") == 2
-    lens = check_masks(
-        B=2,
-        H=1,
-        Lq=3,
-        Lk=4,
-        device=torch.device("cpu"),
-        batched_heads=False,
-        valid_lens=torch.tensor([2, 3]),
-    )
+    lens = _spec(2, 3, 4, valid_lens=torch.tensor([2, 3]))
     assert "one length per sequence, keys from there on hidden: [[2], [3]]" in lens._repr_html_()
-    add = check_masks(
-        B=1,
-        H=1,
-        Lq=2,
-        Lk=2,
-        device=torch.device("cpu"),
-        batched_heads=False,
-        attn_mask=torch.tensor([[0.0, -1.5], [float("-inf"), 0.0]]),
-    )
+    add = _spec(1, 2, 2, attn_mask=torch.tensor([[0.0, -1.5], [float("-inf"), 0.0]]))
     html = add._repr_html_()
     assert "added to the scores" in html and "-1.5" in html and html.count("✕") == 1
 
