@@ -14,7 +14,11 @@ replaced by U+FFFD.
 One viewer serves every page that shows attention: the file :func:`attention_html` writes, and
 the page of ``qkv serve`` (:mod:`qkv.serve`), which builds on :data:`VIEWER_CSS`,
 :data:`VIEWER_JS`, :data:`VIEWER_CONTROLS` and :data:`VIEWER_PANELS` and hands the script the
-data of :func:`attention_payload` (``qkvViewer.show(data)``).
+data of :func:`attention_payload` (``qkvViewer.show(data)``). The script mounts the viewer on a
+root element and finds its parts inside it by their ``qkv-`` classes: those pages mount it on
+``<body>``; :func:`attention_fragment` (and :class:`AttentionViewer`, which a notebook displays)
+embeds it in any page, inside one ``<div>`` with a unique id, its styles scoped to that id, so
+that several viewers share a page and the host page's own styles do not change.
 
 Pictures are bounded: the data of a long text grows with the square of its length (a 2,000-word
 input made a 176 MB page), so :func:`attention_html` counts the weights it would embed
