@@ -134,6 +134,21 @@ class SentenceAttention:
             kinds.insert(1, dec)
         return kinds
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the interactive viewer of every kind, layer and head, inline
+        (:class:`qkv.viz.AttentionViewer`)."""
+        from .viz import AttentionViewer
+
+        title = f"{self.source}  \u2192  {self.translation}"
+        return AttentionViewer(self.kinds(), title=title)._repr_html_()
+
+    def __repr__(self) -> str:
+        layers = f"{len(self.cross)} cross-attention layer{'s' if len(self.cross) != 1 else ''}"
+        return (
+            f"SentenceAttention({self.source!r} -> {self.translation!r}, {self.kind}, "
+            f"{len(self.src_tokens)} source x {len(self.tgt_tokens)} target tokens, {layers})"
+        )
+
     def save(self, path: str | Path, **kwargs: Any) -> Path:
         """Draw to ``path`` by its extension: ``.png``/``.svg``/``.pdf`` (every kind and layer,
         heads averaged) or ``.html`` (the interactive viewer)."""
@@ -363,3 +378,43 @@ class Translator(TranslatorBase):
 
     def __repr__(self) -> str:
         return f"Translator(kind={self.kind!r}, path={str(self.path)!r}, device={self.device})"
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the translator's card (engine, model and size, languages, decoding,
+        the scores its run recorded, device, path)."""
+        from .viz.display import card_html
+
+        c = self.model.config
+        size = sum(p.numel() for p in self.model.parameters())
+        model = f"{self.kind}, {size / 1e6:.2f} M parameters"
+        if c is not None and c.kind == "transformer":
+            model += (
+                f", {c.num_enc_layers}+{c.num_dec_layers} layers, width {c.num_hiddens}, "
+                f"{c.num_heads} heads"
+            )
+        langs = self.languages
+        d = self.decoding
+        how = (
+            "greedy"
+            if d.beam_size == 1
+            else f"beam {d.beam_size}, length penalty {d.length_penalty:g}"
+        )
+        if d.no_repeat_ngram:
+            how += f", no repeated {d.no_repeat_ngram}-gram"
+        if d.chosen_on:
+            how += f" (chosen on {d.chosen_on})"
+        rows = [
+            ("engine", self.engine),
+            ("model", model),
+            ("languages", f"{langs[0]} \u2192 {langs[1]}" if langs else "not recorded"),
+            ("decoding", how),
+        ]
+        scores: dict[str, Any] = {}
+        if self.path is not None:
+            try:
+                scores = run_card(self.path).get("scores") or {}
+            except Exception:  # an unreadable card: a card without scores
+                scores = {}
+        rows += [(name, f"{value:.2f}") for name, value in scores.items()]
+        rows += [("device", str(self.device)), ("path", str(self.path))]
+        return card_html("Translator", rows)

@@ -31,6 +31,11 @@ FILES = {
         "masks-merged.png",
         "masks-weights.png",
     ],
+    # their numbers: tests/demos/test_demos_seeds.py
+    "mha-step-by-step": ["mha-step-by-step-weights.png", "mha-step-by-step-detr.png"],
+    "vit-qkv": ["vit-attention-maps.png"],
+    "sqrt-dk": ["sqrt-dk-variance.png", "sqrt-dk-saturation.png"],
+    "heads": ["heads-weights.png", "heads-loss.png"],
 }
 
 

@@ -41,6 +41,10 @@ _MODULES = (
     "qkv.demos.positional_encoding",
     "qkv.demos.cat_milk",
     "qkv.demos.masks",
+    "qkv.demos.mha_step_by_step",
+    "qkv.demos.vit_qkv",
+    "qkv.demos.sqrt_dk",
+    "qkv.demos.heads",
 )
 
 

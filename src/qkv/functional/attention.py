@@ -26,6 +26,7 @@ about a score comes from its :class:`~qkv.functional.scores.ScoreKind`.
 from __future__ import annotations
 
 import contextlib
+import html
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -117,6 +118,17 @@ class BackendChoice:
     def __str__(self) -> str:
         why = "; ".join(self.reasons) if self.reasons else "fastest backend available"
         return f"{self.backend} ({why})"
+
+    def _repr_html_(self) -> str:
+        """The choice as a table: the backend taken, then why each faster one was not."""
+        cell = 'style="border:1px solid #ccc;padding:2px 6px;text-align:left"'
+        why = self.reasons or ("fastest backend available",)
+        rows = "".join(f"<tr><td {cell}>{html.escape(r)}</td></tr>" for r in why)
+        return (
+            f"<div>backend <b><code>{html.escape(self.backend)}</code></b>"
+            f'<table style="border-collapse:collapse;margin:4px 0">'
+            f"<tr><th {cell}>why (the faster backends passed over)</th></tr>{rows}</table></div>"
+        )
 
 
 # ---------------------------------------------------------------------------- validation

@@ -33,6 +33,7 @@ A module that appends keys of its own to a call (``torch.nn.MultiheadAttention``
 
 from __future__ import annotations
 
+import html as _html
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -469,6 +470,81 @@ class MaskSpec:
 
     def _device(self) -> torch.device:
         return self.device
+
+    # ------------------------------------------------------------------ display
+    def _arguments(self) -> list[tuple[str, str]]:
+        """One ``(argument, what it holds)`` row per mask given (the displays' rows)."""
+        rows = []
+        vl = self.valid_lens
+        if vl is not None:
+            per = "one length per query" if vl.shape[2] > 1 else "one length per sequence"
+            shown = f": {vl[:, 0, :, 0].tolist()}" if vl.numel() <= 32 else ""
+            rows.append(("valid_lens", f"{per}, keys from there on hidden{shown}"))
+        for name, m, bool_means in (
+            ("key_padding_mask", self.key_padding_mask, "True at padding keys"),
+            ("attn_mask", self.attn_mask, "True where a query may not look"),
+        ):
+            if m is not None:
+                how = "added to the scores" if m.is_floating_point() else bool_means
+                rows.append((name, f"{m.dtype} {tuple(m.shape)}, {how}"))
+        if self.window is not None:
+            rows.append(("window", f"query i sees keys i-{self.window} < j <= i"))
+        elif self.is_causal:
+            rows.append(("is_causal", "query i sees keys j <= i"))
+        return rows
+
+    def __repr__(self) -> str:
+        masks = "; ".join(f"{name}: {what}" for name, what in self._arguments()) or "no mask"
+        return f"MaskSpec(B={self.B}, H={self.H}, Lq={self.Lq}, Lk={self.Lk}; {masks})"
+
+    def _repr_html_(self) -> str:
+        """A table of the masks given and, for small problems, the merged mask per sequence
+        (and head, where it differs by head): ✕ where a query may not look, the added value
+        where a float mask adds one."""
+        esc = _html.escape
+        cell = 'style="border:1px solid #ccc;padding:2px 6px;text-align:left"'
+        rows = "".join(
+            f"<tr><td {cell}><code>{esc(a)}</code></td><td {cell}>{esc(w)}</td></tr>"
+            for a, w in self._arguments() or [("(none)", "every query sees every key")]
+        )
+        out = [
+            f"<div><b>MaskSpec</b> B={self.B}, H={self.H}, Lq={self.Lq}, Lk={self.Lk}"
+            f'<table style="border-collapse:collapse;margin:4px 0">{rows}</table>'
+        ]
+        bias = self.bias(torch.float64)
+        if bias is None or self.Lq * self.Lk > 24 * 24:
+            if bias is not None:
+                out.append(f"<p>(the merged mask is {self.Lq} x {self.Lk}: too large to draw)</p>")
+            return "".join(out) + "</div>"
+        bias = bias.expand(self.B, -1, self.Lq, self.Lk).cpu()
+        grids = [(b, h) for b in range(self.B) for h in range(bias.shape[1])][:8]
+        out.append('<div style="display:flex;flex-wrap:wrap;gap:12px">')
+        for b, h in grids:
+            label = f"sequence {b}" + (f", head {h}" if bias.shape[1] > 1 else "")
+            out.append(_grid_html(bias[b, h], label))
+        more = self.B * bias.shape[1] - len(grids)
+        if more > 0:
+            out.append(f"<p>({more} more not drawn)</p>")
+        return "".join(out) + "</div></div>"
+
+
+def _grid_html(bias: Tensor, label: str) -> str:
+    """One ``(Lq, Lk)`` float64 mask as an HTML table: ✕ on grey where it is -inf, the value
+    where it adds one, blank where it adds 0 (queries down, keys across)."""
+    td = "width:1.6em;height:1.4em;text-align:center;border:1px solid #ddd;font-size:11px"
+    lines = []
+    for row in bias.tolist():
+        cells = []
+        for v in row:
+            if v == float("-inf"):
+                cells.append(f'<td style="{td};background:#555;color:#fff">✕</td>')
+            else:
+                cells.append(f'<td style="{td}">{"" if v == 0 else f"{v:.3g}"}</td>')
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f'<table style="border-collapse:collapse"><caption style="font-size:12px">'
+        f"{_html.escape(label)}: queries down, keys across</caption>{''.join(lines)}</table>"
+    )
 
 
 def blocked_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:

@@ -45,13 +45,15 @@ def _mpl() -> Any:
 
 
 def new_figure(figsize: tuple[float, float], *, layout: str | None = None) -> Any:
-    """A :class:`matplotlib.figure.Figure` on an Agg canvas (headless; no pyplot state).
+    """A :class:`matplotlib.figure.Figure` on an Agg canvas (headless; no pyplot state) that a
+    notebook shows inline without ``%matplotlib inline`` (it has ``_repr_png_``).
 
     ``layout`` is matplotlib's layout engine name (e.g. ``"constrained"``) or None.
     """
     _mpl()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+
+    from ._figure import DisplayFigure
 
     if (
         not isinstance(figsize, Sequence)
@@ -59,7 +61,7 @@ def new_figure(figsize: tuple[float, float], *, layout: str | None = None) -> An
         or not all(isinstance(v, (int, float)) and v > 0 for v in figsize)
     ):
         raise ValueError(f"figsize: expected (width, height) in inches > 0, got {figsize!r}")
-    fig = Figure(figsize=tuple(float(v) for v in figsize), layout=layout)
+    fig = DisplayFigure(figsize=tuple(float(v) for v in figsize), layout=layout)
     FigureCanvasAgg(fig)
     return fig
 

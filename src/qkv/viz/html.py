@@ -14,7 +14,11 @@ replaced by U+FFFD.
 One viewer serves every page that shows attention: the file :func:`attention_html` writes, and
 the page of ``qkv serve`` (:mod:`qkv.serve`), which builds on :data:`VIEWER_CSS`,
 :data:`VIEWER_JS`, :data:`VIEWER_CONTROLS` and :data:`VIEWER_PANELS` and hands the script the
-data of :func:`attention_payload` (``qkvViewer.show(data)``).
+data of :func:`attention_payload` (``qkvViewer.show(data)``). The script mounts the viewer on a
+root element and finds its parts inside it by their ``qkv-`` classes: those pages mount it on
+``<body>``; :func:`attention_fragment` (and :class:`AttentionViewer`, which a notebook displays)
+embeds it in any page, inside one ``<div>`` with a unique id, its styles scoped to that id, so
+that several viewers share a page and the host page's own styles do not change.
 
 Pictures are bounded: the data of a long text grows with the square of its length (a 2,000-word
 input made a 176 MB page), so :func:`attention_html` counts the weights it would embed
@@ -28,6 +32,7 @@ import html as _html
 import json
 import logging
 import re
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,12 +49,15 @@ __all__ = [
     "VIEWER_JS",
     "VIEWER_PANELS",
     "WARN_CELLS",
+    "AttentionViewer",
     "attention_cells",
+    "attention_fragment",
     "attention_html",
     "attention_payload",
     "payload_json",
     "save_attention",
     "save_attention_html",
+    "scoped_css",
 ]
 
 log = logging.getLogger(__name__)
@@ -249,12 +257,14 @@ def save_attention(
     return p
 
 
-#: the viewer's menus (kind, layer, head, colours); ids the script looks up
-VIEWER_CONTROLS = """<div id="controls">
-    <label>kind <select id="kind"></select></label>
-    <label>layer <select id="layer"></select></label>
-    <label>head <select id="head"></select></label>
-    <label>colours <select id="norm">
+#: the viewer's menus (kind, layer, head, colours). The script finds every part by its
+#: ``qkv-`` class inside its root; the ids are for the single-viewer pages (the file, the server
+#: page) and are dropped from an embedded viewer (:func:`attention_fragment`)
+VIEWER_CONTROLS = """<div id="controls" class="qkv-controls">
+    <label>kind <select id="kind" class="qkv-kind"></select></label>
+    <label>layer <select id="layer" class="qkv-layer"></select></label>
+    <label>head <select id="head" class="qkv-head-menu"></select></label>
+    <label>colours <select id="norm" class="qkv-norm">
       <option value="matrix">scaled to the matrix maximum</option>
       <option value="row">scaled per query row</option>
       <option value="abs">absolute, 0 to 1</option>
@@ -263,17 +273,18 @@ VIEWER_CONTROLS = """<div id="controls">
 
 #: the viewer's matrix and token panels
 VIEWER_PANELS = """<div class="qkv-panels">
-  <section id="matrix-panel">
-    <div id="stage"><canvas id="heat"></canvas><canvas id="overlay"></canvas></div>
-    <div id="legend"><span id="lo">0</span><canvas id="ramp" width="160" height="12"></canvas>
-      <span id="hi">1</span></div>
-    <p id="readout">Hover a token or a cell.</p>
+  <section id="matrix-panel" class="qkv-matrix-panel">
+    <div id="stage" class="qkv-stage"><canvas id="heat" class="qkv-heat"></canvas><canvas
+      id="overlay" class="qkv-overlay"></canvas></div>
+    <div id="legend" class="qkv-legend"><span id="lo" class="qkv-lo">0</span><canvas id="ramp"
+      class="qkv-ramp" width="160" height="12"></canvas><span id="hi" class="qkv-hi">1</span></div>
+    <p id="readout" class="qkv-readout">Hover a token or a cell.</p>
   </section>
-  <section id="tokens-panel">
+  <section id="tokens-panel" class="qkv-tokens-panel">
     <h2>queries <small>(rows) — hover one: where it attends</small></h2>
-    <div id="qtokens" class="tokens"></div>
+    <div id="qtokens" class="tokens qkv-qtokens"></div>
     <h2>keys <small>(columns) — hover one: where it is attended from</small></h2>
-    <div id="ktokens" class="tokens"></div>
+    <div id="ktokens" class="tokens qkv-ktokens"></div>
   </section>
 </div>"""
 
@@ -299,40 +310,79 @@ _TEMPLATE = """<!DOCTYPE html>
 </html>
 """
 
-#: the viewer's style sheet
-VIEWER_CSS = """
+#: the styles of the viewer's own parts, by their ``qkv-`` classes (and ``.tok``, ``.tokens``
+#: inside them); an embedded viewer gets each selector prefixed with its root's id
+_PARTS_CSS = """
+.qkv-controls label { margin-right: 14px; }
+.qkv-controls select { font: inherit; }
+.qkv-panels { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px;
+  align-items: flex-start; }
+.qkv-panels h2 { font-size: 14px; margin: 12px 0 4px; }
+.qkv-panels h2 small { font-weight: normal; color: #666; }
+.qkv-stage { position: relative; line-height: 0; }
+.qkv-overlay { position: absolute; left: 0; top: 0; }
+.qkv-heat { cursor: crosshair; }
+.qkv-legend { display: flex; align-items: center; gap: 6px; margin-top: 6px; font-size: 12px; }
+.qkv-matrix-panel { flex: none; }
+.qkv-readout { min-height: 4.2em; margin: 6px 0; font-size: 13px; }
+.qkv-tokens-panel { flex: 1 1 320px; min-width: 280px; max-width: 640px; }
+.qkv-panels .tokens { max-height: 38vh; overflow: auto; border: 1px solid #ddd; padding: 6px;
+  line-height: 1.9; }
+.qkv-panels .tok { display: inline-block; padding: 0 4px; margin: 1px; border-radius: 3px;
+  cursor: default; border: 1px solid transparent; white-space: pre; }
+.qkv-panels .tok.active { border-color: #1f77b4; box-shadow: 0 0 0 1px #1f77b4; }
+.qkv-panels .tok:hover { border-color: #888; }
+"""
+
+#: the viewer's style sheet for a page of its own (the file, the server's page): the page's
+#: font and header, then the viewer's parts
+VIEWER_CSS = (
+    """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0;
   color: #222; background: #fff; }
 .qkv-head { padding: 10px 16px; border-bottom: 1px solid #ddd; background: #fafafa; }
 .qkv-head h1 { font-size: 18px; margin: 0 0 6px; }
 h2 { font-size: 14px; margin: 12px 0 4px; }
-h2 small { font-weight: normal; color: #666; }
-#controls label { margin-right: 14px; }
-select { font: inherit; }
-.qkv-panels { display: flex; flex-wrap: wrap; gap: 20px; padding: 12px 16px;
-  align-items: flex-start; }
-#stage { position: relative; line-height: 0; }
-#overlay { position: absolute; left: 0; top: 0; }
-#heat { cursor: crosshair; }
-#legend { display: flex; align-items: center; gap: 6px; margin-top: 6px; font-size: 12px; }
-#matrix-panel { flex: none; }
-#readout { min-height: 4.2em; margin: 6px 0; font-size: 13px; }
-#tokens-panel { flex: 1 1 320px; min-width: 280px; max-width: 640px; }
-.tokens { max-height: 38vh; overflow: auto; border: 1px solid #ddd; padding: 6px;
-  line-height: 1.9; }
-.tok { display: inline-block; padding: 0 4px; margin: 1px; border-radius: 3px; cursor: default;
-  border: 1px solid transparent; white-space: pre; }
-.tok.active { border-color: #1f77b4; box-shadow: 0 0 0 1px #1f77b4; }
-.tok:hover { border-color: #888; }
+"""
+    + _PARTS_CSS
+)
+
+#: an embedded viewer's own box (``%%ROOT%%`` is its id): the font, colours and header of the
+#: page version, set on the root so that nothing outside it changes
+_EMBED_ROOT_CSS = """
+%%ROOT%% { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+  color: #222; background: #fff; border: 1px solid #ddd; border-radius: 4px; margin: 4px 0;
+  text-align: left; }
+%%ROOT%% .qkv-embed-head { padding: 8px 16px; border-bottom: 1px solid #ddd;
+  background: #fafafa; }
+%%ROOT%% .qkv-title { font-size: 15px; font-weight: 600; margin: 0 0 6px; white-space: pre-wrap; }
+%%ROOT%% .qkv-noscript { padding: 8px 16px; color: #666; }
+%%ROOT%% canvas { max-width: none; border: 0; padding: 0; margin: 0; }
+%%ROOT%% h2, %%ROOT%% label, %%ROOT%% p, %%ROOT%% .tok { color: inherit; font-family: inherit;
+  line-height: inherit; }
+%%ROOT%% h2 { font-weight: bold; border: 0; padding: 0; }
 """
 
-#: the viewer's script: ``qkvViewer.show(data)`` draws :func:`attention_payload` data; on
-#: load it shows the data of a ``<script type="application/json" id="qkv-data">`` element, if any
-VIEWER_JS = r"""
-(function () {
-  "use strict";
+_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
+
+
+def scoped_css(css: str, root: str) -> str:
+    """``css`` (plain rules, no at-rules) with every selector prefixed by ``root`` (a selector
+    such as ``#qkv-viewer-1a2b``), so that it styles nothing outside that element."""
+
+    def rule(m: re.Match[str]) -> str:
+        selectors = ", ".join(f"{root} {s.strip()}" for s in m.group(1).split(","))
+        return f"{selectors} {{{m.group(2)}}}\n"
+
+    return _RULE.sub(rule, css.strip())
+
+
+#: the viewer itself: ``mount(root)`` wires the parts found inside ``root`` (by their ``qkv-``
+#: classes) and returns its API; nothing in it refers to the document but through ``root``
+_MOUNT_JS = r"""
+  function mount(root) {
   var DATA = null, SCALE = 1;  // what show() was given last
-  var $ = function (id) { return document.getElementById(id); };
+  var $ = function (part) { return root.querySelector(".qkv-" + part); };
   var heat = $("heat"), overlay = $("overlay"), ctx = heat.getContext("2d"),
       octx = overlay.getContext("2d");
   var state = { kind: 0, layer: 0, head: -1, norm: "matrix", hover: null };
@@ -365,7 +415,7 @@ VIEWER_JS = r"""
     sel.appendChild(o);
   }
   function fillMenus() {
-    var k = $("kind"), l = $("layer"), h = $("head");
+    var k = $("kind"), l = $("layer"), h = $("head-menu");
     if (!k.options.length) DATA.kinds.forEach(function (d, i) { option(k, i, d.name); });
     k.value = String(state.kind);
     l.textContent = "";
@@ -405,7 +455,9 @@ VIEWER_JS = r"""
   }
   function layout() {
     var d = kind(), Lq = d.q.length, Lk = d.k.length;
-    var avail = Math.max(240, Math.min(760, window.innerWidth - 440));
+    // a page of its own fills the window; an embedded viewer its own box
+    var width = root === document.body ? window.innerWidth : (root.clientWidth || window.innerWidth);
+    var avail = Math.max(240, Math.min(760, width - 440));
     var cell = Math.max(1, Math.min(28, Math.floor(avail / Math.max(Lq, Lk))));
     var labels = cell >= 10;
     var left = labels ? Math.min(140, textWidth(d.q) + 10) : 40;
@@ -471,7 +523,7 @@ VIEWER_JS = r"""
     var lo = $("lo"), hi = $("hi");
     lo.textContent = "0";
     hi.textContent = state.norm === "row" ? "row max" : fmt(n[0] || SCALE);
-    document.body.dataset.view = [state.kind, state.layer, state.head, state.norm].join(":");
+    root.dataset.view = [state.kind, state.layer, state.head, state.norm].join(":");
   }
 
   function drawRamp() {
@@ -531,26 +583,26 @@ VIEWER_JS = r"""
     var d = kind(), out = $("readout");
     if (!h) {
       out.textContent = "Hover a token or a cell.";
-      document.body.dataset.hover = "";
+      root.dataset.hover = "";
     } else if (h.q != null && h.k != null) {
       paint(kspans, row(h.q));
       qspans[h.q].classList.add("active"); kspans[h.k].classList.add("active");
       reveal(qspans[h.q]); reveal(kspans[h.k]);
       out.textContent = "query " + h.q + " \u201c" + d.q[h.q] + "\u201d \u2192 key " + h.k + " \u201c" +
         d.k[h.k] + "\u201d: " + fmt(current.M[h.q * geo.Lk + h.k]);
-      document.body.dataset.hover = "cell:" + h.q + ":" + h.k;
+      root.dataset.hover = "cell:" + h.q + ":" + h.k;
     } else if (h.q != null) {
       var r = row(h.q);
       paint(kspans, r);
       qspans[h.q].classList.add("active");
       out.textContent = "query " + h.q + " \u201c" + d.q[h.q] + "\u201d attends to: " + top5(r, d.k);
-      document.body.dataset.hover = "q:" + h.q;
+      root.dataset.hover = "q:" + h.q;
     } else {
       var cc = col(h.k);
       paint(qspans, cc);
       kspans[h.k].classList.add("active");
       out.textContent = "key " + h.k + " \u201c" + d.k[h.k] + "\u201d is attended from: " + top5(cc, d.q);
-      document.body.dataset.hover = "k:" + h.k;
+      root.dataset.hover = "k:" + h.k;
     }
     drawOverlay();
   }
@@ -588,7 +640,7 @@ VIEWER_JS = r"""
   $("layer").addEventListener("change", function (e) {
     state.layer = Number(e.target.value); fillMenus(); refresh(false);
   });
-  $("head").addEventListener("change", function (e) { state.head = Number(e.target.value); refresh(false); });
+  $("head-menu").addEventListener("change", function (e) { state.head = Number(e.target.value); refresh(false); });
   $("norm").addEventListener("change", function (e) { state.norm = e.target.value; refresh(false); });
   var resizeTimer = null;
   window.addEventListener("resize", function () {
@@ -596,24 +648,7 @@ VIEWER_JS = r"""
     resizeTimer = setTimeout(function () { if (DATA) { layout(); refresh(false); } }, 100);
   });
 
-  // draw new data (attention_payload's shape): menus, tokens and picture start over
-  function show(data) {
-    DATA = data; SCALE = data.scale;
-    state.kind = 0; state.layer = 0; state.head = -1; state.hover = null;
-    $("kind").textContent = "";
-    // long sequences: one weight of 1 (say a causal first row) would wash out the rest
-    state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
-    $("norm").value = state.norm;
-    var t = $("viewer-title");
-    if (t) t.textContent = data.title;  // a page that shows several: the title as text
-    refresh(true);
-    window.qkvViewer.data = DATA;
-    document.body.dataset.shown = String(Number(document.body.dataset.shown || 0) + 1);
-    document.body.dataset.ready = "1";
-  }
-
-  drawRamp();
-  window.qkvViewer = { state: state, data: null, setHover: setHover, show: show,
+  var api = { state: state, data: null, setHover: setHover,
     geometry: function () { return Object.assign({}, geo); },
     select: function (k, l, h) {
       if (k != null && k !== state.kind) { state.kind = k; state.layer = 0; state.head = -1; state.hover = null; refresh(true); }
@@ -621,7 +656,177 @@ VIEWER_JS = r"""
       if (h != null) state.head = h;
       fillMenus(); refresh(false);
     } };
+
+  // draw new data (attention_payload's shape): menus, tokens and picture start over
+  api.show = function (data) {
+    DATA = data; SCALE = data.scale;
+    state.kind = 0; state.layer = 0; state.head = -1; state.hover = null;
+    $("kind").textContent = "";
+    // long sequences: one weight of 1 (say a causal first row) would wash out the rest
+    state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
+    $("norm").value = state.norm;
+    var t = root.querySelector(".qkv-title, #viewer-title");
+    if (t) t.textContent = data.title;  // a page that shows several: the title as text
+    refresh(true);
+    api.data = DATA;
+    root.dataset.shown = String(Number(root.dataset.shown || 0) + 1);
+    root.dataset.ready = "1";
+  };
+
+  drawRamp();
+  return api;
+  }
+"""
+
+#: the viewer's script for a page of its own (the file, the server's page): the viewer mounted
+#: on ``<body>`` as ``window.qkvViewer``; ``qkvViewer.show(data)`` draws
+#: :func:`attention_payload` data, and on load it shows the data of a ``<script
+#: type="application/json" id="qkv-data">`` element, if any
+VIEWER_JS = (
+    """
+(function () {
+  "use strict";
+"""
+    + _MOUNT_JS
+    + """
+  window.qkvViewer = mount(document.body);
   var embedded = document.getElementById("qkv-data");
-  if (embedded) show(JSON.parse(embedded.textContent));
+  if (embedded) window.qkvViewer.show(JSON.parse(embedded.textContent));
 })();
 """
+)
+
+# an embedded viewer's start: find the root by its id (a notebook may run the script before
+# its output is attached to the document: look again a little later, for a minute at most),
+# mount once, draw the data written into the script
+_EMBED_BOOT_JS = """
+  var id = %%ID%%, data = %%DATA%%, tries = 0;
+  (function start() {
+    var root = document.getElementById(id);
+    if (!root) { if (tries++ < 1200) setTimeout(start, 50); return; }
+    if (root.qkvViewer) return;
+    var note = root.querySelector(".qkv-noscript");
+    if (note) note.parentNode.removeChild(note);
+    root.qkvViewer = mount(root);
+    root.qkvViewer.show(data);
+  })();
+"""
+
+_EMBED_TEMPLATE = """<div id="%%ID%%" class="qkv-viewer">
+<style>%%CSS%%</style>
+<div class="qkv-embed-head">
+  <div class="qkv-title">%%TITLE%%</div>
+  %%CONTROLS%%
+</div>
+<p class="qkv-noscript">The attention viewer needs JavaScript: in Jupyter, trust the notebook
+(File &rarr; Trust Notebook) and run the cell again.</p>
+%%PANELS%%
+<script>(function () {
+  "use strict";
+%%JS%%
+})();</script>
+</div>"""
+
+_IDS = re.compile(r'\sid="[a-z-]+"')
+
+
+def attention_fragment(
+    kinds: AttentionKind | Sequence[AttentionKind],
+    *,
+    title: str = "qkv attention",
+    decimals: int = 4,
+    max_cells: int | None = MAX_CELLS,
+    warn_cells: int | None = WARN_CELLS,
+    viewer_id: str | None = None,
+) -> str:
+    """The viewer as an HTML fragment to embed in a page that has other content: a notebook's
+    output (JupyterLab, VS Code, classic Jupyter), a report, several viewers on one page.
+
+    Everything is inside one ``<div id="qkv-viewer-...">``: its style sheet applies only inside
+    that element (every selector starts with its id; the host page's fonts and margins are
+    untouched), its parts carry classes, not ids, and its script finds its root by that one
+    unique id (never through ``document.currentScript``, which sandboxed notebook outputs do not
+    set), waiting for it if a notebook runs the script before attaching the output. Nothing is
+    loaded from elsewhere. The API of a mounted viewer is the root element's ``qkvViewer``
+    (``state``, ``data``, ``show``, ``select``, ``setHover``, ``geometry``), and the root's
+    ``data-ready``, ``data-view``, ``data-hover`` say what it shows, as ``<body>``'s do on the
+    page of :func:`attention_html`.
+
+    Args:
+        kinds, title, decimals, max_cells, warn_cells: as :func:`attention_html`.
+        viewer_id: the root element's id (letters, digits, ``-``, ``_``); None: a new random
+            one, so that every call gives a viewer that can share a page with any other.
+
+    Raises:
+        as :func:`attention_html`; ValueError: a bad ``viewer_id``.
+    """
+    if viewer_id is None:
+        viewer_id = f"qkv-viewer-{secrets.token_hex(6)}"
+    elif not isinstance(viewer_id, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", viewer_id):
+        raise ValueError(
+            f"viewer_id: expected letters, digits, '-' or '_', starting with a letter, got "
+            f"{viewer_id!r}"
+        )
+    payload = attention_payload(
+        kinds, title=title, decimals=decimals, max_cells=max_cells, warn_cells=warn_cells
+    )
+    root = f"#{viewer_id}"
+    css = _EMBED_ROOT_CSS.replace("%%ROOT%%", root) + scoped_css(_PARTS_CSS, root)
+    boot = _EMBED_BOOT_JS.replace("%%ID%%", json.dumps(viewer_id)).replace(
+        "%%DATA%%", payload_json(payload)
+    )
+    parts = {
+        "ID": viewer_id,
+        "CSS": css,
+        "TITLE": _SURROGATE.sub("\ufffd", _html.escape(title)),
+        "CONTROLS": _IDS.sub("", VIEWER_CONTROLS),
+        "PANELS": _IDS.sub("", VIEWER_PANELS),
+        "JS": _MOUNT_JS + boot,
+    }
+    return _FRAGMENT_PLACEHOLDER.sub(lambda m: parts[m.group(1)], _EMBED_TEMPLATE)
+
+
+_FRAGMENT_PLACEHOLDER = re.compile(r"%%(ID|CSS|TITLE|CONTROLS|PANELS|JS)%%")
+
+
+class AttentionViewer:
+    """The interactive viewer of ``kinds`` as an object a notebook displays: in Jupyter
+    (JupyterLab, VS Code, classic) ``AttentionViewer(kinds)`` at the end of a cell shows the
+    viewer inline (:meth:`_repr_html_`, a new :func:`attention_fragment` each time, so the same
+    object may be shown twice); :meth:`save` writes the page of :func:`attention_html`.
+
+    Args: as :func:`attention_html` (checked here, so a bad argument fails at once).
+    """
+
+    def __init__(
+        self,
+        kinds: AttentionKind | Sequence[AttentionKind],
+        *,
+        title: str = "qkv attention",
+        decimals: int = 4,
+        max_cells: int | None = MAX_CELLS,
+        warn_cells: int | None = WARN_CELLS,
+    ) -> None:
+        self.kinds = as_kinds(kinds)
+        self.options: dict[str, Any] = {
+            "title": title,
+            "decimals": decimals,
+            "max_cells": max_cells,
+            "warn_cells": None,  # warned once, here
+        }
+        attention_payload(self.kinds, **{**self.options, "warn_cells": warn_cells})
+
+    def _repr_html_(self) -> str:
+        return attention_fragment(self.kinds, **self.options)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the viewer's page (:func:`save_attention_html`) to ``path``."""
+        return save_attention_html(path, self.kinds, **self.options)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(
+            f"{k.name!r} {k.num_layers} layer{'s' if k.num_layers != 1 else ''} "
+            f"{k.shape[0]}x{k.shape[1]}"
+            for k in self.kinds
+        )
+        return f"AttentionViewer({shapes})"
