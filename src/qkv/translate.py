@@ -54,6 +54,7 @@ from .inference import (
 from .inference.limits import SETTING as POSITION_SETTING
 from .inference.quantize import check_quantize, quantize_model
 from .nn.seq2seq import EncoderDecoder
+from .viz.display import CardDisplay
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
     return [strings[int(i)] for i in ids]
 
 
-class Translator(TranslatorBase):
+class Translator(TranslatorBase, CardDisplay):
     """A trained model with its tokenizers, ready to translate: the qkv engine of
     :class:`~qkv.inference.TextTranslator`.
 
@@ -379,11 +380,7 @@ class Translator(TranslatorBase):
     def __repr__(self) -> str:
         return f"Translator(kind={self.kind!r}, path={str(self.path)!r}, device={self.device})"
 
-    def _repr_html_(self) -> str:
-        """In a notebook: the translator's card (engine, model and size, languages, decoding,
-        the scores its run recorded, device, path)."""
-        from .viz.display import card_html
-
+    def _model_summary(self) -> str:
         c = self.model.config
         size = sum(p.numel() for p in self.model.parameters())
         model = f"{self.kind}, {size / 1e6:.2f} M parameters"
@@ -392,29 +389,4 @@ class Translator(TranslatorBase):
                 f", {c.num_enc_layers}+{c.num_dec_layers} layers, width {c.num_hiddens}, "
                 f"{c.num_heads} heads"
             )
-        langs = self.languages
-        d = self.decoding
-        how = (
-            "greedy"
-            if d.beam_size == 1
-            else f"beam {d.beam_size}, length penalty {d.length_penalty:g}"
-        )
-        if d.no_repeat_ngram:
-            how += f", no repeated {d.no_repeat_ngram}-gram"
-        if d.chosen_on:
-            how += f" (chosen on {d.chosen_on})"
-        rows = [
-            ("engine", self.engine),
-            ("model", model),
-            ("languages", f"{langs[0]} \u2192 {langs[1]}" if langs else "not recorded"),
-            ("decoding", how),
-        ]
-        scores: dict[str, Any] = {}
-        if self.path is not None:
-            try:
-                scores = run_card(self.path).get("scores") or {}
-            except Exception:  # an unreadable card: a card without scores
-                scores = {}
-        rows += [(name, f"{value:.2f}") for name, value in scores.items()]
-        rows += [("device", str(self.device)), ("path", str(self.path))]
-        return card_html("Translator", rows)
+        return model

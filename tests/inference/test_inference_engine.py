@@ -49,6 +49,16 @@ def test_every_engine_is_a_text_translator_with_the_models_decoding(engines):
         assert tr.has_attention == (name == "qkv")
 
 
+def test_every_engine_shows_its_card_in_a_notebook(engines):
+    for name, tr in engines.items():
+        rows = dict(tr.card_rows())
+        assert rows["engine"] == name and rows["languages"] == "en \u2192 fr"
+        assert rows["decoding"] == "beam 2, length penalty 0.6"
+        assert ("model" in rows) == (name == "qkv")  # CTranslate2's model is opaque to qkv
+        html = tr._repr_html_()
+        assert type(tr).__name__ in html and "beam 2, length penalty 0.6" in html
+
+
 def test_the_engines_translate_alike_and_blank_texts_alike(engines):
     qkv, ct2 = engines["qkv"], engines["ctranslate2"]
     for beam in (1, 2):

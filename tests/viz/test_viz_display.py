@@ -147,7 +147,7 @@ def test_translator_card(translator):
     ):
         assert text in card, text
     beam = translator.with_decoding(beam_size=4, length_penalty=0.6, no_repeat_ngram=3)
-    assert "beam 4, length penalty 0.6, no repeated 3-gram" in beam._repr_html_()
+    assert "beam 4, length penalty 0.6, no 3-gram repeated" in beam._repr_html_()
 
 
 def test_sentence_attention_shows_the_viewer(translator):

@@ -37,6 +37,7 @@ from .._errors import SettingError
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
 from ..nn.position import sinusoidal_encoding
+from ..viz.display import CardDisplay
 from . import export_model
 
 __all__ = ["CT2_DIR", "QUANTIZATIONS", "Ct2Translator", "export_ctranslate2", "to_spec"]
@@ -230,7 +231,7 @@ def find_ct2(path: str | Path) -> Path:
     )
 
 
-class Ct2Translator(TranslatorBase):
+class Ct2Translator(TranslatorBase, CardDisplay):
     """Translate text through a CTranslate2 model exported by :func:`export_ctranslate2`, with
     qkv's tokenizers and the options that make its search equal qkv's: the ``ctranslate2``
     engine of :class:`~qkv.inference.TextTranslator` (``qkv translate --engine ctranslate2``).

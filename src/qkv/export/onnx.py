@@ -39,6 +39,7 @@ from .._deps import require
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
 from ..inference.writing import is_no_space, no_space_error
+from ..viz.display import CardDisplay
 
 __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
 
@@ -236,7 +237,7 @@ def export_onnx(model: SavedModel | str | os.PathLike, out: str | os.PathLike) -
 
 
 # ---------------------------------------------------------------------------- the runner
-class OnnxTranslator(TranslatorBase):
+class OnnxTranslator(TranslatorBase, CardDisplay):
     """Greedy translation with the graphs :func:`export_onnx` wrote, run by onnxruntime: the
     ``onnx`` engine of :class:`~qkv.inference.TextTranslator`.
 

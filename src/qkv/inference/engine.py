@@ -270,6 +270,34 @@ class TranslatorBase:
             self, pairs, decoding, normalize_references=normalize_references, **overrides
         )
 
+    # -------------------------------------------------------------- what a notebook shows
+    def card_rows(self) -> list[tuple[str, str]]:
+        """The translator's card as ``(label, value)`` rows: engine, model (where the engine
+        knows it), languages, decoding, the scores its run recorded, device, path."""
+        langs, d = self.languages, self.decoding
+        how = d.describe() + (f" (chosen on {d.chosen_on})" if d.chosen_on else "")
+        rows = [("engine", self.engine)]
+        model = self._model_summary()
+        if model is not None:
+            rows.append(("model", model))
+        rows += [
+            ("languages", f"{langs[0]} \u2192 {langs[1]}" if langs else "not recorded"),
+            ("decoding", how),
+        ]
+        scores: dict[str, Any] = {}
+        folder = self._card_folder()
+        if folder is not None:
+            try:
+                scores = run_card(folder).get("scores") or {}
+            except Exception:  # an unreadable card: a card without scores
+                scores = {}
+        rows += [(name, f"{value:.2f}") for name, value in scores.items()]
+        return [*rows, ("device", str(self.device)), ("path", str(self.path))]
+
+    def _model_summary(self) -> str | None:
+        """One line on the model (kind, size, shape), where the engine knows it."""
+        return None
+
     def __repr__(self) -> str:
         where = None if self.path is None else str(self.path)
         return f"{type(self).__name__}(engine={self.engine!r}, path={where!r})"
