@@ -213,3 +213,32 @@ def test_no_lazy_import_hides_a_cycle():
         if back:
             hidden.append(f"{name}:{line} imports {target} lazily, and {target} imports {name}")
     assert not hidden, "\n".join(hidden)
+
+
+# ---------------------------------------------------------------------------- tests mirror src
+#: test folders that mirror something other than a package of src/qkv
+MIRRORS_ELSEWHERE = {"bench": "benchmarks/", "notebooks": "notebooks/"}
+#: test files at the top of tests/: a module of src/qkv (qkv._deps) or the project as a whole
+TOP_LEVEL_TESTS = {"test_architecture.py", "test_deps.py", "test_docs.py"}
+
+
+def test_tests_mirror_src():
+    """tests/PART/ tests src/qkv/PART (a package), each of its files named test_PART_*.py, so the
+    tests of a part are found where the part is; README says so."""
+    tests = Path(__file__).resolve().parent
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    wrong = []
+    for d in sorted(p for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        if d.name not in packages and d.name not in MIRRORS_ELSEWHERE:
+            wrong.append(f"tests/{d.name}/ mirrors no package of src/qkv")
+        wrong += [
+            f"tests/{d.name}/{f.name} is not named test_{d.name}_*.py"
+            for f in sorted(d.glob("test_*.py"))
+            if not f.name.startswith(f"test_{d.name}_") and f.name != f"test_{d.name}.py"
+        ]
+    top = {f.name for f in tests.glob("test_*.py")}
+    wrong += [
+        f"tests/{n} belongs in the folder of the part it tests"
+        for n in sorted(top - TOP_LEVEL_TESTS)
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -23,7 +23,7 @@ from qkv.translate import Translator
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
     """Tiny models: one intra-op thread is faster, far faster on a busy machine (as
-    tests/models); the servers' worker threads share the setting."""
+    tests/nn and tests/decoding); the servers' worker threads share the setting."""
     import torch
 
     n = torch.get_num_threads()

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from _models_helpers import V, batch, tiny
+from _seq2seq_models import V, batch, tiny
 
 from qkv.nn.seq2seq import AttentionMaps, EncoderDecoder, Seq2SeqConfig, build_model
 from qkv.nn.transformer import TransformerDecoder, TransformerEncoder

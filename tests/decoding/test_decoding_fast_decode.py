@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _models_helpers import BOS, EOS, batch, tiny
+from _seq2seq_models import BOS, EOS, batch, tiny
 
 from qkv.decoding import generate
 from qkv.decoding.search import _argmax, _top_candidates

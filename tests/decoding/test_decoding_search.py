@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _models_helpers import BOS, EOS, MAX_LEN, PAD, V, batch, calibrate_eos, tiny
+from _seq2seq_models import BOS, EOS, MAX_LEN, PAD, V, batch, calibrate_eos, tiny
 
 from qkv.decoding import beam_search, generate, greedy_search
 

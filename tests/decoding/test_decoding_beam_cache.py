@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _models_helpers import BOS, EOS, batch, tiny
+from _seq2seq_models import BOS, EOS, batch, tiny
 
 from qkv.decoding import generate
 from qkv.functional import attention

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _models_helpers import BOS, EOS, V, batch, tiny
+from _seq2seq_models import BOS, EOS, V, batch, tiny
 
 from qkv.decoding import greedy_search
 

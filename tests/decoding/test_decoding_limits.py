@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _models_helpers import BOS, EOS, MAX_LEN, batch, calibrate_eos, tiny
+from _seq2seq_models import BOS, EOS, MAX_LEN, batch, calibrate_eos, tiny
 
 from qkv.decoding import generate
 
