@@ -34,6 +34,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
+    "py3langid": ("py3langid", "langid"),
 }
 
 
