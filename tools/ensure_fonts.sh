@@ -7,15 +7,4 @@ set -eu
 if command -v fc-list >/dev/null 2>&1 && fc-list :lang=zh family 2>/dev/null | grep -q .; then
     exit 0
 fi
-if [ "$(id -u)" != "0" ]; then
-    echo "ensure_fonts: no font with CJK glyphs, and installing fonts-noto-cjk needs root" >&2
-    exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure_fonts: no apt-get here; install a font with CJK glyphs by hand" >&2
-    exit 1
-fi
-echo "ensure_fonts: installing Debian's fonts-noto-cjk for CJK tokens in figures (apt-get)" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq fonts-noto-cjk >/dev/null
+sh "$(dirname "$0")/apt_install.sh" ensure_fonts "for CJK tokens in figures" fonts-noto-cjk
