@@ -34,6 +34,7 @@ import torch
 
 from .. import __version__
 from ..data import Tokenizer, save_tokenizers
+from ..data.languages import language_name
 from ..nn.seq2seq import EncoderDecoder
 from .layout import CHECKPOINTS_DIR
 from .options import Decoding
@@ -380,9 +381,10 @@ def model_card(
         model: the model (its architecture is listed from its config).
         decoding: the default decoding, or None.
 
-    The card starts with Hugging Face's model-card front matter (YAML between ``---`` lines):
-    ``language:`` (source and target, when known), ``metrics:`` (bleu, chrf, when scored),
-    ``library_name: qkv``, ``pipeline_tag: translation``.
+    When the languages or scores are known, the card starts with Hugging Face's model-card
+    front matter (YAML between ``---`` lines): ``language:`` (source and target),
+    ``metrics:`` (bleu, chrf, as scored), ``library_name: qkv``, ``pipeline_tag:
+    translation``.
     """
     card = dict(card or {})
     known = {"title", "data", "scores", "signatures", "settings", "notes", "step", "languages"}
@@ -406,18 +408,18 @@ def model_card(
     if metrics:
         front += ["metrics:", *(f"- {m}" for m in metrics)]
     front += ["library_name: qkv", "pipeline_tag: translation", "tags:", "- translation", "---"]
-    lines = [*front, "", f"# {card.get('title') or 'qkv translation model'}", ""]
+    # the front matter when it says something of this model (its languages, its metrics)
+    lines = [*front, ""] if (langs or metrics) else []
+    lines += [f"# {card.get('title') or 'qkv translation model'}", ""]
     lines.append(
         f"A {cfg.get('kind', 'transformer')} translation model saved by qkv {__version__} on "
         f"{time.strftime('%Y-%m-%d')} (inference only: no training state)."
     )
     if langs:
-        from ..data.languages import language_name
-
         lines += [
             "",
-            f"Translates {language_name(langs[0])} (`{langs[0]}`) into "
-            f"{language_name(langs[1])} (`{langs[1]}`).",
+            f"Translates {language_name(langs[0])} into {language_name(langs[1])}: "
+            f"`{langs[0]}` \u2192 `{langs[1]}`.",
         ]
     lines += ["", "## Training data", "", str(card.get("data") or "not recorded")]
     if card.get("step") is not None:
