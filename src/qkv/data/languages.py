@@ -422,33 +422,23 @@ def detect_language(
     """The language of one text, or of a sample of texts taken together, and the confidence.
 
     For one text: its most likely language and that language's probability. For several:
-    each text votes with its probabilities (:func:`detect_languages`) and the language with
-    the largest total wins; the confidence is that total over the number of texts that have
-    letters (1.0 when every text is surely that language). ``("", 0.0)`` when no text has a
-    letter. ``candidates``: as :func:`detect_languages`.
+    each text with letters votes for its most likely language (:func:`detect_languages`); the
+    language with the most votes wins (a tie goes to the larger sum of probabilities), and
+    the confidence is its share of the votes (0.69: the most likely language of 69% of the
+    texts; short texts such as software messages often look like several languages, long
+    sentences rarely do). ``("", 0.0)`` when no text has a letter. ``candidates``: as
+    :func:`detect_languages`.
 
     Raises:
         MissingDependency: py3langid is not installed (``pip install 'qkv[langid]'``).
     """
     if isinstance(texts, str):
         return detect_languages([texts], candidates=candidates)[0]
-    allowed = _candidates(candidates)
-    _identifier()
-    totals: dict[str, float] = {}
-    counted = 0
-    for t in texts:
-        if not isinstance(t, str):
-            raise TypeError(f"texts: expected str items, got {type(t).__name__}")
-        if not any(c.isalpha() for c in t):
-            continue
-        counted += 1
-        for label, p in _identifier().rank(t):
-            code = _DETECTED_AS.get(label, label)
-            if code in LANGUAGES and (allowed is None or code in allowed):
-                totals[code] = totals.get(code, 0.0) + float(p)
-    if not counted or not totals:
+    found = [(c, p) for c, p in detect_languages(list(texts), candidates=candidates) if c]
+    if not found:
         return "", 0.0
-    code = max(totals, key=lambda c: totals[c])
-    # the probabilities of one text over the allowed languages sum to at most 1
-    share = totals[code] / max(sum(totals.values()), 1e-12)
-    return code, round(min(1.0, share), 4)
+    votes: dict[str, list[float]] = {}
+    for code, p in found:
+        votes.setdefault(code, []).append(p)
+    code = max(votes, key=lambda c: (len(votes[c]), sum(votes[c])))
+    return code, round(len(votes[code]) / len(found), 4)
