@@ -312,6 +312,10 @@ def main(argv: list[str] | None = None) -> None:
             "degenerate": sum(degenerate(h) for h in hyps),
             "samples": list(zip(test_src[:8], hyps[:8])),
         }
+        if "tok:13a" not in sc["signatures"]["bleu"]:  # what the 13a tokenizer made of it
+            results["systems"][label]["bleu_13a"] = round(
+                corpus_scores(hyps, test_ref, tokenize="13a").bleu, 2
+            )
         print(f"{label}: {results['systems'][label]}", flush=True)
 
     print(f"\nreal {args.pair}, {len(test_src)} test sentences, cased sacreBLEU vs raw refs")
