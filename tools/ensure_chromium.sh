@@ -9,5 +9,7 @@ CHROMIUM="${QKV_CHROMIUM:-/usr/bin/chromium}"
 if [ -x "$CHROMIUM" ]; then
     exit 0
 fi
-sh "$(dirname "$0")/apt_install.sh" ensure_chromium "for the browser tests" chromium
+# this folder without dirname (the tests run make with a PATH of sh alone)
+case "$0" in */*) here="${0%/*}" ;; *) here=. ;; esac
+sh "$here/apt_install.sh" ensure_chromium "for the browser tests" chromium
 test -x "$CHROMIUM"

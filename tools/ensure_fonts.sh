@@ -7,4 +7,6 @@ set -eu
 if command -v fc-list >/dev/null 2>&1 && fc-list :lang=zh family 2>/dev/null | grep -q .; then
     exit 0
 fi
-sh "$(dirname "$0")/apt_install.sh" ensure_fonts "for CJK tokens in figures" fonts-noto-cjk
+# this folder without dirname (the tests run make with a PATH of sh alone)
+case "$0" in */*) here="${0%/*}" ;; *) here=. ;; esac
+sh "$here/apt_install.sh" ensure_fonts "for CJK tokens in figures" fonts-noto-cjk
