@@ -92,6 +92,101 @@ def test_aligned_files_and_a_valid_set_train_a_model_that_knows_its_languages(
     assert ev.tokenize == "zh" and "tok:zh" in ev.signatures["bleu"]
 
 
+def _near(reference: str) -> str:
+    """A Chinese translation close to ``reference``: one character in the middle replaced. One
+    13a token per sentence (no spaces, full-width punctuation kept whole), so 13a finds no
+    n-gram in common; the zh tokenizer finds most of the characters."""
+    m = len(reference) // 2
+    return reference[:m] + "的" + reference[m + 1 :]
+
+
+#: each English sentence's "translation": its reference with one character changed
+NEAR = {e: _near(z) for e, z in zip(EN, ZH)}
+
+
+def _sacrebleu(hyps: list[str], refs: list[str], tokenize: str) -> float:
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score
+
+
+def test_validation_bleu_of_a_zh_run_is_sacrebleus_zh_score(tmp_path, monkeypatch):
+    """The issue's "done when": training's validation BLEU (every checkpoint, the best one
+    kept, the average) is the number sacreBLEU gives with tokenize="zh", not 13a's. The
+    model's decoding is replaced by near-references, so the score is far from 0 and the two
+    tokenizers disagree."""
+    files = _zh_files(tmp_path)
+
+    def near_ids(model, sources, src_tok, tgt_tok, *args, **kwargs):
+        return [tgt_tok.encode(NEAR[s]) for s in sources]
+
+    scored: list[tuple[list[str], list[str], float, str]] = []
+    real = V.corpus_scores
+
+    def record(h, r, **kw):
+        ev = real(h, r, **kw)
+        scored.append((list(h), list(r), ev.bleu, ev.signatures["bleu"]))
+        return ev
+
+    monkeypatch.setattr(V, "decode_texts", near_ids)
+    monkeypatch.setattr(V, "corpus_scores", record)
+    out = tmp_path / "run"
+    train(_zh_config(files), out, progress=False)
+    assert len(scored) >= 2  # the scheduled evaluations, and the average's
+    for hyps, refs, bleu, signature in scored:
+        assert refs == ZH[15:] and hyps == [NEAR[e] for e in EN[15:]]
+        assert "tok:zh" in signature
+        assert bleu == pytest.approx(_sacrebleu(hyps, refs, "zh"), abs=1e-9)
+        assert bleu > 40 and _sacrebleu(hyps, refs, "13a") == 0.0
+    # what the run kept is that number
+    best = json.loads((out / "checkpoints" / "best.json").read_text(encoding="utf-8"))
+    assert best["bleu"] == pytest.approx(scored[0][2], abs=1e-3)
+
+
+def test_qkv_evaluate_of_a_zh_model_prints_what_sacrebleu_l_en_zh_prints(
+    tmp_path, monkeypatch, capsys
+):
+    """The issue's "done when": for an en->zh model, ``qkv evaluate`` prints the BLEU that
+    ``sacrebleu -l en-zh`` prints on the same output and references (and ``--tokenize 13a``
+    what ``sacrebleu --tokenize 13a`` prints). The model's output is replaced by near-references
+    (a 4-update model translates nothing right, and two scores of 0 would prove nothing)."""
+    from qkv.cli import main
+    from qkv.translate import Translator as T
+
+    files = _zh_files(tmp_path)
+    out = tmp_path / "run"
+    train(_zh_config(files), out, progress=False)
+    capsys.readouterr()
+
+    def near_ids(self, texts, decoding, progress):
+        return [self.tgt_tokenizer.encode(NEAR[t]) for t in texts]
+
+    monkeypatch.setattr(T, "_generate", near_ids)
+    tok = Translator.load(out).tgt_tokenizer
+    hyps = [tok.decode(tok.encode(NEAR[e])) for e in EN[15:]]
+    assert hyps == [NEAR[e] for e in EN[15:]]  # SentencePiece gives the text back
+    hyp_file = _write(tmp_path / "hyp.zh", hyps)
+    data = ["--data", files["dev.en"], files["dev.zh"]]
+    scores = {}
+    for flags in ([], ["--tokenize", "13a"]):
+        assert main(["evaluate", "--model-dir", str(out), *data, "--json", *flags]) == 0
+        got = json.loads(capsys.readouterr().out)
+        sb = subprocess.run(
+            [sys.executable, "-m", "sacrebleu", files["dev.zh"], "-i", hyp_file, "-b", "-w", "4"]
+            + (["--tokenize", "13a", "-l", "en-zh"] if flags else ["-l", "en-zh"]),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert f"{got['bleu']:.4f}" == sb.stdout.strip(), (flags, got, sb.stdout)
+        scores[got["tokenize"]] = got["bleu"]
+    assert set(scores) == {"zh", "13a"} and scores["zh"] > 40 and scores["13a"] == 0.0
+    # the printed report names the tokenizer in sacreBLEU's signature
+    assert main(["evaluate", "--model-dir", str(out), *data]) == 0
+    text = capsys.readouterr().out
+    assert f"BLEU = {scores['zh']:.2f}" in text and "tok:zh" in text
+
+
 def test_languages_are_read_from_columns_suffixes_fra_names_or_detected(tmp_path):
     pairs = list(zip(EN, ZH))
 
