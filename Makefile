@@ -12,7 +12,7 @@ TORCH   = torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 QKV_CHROMIUM ?= /usr/bin/chromium
 export QKV_CHROMIUM
 
-.PHONY: demo test test-quick browser lint format bench clean
+.PHONY: demo test test-quick browser fonts lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,16 +30,16 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) --no-deps timm==1.0.31
 	touch $@ $(VENV)/.installed-all
 
-demo: $(VENV)/.installed-all
+demo: $(VENV)/.installed-all fonts
 	$(BIN)/qkv demo $(DEMO_ARGS)
 
-test: $(VENV)/.installed-dev browser
+test: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
-test-quick: $(VENV)/.installed-dev browser
+test-quick: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -52,6 +52,13 @@ browser:
 	    echo "make: no Chromium at $(QKV_CHROMIUM) and no apt-get to install it (install Chromium, or set QKV_CHROMIUM=/path/to/it): the browser tests will be skipped"; \
 	elif ! sh tools/ensure_chromium.sh; then \
 	    echo "make: installing Chromium failed (above): the browser tests will be skipped"; \
+	fi
+
+# CJK glyphs for the figures (fonts-noto-cjk), as root like the browser; without it the figures
+# draw CJK tokens as boxes and qkv warns once, naming the package
+fonts:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    sh tools/ensure_fonts.sh || echo "make: installing fonts-noto-cjk failed (above): CJK tokens draw as boxes"; \
 	fi
 
 lint: $(VENV)/.installed-dev

@@ -118,8 +118,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "CORPORA",
     "SOURCES",
     "TEST_SIZE",
+    "Corpus",
     "CorpusPaths",
     "Entry",
     "Source",
@@ -199,6 +201,72 @@ SOURCES: tuple[Source, ...] = (
         "9f6ce9d4e64b367ff084a2313af29d6ad8a02d1d08000f3e6c53e2856fa9a11f",
     ),
 )
+
+#: the Python packages' catalogs, the same wheels for every language
+_WHEELS = SOURCES[2:6]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One English→LANG corpus: its language, cache name, catalog folders and sources."""
+
+    lang: str  # the target's code, as qkv and sacreBLEU write it ("fr", "de", "zh")
+    name: str  # the cache folder's name
+    locales: tuple[str, ...]  # the catalog folders read (``<locale>/LC_MESSAGES``)
+    sources: tuple[Source, ...]
+    #: mnemonics written after the label in parentheses, ``保存(~S)``: removed whole
+    paren_mnemonics: bool = False
+
+
+#: every corpus: French (the original), German, Chinese (simplified, China)
+CORPORA: dict[str, Corpus] = {
+    "fr": Corpus("fr", NAME, ("fr", "fr_FR"), SOURCES),
+    "de": Corpus(
+        "de",
+        "bench-real-en-de-v1",
+        ("de", "de_DE"),
+        (
+            Source(
+                "libreoffice-l10n-de",
+                "4:7.4.7-1+deb12u14",
+                "deb",
+                "aee22c8e3b3c0431f6e1b0bc66f757ba36c860e2651a05eb050fde4897f06548",
+                accelerators="~_",
+            ),
+            SOURCES[1],  # cinnamon-l10n: every language in one package
+            *_WHEELS,
+            Source(
+                "jupyterlab-language-pack-de-de",
+                "4.5.post3",
+                "wheel",
+                "b716b56f7e0c884f42152d5e36c253ea0f32ca41f99097d842d3934f4a4bc7fb",
+            ),
+        ),
+    ),
+    "zh": Corpus(
+        "zh",
+        "bench-real-en-zh-v1",
+        ("zh_CN", "zh-CN", "zh_Hans", "zh-Hans"),
+        (
+            Source(
+                "libreoffice-l10n-zh-cn",
+                "4:7.4.7-1+deb12u14",
+                "deb",
+                "06b2800923811a11ddadc9e1e09ef8bda2a89ba118470403b2f6a897152e0809",
+                accelerators="~_",
+            ),
+            SOURCES[1],
+            *_WHEELS,
+            Source(
+                "jupyterlab-language-pack-zh-cn",
+                "4.5.post3",
+                "wheel",
+                "47cdb0c41c6b066e795c867786c9c29fde527e2bf15aa6b3e9b2bab9929304b5",
+            ),
+        ),
+        paren_mnemonics=True,
+    ),
+}
 
 # the rules in the order they are applied (the manifest lists every one, zeros included)
 RULES = (
@@ -389,11 +457,20 @@ def _decode_po(data: bytes) -> str:
 _CATALOG = re.compile(r"(?:^|/)(fr|fr_FR)/LC_MESSAGES/([^/]+)\.(po|mo)$")
 
 
-def _pick_catalogs(names: Iterable[str]) -> list[str]:
-    """The French catalogs among ``names``, ``X.po`` preferred to ``X.mo`` in one folder, sorted."""
+def _catalog_pattern(locales: tuple[str, ...]) -> re.Pattern[str]:
+    """The catalog files of ``locales`` (the French corpus's is :data:`_CATALOG`)."""
+    return re.compile(
+        r"(?:^|/)(" + "|".join(map(re.escape, locales)) + r")/LC_MESSAGES/([^/]+)\.(po|mo)$"
+    )
+
+
+def _pick_catalogs(names: Iterable[str], locales: tuple[str, ...] = ("fr", "fr_FR")) -> list[str]:
+    """The catalogs of ``locales`` among ``names`` (French by default), ``X.po`` preferred to
+    ``X.mo`` in one folder, sorted."""
+    pattern = _catalog_pattern(locales)
     chosen: dict[str, str] = {}
     for name in sorted(names):
-        m = _CATALOG.search(name)
+        m = pattern.search(name)
         if not m:
             continue
         stem = name[: -len(".po")]
@@ -457,7 +534,14 @@ def _has_letter(text: str) -> bool:
     return any(c.isalpha() for c in text)
 
 
-def clean_pair(src: str, tgt: str, accelerators: str = "") -> tuple[str, str, str | None]:
+# a mnemonic in parentheses after the label, as Chinese and Japanese UI strings write it:
+# ``保存(~S)``, ``打开(_O)...``, full-width parentheses too
+_PAREN_MNEMONIC = re.compile(r"\s*[(（][~_&]([A-Za-z0-9])[)）]")
+
+
+def clean_pair(
+    src: str, tgt: str, accelerators: str = "", *, paren_mnemonics: bool = False
+) -> tuple[str, str, str | None]:
     """Apply the text rules to one pair: ``(clean_src, clean_tgt, reason)``.
 
     ``reason`` is ``None`` when the pair is kept (then ``clean_*`` are the texts to write) and
@@ -475,6 +559,8 @@ def clean_pair(src: str, tgt: str, accelerators: str = "") -> tuple[str, str, st
         return src, tgt, "markup"
     if any(_URL.search(s) for s in pair):
         return src, tgt, "url"
+    if accelerators and paren_mnemonics:  # "保存(~S)" -> "保存", before the markers are read
+        src, tgt = _PAREN_MNEMONIC.sub("", src), _PAREN_MNEMONIC.sub("", tgt)
     if accelerators:
         s2, t2 = strip_accelerators(src, accelerators), strip_accelerators(tgt, accelerators)
         if s2 is None or t2 is None:
@@ -585,11 +671,13 @@ def _download(src: Source, downloads: Path, verbose: bool) -> Path:
     return path
 
 
-def _catalogs(src: Source, path: Path) -> Iterator[tuple[str, bytes]]:
-    """``(name, bytes)`` of each French catalog in the downloaded file, sorted by name."""
+def _catalogs(
+    src: Source, path: Path, locales: tuple[str, ...] = ("fr", "fr_FR")
+) -> Iterator[tuple[str, bytes]]:
+    """``(name, bytes)`` of each catalog of ``locales`` in the downloaded file, sorted by name."""
     if src.kind == "wheel":
         with zipfile.ZipFile(path) as zf:
-            for name in _pick_catalogs(zf.namelist()):
+            for name in _pick_catalogs(zf.namelist(), locales):
                 yield name, zf.read(name)
         return
     if shutil.which("dpkg-deb") is None:
@@ -600,7 +688,7 @@ def _catalogs(src: Source, path: Path) -> Iterator[tuple[str, bytes]]:
         if res.returncode != 0:
             raise RuntimeError(f"dpkg-deb -x {path.name} failed:\n{res.stderr}")
         names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
-        for name in _pick_catalogs(names):
+        for name in _pick_catalogs(names, locales):
             yield name, (root / name).read_bytes()
 
 
@@ -620,34 +708,44 @@ class CorpusPaths:
     filters: dict[str, int] = field(default_factory=dict)
 
 
-def default_cache() -> Path:
-    """``$QKV_BENCH_CACHE`` if set, else ``~/.cache/qkv/bench-real-en-fr-v1``."""
+def default_cache(lang: str = "fr") -> Path:
+    """The French corpus's folder: ``$QKV_BENCH_CACHE`` if set, else
+    ``~/.cache/qkv/bench-real-en-fr-v1``; another language's corpus lies beside it, under its
+    own name (``bench-real-en-de-v1``)."""
     env = os.environ.get("QKV_BENCH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "qkv" / NAME
+    french = Path(env).expanduser() if env else Path.home() / ".cache" / "qkv" / NAME
+    return french if lang == "fr" else french.with_name(CORPORA[lang].name)
 
 
-def _recipe() -> str:
+def _recipe(corpus: Corpus = CORPORA["fr"]) -> str:
     """A fingerprint of everything that decides the output: this module's code and settings."""
     spec = {
-        "name": NAME,
+        "name": corpus.name,
         "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-        "sources": [vars(s) for s in SOURCES],
+        "sources": [vars(s) for s in corpus.sources],
         "rules": RULES,
-        "patterns": [_FORMAT.pattern, _MARKUP.pattern, _URL.pattern, _CATALOG.pattern],
+        "patterns": [
+            _FORMAT.pattern,
+            _MARKUP.pattern,
+            _URL.pattern,
+            _catalog_pattern(corpus.locales).pattern,
+        ],
         "limits": [MIN_CHARS, MAX_CHARS, TEST_SIZE, SEED],
+        "paren_mnemonics": corpus.paren_mnemonics,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-_OUTPUTS = ("train.tsv", "test.en", "test.fr")
+def _outputs(corpus: Corpus) -> tuple[str, str, str]:
+    return ("train.tsv", "test.en", f"test.{corpus.lang}")
 
 
-def _paths(root: Path, manifest: dict) -> CorpusPaths:
+def _paths(root: Path, manifest: dict, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths:
     return CorpusPaths(
         root=root,
         train=root / "train.tsv",
         test_src=root / "test.en",
-        test_ref=root / "test.fr",
+        test_ref=root / f"test.{corpus.lang}",
         manifest=root / "manifest.json",
         n_train=manifest["train"],
         n_test=manifest["test"],
@@ -656,19 +754,19 @@ def _paths(root: Path, manifest: dict) -> CorpusPaths:
     )
 
 
-def _load_cached(root: Path) -> CorpusPaths | None:
+def _load_cached(root: Path, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths | None:
     path = root / "manifest.json"
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if manifest.get("recipe") != _recipe():
+    if manifest.get("recipe") != _recipe(corpus):
         return None
-    for name in _OUTPUTS:
+    for name in _outputs(corpus):
         f = root / name
         if not f.exists() or _sha256(f) != manifest.get("files", {}).get(name, {}).get("sha256"):
             return None
-    return _paths(root, manifest)
+    return _paths(root, manifest, corpus)
 
 
 def _split(
@@ -704,16 +802,16 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
     tmp.replace(path)
 
 
-def _build(root: Path, verbose: bool) -> CorpusPaths:
+def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths:
     t0 = time.perf_counter()
     downloads = root / "downloads"
     # package, catalog, msgid, msgctxt, msgstr, the entry rule that drops it ("" if none), source
     rows: list[tuple[str, str, str, str, str, str, Source]] = []
     source_meta = []
-    for src in sorted(SOURCES, key=lambda s: s.package):
+    for src in sorted(corpus.sources, key=lambda s: s.package):
         path = _download(src, downloads, verbose)
         n_catalogs = n_entries = 0
-        for name, data in _catalogs(src, path):
+        for name, data in _catalogs(src, path, corpus.locales):
             n_catalogs += 1
             for e in _parse_catalog(name, data):
                 n_entries += 1
@@ -734,14 +832,16 @@ def _build(root: Path, verbose: bool) -> CorpusPaths:
     rows.sort(key=lambda r: r[:5])
 
     filters: Counter[str] = Counter()
-    per_source_rules: dict[str, Counter[str]] = {s.package: Counter() for s in SOURCES}
+    per_source_rules: dict[str, Counter[str]] = {s.package: Counter() for s in corpus.sources}
     per_source_pairs: Counter[str] = Counter()
     seen: set[str] = set()
     pairs: list[tuple[str, str]] = []
     for package, _name, msgid, _ctx, msgstr, entry_rule, src in rows:
         reason: str | None = entry_rule or None
         if reason is None:
-            msgid, msgstr, reason = clean_pair(msgid, msgstr, src.accelerators)
+            msgid, msgstr, reason = clean_pair(
+                msgid, msgstr, src.accelerators, paren_mnemonics=corpus.paren_mnemonics
+            )
             if reason is None and msgid in seen:
                 reason = "duplicate"
         if reason:
@@ -760,14 +860,14 @@ def _build(root: Path, verbose: bool) -> CorpusPaths:
     (root / "manifest.json").unlink(missing_ok=True)
     _write_lines(root / "train.tsv", (f"{s}\t{t}" for s, t in train))
     _write_lines(root / "test.en", (s for s, _ in test))
-    _write_lines(root / "test.fr", (t for _, t in test))
+    _write_lines(root / f"test.{corpus.lang}", (t for _, t in test))
     for meta in source_meta:
         meta["pairs"] = per_source_pairs[meta["package"]]
         meta["rejected"] = {r: per_source_rules[meta["package"]][r] for r in RULES}
     manifest = {
-        "name": NAME,
-        "recipe": _recipe(),
-        "description": "English→French pairs from the gettext catalogs of pinned packages",
+        "name": corpus.name,
+        "recipe": _recipe(corpus),
+        "description": f"English→{corpus.lang} pairs from the gettext catalogs of pinned packages",
         "sources": source_meta,
         "filters": {r: filters[r] for r in RULES},
         "pairs": len(pairs),
@@ -779,33 +879,37 @@ def _build(root: Path, verbose: bool) -> CorpusPaths:
                 "sha256": _sha256(root / name),
                 "lines": len(train) if name == "train.tsv" else len(test),
             }
-            for name in _OUTPUTS
+            for name in _outputs(corpus)
         },
     }
     tmp = root / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(root / "manifest.json")
     _log(verbose, f"  built {len(pairs)} pairs in {time.perf_counter() - t0:.1f} s -> {root}")
-    return _paths(root, manifest)
+    return _paths(root, manifest, corpus)
 
 
 def build_corpus(
-    cache: Path | None = None, *, verbose: bool = True, force: bool = False
+    cache: Path | None = None, *, verbose: bool = True, force: bool = False, lang: str = "fr"
 ) -> CorpusPaths:
-    """Build the corpus in ``cache`` (see :func:`default_cache`) or reuse the one already there.
+    """Build the English→``lang`` corpus (``fr``, ``de`` or ``zh``: :data:`CORPORA`) in
+    ``cache`` (see :func:`default_cache`) or reuse the one already there.
 
     The cache is reused when its manifest matches this module's recipe and the output files are
     intact; otherwise (or with ``force``) it is rebuilt, from ``cache/downloads/`` where the
     pinned files already are.
     """
-    root = Path(cache).expanduser() if cache is not None else default_cache()
+    if lang not in CORPORA:
+        raise ValueError(f"lang: expected one of {sorted(CORPORA)}, got {lang!r}")
+    corpus = CORPORA[lang]
+    root = Path(cache).expanduser() if cache is not None else default_cache(lang)
     if not force:
-        cached = _load_cached(root)
+        cached = _load_cached(root, corpus)
         if cached is not None:
             _log(verbose, f"reusing the corpus in {root}")
             return cached
     _log(verbose, f"building the corpus in {root}")
-    return _build(root, verbose)
+    return _build(root, verbose, corpus)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -814,10 +918,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cache", type=Path, default=None, help=f"folder (default {default_cache()})"
     )
+    parser.add_argument(
+        "--lang", default="fr", choices=sorted(CORPORA), help="the language besides English (fr)"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if the cache is intact")
     parser.add_argument("--examples", type=int, default=10, help="random pairs to print")
     args = parser.parse_args(argv)
-    paths = build_corpus(args.cache, force=args.force)
+    paths = build_corpus(args.cache, force=args.force, lang=args.lang)
     manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
     print(f"corpus: {paths.root}")
     print(f"pairs: {manifest['pairs']} (train {paths.n_train}, test {paths.n_test})")

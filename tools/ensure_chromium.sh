@@ -9,16 +9,7 @@ CHROMIUM="${QKV_CHROMIUM:-/usr/bin/chromium}"
 if [ -x "$CHROMIUM" ]; then
     exit 0
 fi
-if [ "$(id -u)" != "0" ]; then
-    echo "ensure_chromium: $CHROMIUM is missing and installing it needs root" >&2
-    exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure_chromium: no apt-get here; install Chromium by hand" >&2
-    exit 1
-fi
-echo "ensure_chromium: installing Debian's chromium for the browser tests (apt-get)" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq chromium >/dev/null
+# this folder without dirname (the tests run make with a PATH of sh alone)
+case "$0" in */*) here="${0%/*}" ;; *) here=. ;; esac
+sh "$here/apt_install.sh" ensure_chromium "for the browser tests" chromium
 test -x "$CHROMIUM"

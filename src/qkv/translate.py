@@ -239,7 +239,7 @@ class Translator(TranslatorBase, CardDisplay):
         if quantize is not None:
             check_quantize(quantize, saved.device)  # "auto" that picked CUDA
             model = quantize_model(model, quantize)
-        return cls(
+        tr = cls(
             model,
             saved.src_tokenizer,
             saved.tgt_tokenizer,
@@ -247,6 +247,8 @@ class Translator(TranslatorBase, CardDisplay):
             path=saved.path,
             decoding=saved.decoding,
         )
+        tr._languages = saved.languages  # None: read from the card when asked
+        return tr
 
     def save(
         self, out: str | Path, *, card: dict[str, Any] | None = None, force: bool = False
@@ -280,6 +282,7 @@ class Translator(TranslatorBase, CardDisplay):
             force=force,
             step=step,
             source=self.path,
+            languages=self.languages,
         )
 
     @property

@@ -113,3 +113,33 @@ def test_degenerate_counts_four_in_a_row_only():
     assert degenerate("autre autre autre autre")
     assert not degenerate("autre autre autre fin")
     assert not degenerate("")
+
+
+def test_the_corpora_of_other_languages_read_their_own_catalogs():
+    """en-de and en-zh read the de / zh_CN (zh_Hans) catalogs; Chinese mnemonics in
+    parentheses go whole; the French corpus is read as before."""
+    names = [
+        "x/fr/LC_MESSAGES/a.po", "x/de/LC_MESSAGES/a.po", "x/zh_CN/LC_MESSAGES/a.mo",
+        "x/zh_Hans/LC_MESSAGES/b.po", "x/zh_TW/LC_MESSAGES/a.po",
+    ]  # fmt: skip
+    assert rc._pick_catalogs(names) == ["x/fr/LC_MESSAGES/a.po"]
+    assert rc._pick_catalogs(names, rc.CORPORA["de"].locales) == ["x/de/LC_MESSAGES/a.po"]
+    assert rc._pick_catalogs(names, rc.CORPORA["zh"].locales) == [
+        "x/zh_CN/LC_MESSAGES/a.mo",
+        "x/zh_Hans/LC_MESSAGES/b.po",
+    ]
+    assert rc.clean_pair("~Save", "保存(~S)", "~_", paren_mnemonics=True) == ("Save", "保存", None)
+    assert rc.clean_pair("~Open...", "打开（_O）...", "~_", paren_mnemonics=True)[1] == "打开..."
+    assert rc.clean_pair("~Save", "保存(~S)", "~_")[1] == "保存(S)"  # the French rules as before
+    assert rc.default_cache("de").name == "bench-real-en-de-v1"
+    assert {c.lang for c in rc.CORPORA.values()} == {"fr", "de", "zh"}
+
+
+def test_degenerate_chinese_counts_characters():
+    """A Chinese sentence has no spaces: its tokens are sacreBLEU's zh tokens (characters), so
+    a character said four times is degenerate, and a sentence is never one long "word"."""
+    pytest.importorskip("sacrebleu")
+    assert degenerate("使用了了了了无效信息。", tokenize="zh")
+    assert not degenerate("使用了了了无效信息。", tokenize="zh")
+    assert not degenerate("使用了了了了无效信息。")  # one whitespace word
+    assert degenerate("安装 Cinnamon Cinnamon Cinnamon Cinnamon", tokenize="zh")

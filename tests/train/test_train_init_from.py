@@ -39,7 +39,7 @@ def no_data(monkeypatch):
     def read(*a, **k):
         raise AssertionError("the data was read")
 
-    monkeypatch.setattr("qkv.train.prepare.read_run_pairs", read)
+    monkeypatch.setattr("qkv.train.prepare.read_run_files", read)
 
 
 @pytest.mark.parametrize(

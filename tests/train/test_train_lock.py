@@ -49,7 +49,7 @@ def no_data(monkeypatch):
     def read(*a, **k):
         raise AssertionError("the data was read")
 
-    monkeypatch.setattr("qkv.train.prepare.read_run_pairs", read)
+    monkeypatch.setattr("qkv.train.prepare.read_run_files", read)
 
 
 def test_a_second_trainer_is_refused_naming_the_holder(holder, no_data):

@@ -41,7 +41,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "the raw references with sacreBLEU's BLEU and chrF (signatures printed).",
     )
     add_model_flags(p)
-    p.add_argument("--data", help="parallel text (default: the run's own test split)")
+    p.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="parallel text, or two aligned files (test.en test.zh) (default: the run's own "
+        "test split)",
+    )
+    p.add_argument(
+        "--tokenize",
+        choices=("13a", "zh", "ja-mecab", "ko-mecab", "intl", "char", "none"),
+        default=None,
+        help="sacreBLEU's BLEU tokenizer (default: the target language's, as sacrebleu -l "
+        "SRC-TGT picks it: zh, ja-mecab, ko-mecab, else 13a)",
+    )
     p.add_argument("--format", help="the data file's format (default: guessed)")
     p.add_argument(
         "--src-column",
@@ -80,15 +93,20 @@ def _pairs(args: argparse.Namespace, tr: Any) -> tuple[list[tuple[str, str]], st
     from ..train import saved_run_pairs
 
     if args.data is not None:
+        if len(args.data) > 2:
+            raise ValueError(
+                f"--data: expected one file or two aligned files, got {len(args.data)}"
+            )
+        data = args.data[0] if len(args.data) == 1 else tuple(args.data)
         try:
             pairs, report = read_pairs(
-                args.data, args.format, src_column=args.src_column, tgt_column=args.tgt_column
+                data, args.format, src_column=args.src_column, tgt_column=args.tgt_column
             )
         except (ValueError, TypeError, FileNotFoundError) as err:  # named as the flags
             raise named_by_prefix(err, _READ_FLAGS) from None
         if report.n_skipped:
             log.warning("%s", report)
-        return pairs, args.data
+        return pairs, " + ".join(args.data)
     if "split.json" not in verify_checkpoint(tr.path, files=[])["files"]:
         raise ValueError(
             f"--data: {str(tr.path)!r} is an exported model (it keeps no record of the data it "
@@ -103,7 +121,10 @@ def _pairs(args: argparse.Namespace, tr: Any) -> tuple[list[tuple[str, str]], st
 
 def run(args: argparse.Namespace) -> int:
     """Score the model as the command line says; print the scores (``--json``: one object)."""
-    require(f"qkv {NAME}", [*engine_needs(args), "sacrebleu"])
+    from ..inference.scores import tokenizer_modules
+
+    needs = tokenizer_modules(args.tokenize) if args.tokenize else []
+    require(f"qkv {NAME}", [*engine_needs(args), "sacrebleu", *needs])
     try:
         check_positive(args, "beam", "batch_tokens")
         tr = load_translator(args)
@@ -112,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             if args.limit < 1:
                 raise ValueError(f"--limit: expected a number of pairs >= 1, got {args.limit}")
             pairs = pairs[: args.limit]
-        ev = tr.evaluate(pairs, normalize_references=args.normalized_refs)
+        ev = tr.evaluate(pairs, normalize_references=args.normalized_refs, tokenize=args.tokenize)
     except user_errors() as e:
         return fail(NAME, e)
     if args.json:
@@ -125,11 +146,14 @@ def run(args: argparse.Namespace) -> int:
                     "model": str(tr.path),
                     "beam": dec.beam_size,
                     "length_penalty": dec.length_penalty,
+                    "languages": list(tr.languages) if tr.languages else None,
                 }
             )
         )
         return 0
-    print(f"{ev.n} sentences from {what}, model {tr.path}, " + tr.decoding.describe())
+    langs = tr.languages
+    pair = f"{langs[0]} -> {langs[1]}, " if langs else ""
+    print(f"{ev.n} sentences from {what}, model {tr.path} ({pair}{tr.decoding.describe()})")
     if ev.references_normalized:
         print(
             "NOTE: references normalised as the training data (--normalized-refs): not "

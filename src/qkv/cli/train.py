@@ -24,7 +24,31 @@ NAME = "train"
 # flag -> (TrainConfig key, type, help): the flags of `qkv train` (all default to "not given");
 # each help ends with the key's TrainConfig default, read from the dataclass by train_flag_default
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--data": ("data", str, "parallel text in any qkv.data format"),
+    "--data": (
+        "data",
+        str,
+        "parallel text in any qkv.data format, or two aligned files (--data train.en train.fr; "
+        "with --pair SRC-TGT, --data PREFIX reads PREFIX.SRC and PREFIX.TGT)",
+    ),
+    "--valid": (
+        "valid_data",
+        str,
+        "a validation set of its own: a file or two aligned files (as --data); the run's "
+        "validation split is then this file",
+    ),
+    "--test": (
+        "test_data",
+        str,
+        "a test set of its own: a file or two aligned files (as --data)",
+    ),
+    "--src-lang": ("src_lang", str, "the source language (ISO 639-1/BCP-47 code: en, zh-CN)"),
+    "--tgt-lang": ("tgt_lang", str, "the target language (ISO 639-1/BCP-47 code)"),
+    "--tokenize": (
+        "tokenize",
+        str,
+        "sacreBLEU's BLEU tokenizer for validation, the average and the decoding choice "
+        "(13a, zh, ja-mecab, ko-mecab, intl, char, none)",
+    ),
     "--format": ("data_format", str, "the data file's format"),
     "--src-column": (
         "src_column",
@@ -74,6 +98,11 @@ _RUN_FLAGS = {"resume_from": "--resume-from", "init_from": "--init-from", "out":
 #: numbers in braces are filled in from the library by train_flag_default)
 _AUTO_MEANS: dict[str, str] = {
     "data": "the bundled corpus",
+    "valid_data": "the --valid fraction of --data",
+    "test_data": "the --test fraction of --data",
+    "src_lang": "read from the data (columns, file suffixes, fra.txt) or detected",
+    "tgt_lang": "read from the data (columns, file suffixes, fra.txt) or detected",
+    "tokenize": "the target language's, as sacrebleu -l SRC-TGT picks it",
     "data_format": "guessed from the file",
     "src_column": "src or source",
     "tgt_column": "tgt or target",
@@ -90,6 +119,8 @@ _AUTO_MEANS: dict[str, str] = {
 }
 
 MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
+#: the flags that take one file or two aligned files
+_FILES = ("--data", "--valid", "--test")
 
 
 def train_flag_default(key: str) -> str:
@@ -143,7 +174,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         kw: dict[str, Any] = {"type": typ, "default": argparse.SUPPRESS, "help": shown}
         if name == "--model":  # qkv.nn.seq2seq.MODEL_KINDS, without importing torch for --help
             kw["choices"] = MODEL_KINDS
+        if name in _FILES:
+            kw |= {"nargs": "+", "metavar": "FILE"}
         p.add_argument(name, **kw)
+    p.add_argument(
+        "--pair",
+        metavar="SRC-TGT",
+        help="the language pair, as fairseq and OpenNMT write it: sets --src-lang and "
+        "--tgt-lang, and --data/--valid/--test PREFIX read PREFIX.SRC and PREFIX.TGT",
+    )
     p.add_argument(
         "--strict", action="store_true", help="refuse a data file with any unreadable line"
     )
@@ -181,6 +220,7 @@ def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
         dest = name[2:].replace("-", "_")
         if hasattr(args, dest):
             flags[key] = getattr(args, dest)
+    _files_and_pair(flags, getattr(args, "pair", None))
     for name in ("bf16", "tensorboard"):
         if getattr(args, name, False):
             flags[name] = True
@@ -205,11 +245,50 @@ def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
     return TrainConfig().updated({**changes, **flags}), resume
 
 
+def _files_and_pair(flags: dict[str, Any], pair: str | None) -> None:
+    """``--data``/``--valid``/``--test`` as settings (one file, or two aligned files), and
+    ``--pair SRC-TGT``: the languages, and a single PREFIX read as ``PREFIX.SRC``,
+    ``PREFIX.TGT``."""
+    langs = None
+    if pair is not None:
+        src, sep, tgt = pair.partition("-")
+        # a code may hold a region (zh-CN): split at the first "-" whose halves are both codes
+        parts = pair.split("-")
+        for i in range(1, len(parts)):
+            a, b = "-".join(parts[:i]), "-".join(parts[i:])
+            if _is_code(a) and _is_code(b):
+                src, sep, tgt = a, "-", b
+                break
+        if not sep or not src or not tgt:
+            raise SettingError("pair", f"expected SRC-TGT language codes (en-fr), got {pair!r}")
+        langs = (src, tgt)
+        flags.setdefault("src_lang", src)
+        flags.setdefault("tgt_lang", tgt)
+    for key in ("data", "valid_data", "test_data"):
+        files = flags.get(key)
+        if not isinstance(files, list):
+            continue
+        if len(files) == 1 and langs is not None:
+            files = [f"{files[0]}.{langs[0]}", f"{files[0]}.{langs[1]}"]
+        if len(files) > 2:
+            raise SettingError(
+                key, f"expected one file or two aligned files (source, target), got {len(files)}"
+            )
+        flags[key] = files[0] if len(files) == 1 else files
+
+
+def _is_code(word: str) -> bool:
+    from ..data.languages import language_code
+
+    return language_code(word) is not None
+
+
 def _named(err: BaseException, args: argparse.Namespace) -> BaseException:
     """``err`` naming the ``qkv train`` flag that gave the setting it is about (``--data``, not
     ``data``), when the user gave it by that flag. TrainConfig and train() name settings only
     in their messages so far (see :func:`~qkv.cli._common.named_by_prefix`)."""
     flags = {key: name for name, (key, _, _) in TRAIN_FLAGS.items()} | _RUN_FLAGS
+    flags["pair"] = "--pair"
     given = {
         key: name
         for key, name in flags.items()

@@ -2,12 +2,21 @@
 
 Readers (:func:`read_pairs`), normalisation (:class:`Normalizer`), vocabulary (:class:`Vocab`),
 tokenizers (:class:`WordTokenizer`, :class:`SentencePieceTokenizer`), seeded splits
-(:func:`split_pairs`), token-budget batching (:class:`TokenBatcher`) and the bundled
-English-French corpus (:func:`bundled_pairs`). See ``docs/data.md``.
+(:func:`split_pairs`), token-budget batching (:class:`TokenBatcher`), the bundled
+English-French corpus (:func:`bundled_pairs`) and languages (:mod:`qkv.data.languages`: the
+code table, :func:`check_language`, :func:`detect_language`). See ``docs/data.md``.
 """
 
 from .batching import Batch, TokenBatcher
 from .corpus import bundled_corpus_path, bundled_pairs
+from .languages import (
+    LANGUAGES,
+    check_language,
+    detect_language,
+    detect_languages,
+    language_code,
+    language_name,
+)
 from .normalize import Normalizer
 from .readers import FORMATS, ReadReport, guess_format, read_pairs, write_pairs
 from .splits import Split, fingerprint, normalized_source, split_pairs
@@ -27,6 +36,7 @@ __all__ = [
     "BOS",
     "EOS",
     "FORMATS",
+    "LANGUAGES",
     "PAD",
     "SPECIALS",
     "UNK",
@@ -42,9 +52,14 @@ __all__ = [
     "build_tokenizers",
     "bundled_corpus_path",
     "bundled_pairs",
+    "check_language",
+    "detect_language",
+    "detect_languages",
     "encode_pairs",
     "fingerprint",
     "guess_format",
+    "language_code",
+    "language_name",
     "load_tokenizer",
     "load_tokenizers",
     "normalized_source",

@@ -63,4 +63,5 @@ def export_model(
         step=int(verify_checkpoint(saved.path, files=[]).get("step") or 0),
         source=saved.path,
         extra=None if extra is None else (lambda d: extra(saved, d)),
+        languages=saved.languages,
     )

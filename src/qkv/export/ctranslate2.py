@@ -177,6 +177,8 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
         "decoding": Decoding.coerce(saved.decoding).to_dict(),
         "disable_unk": bool(never_generated(saved.tgt_tokenizer)),
     }
+    if saved.languages is not None:  # the languages travel with the CTranslate2 model too
+        options["languages"] = list(saved.languages)
     (folder / _OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
 
 
@@ -282,6 +284,9 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         except (ValueError, TypeError) as e:
             raise ValueError(f"model dir: {self.path / _OPTIONS}: decoding: {e}") from None
         self.positions = int(self.options["positions"])
+        langs = self.options.get("languages")
+        if isinstance(langs, list) and len(langs) == 2:
+            self._languages = (str(langs[0]), str(langs[1]))
         src, tgt = load_tokenizers(self.path / "tokenizers")
         self.src_tokenizer: Tokenizer = src
         self.tgt_tokenizer: Tokenizer = tgt

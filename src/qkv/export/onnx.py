@@ -220,6 +220,8 @@ def export_onnx(model: SavedModel | str | os.PathLike, out: str | os.PathLike) -
             "suppress": never_generated(saved.tgt_tokenizer),
             "config": config.to_dict(),
         }
+        if saved.languages is not None:  # (source, target), as model.json records them
+            meta["languages"] = list(saved.languages)
         (tmp / "onnx.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         save_tokenizers(tmp / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
         if out.exists():
@@ -276,6 +278,9 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         ):
             raise ValueError(f"threads: expected an int >= 1 or None, got {threads!r}")
         self.meta = meta
+        langs = meta.get("languages")
+        if isinstance(langs, list) and len(langs) == 2:
+            self._languages = (str(langs[0]), str(langs[1]))
         options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads

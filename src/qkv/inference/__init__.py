@@ -34,11 +34,12 @@ from .saved import (
     load_checkpoint,
     load_model,
     load_model_weights,
+    model_languages,
     read_weights,
     resolve_model_dir,
     verify_checkpoint,
 )
-from .scores import Evaluation, corpus_scores
+from .scores import BLEU_TOKENIZERS, Evaluation, bleu_tokenizer, corpus_scores
 from .writing import (
     BUNDLED_DATA,
     BUNDLED_LANGUAGES,
@@ -51,6 +52,7 @@ from .writing import (
 )
 
 __all__ = [
+    "BLEU_TOKENIZERS",
     "BUNDLED_DATA",
     "BUNDLED_LANGUAGES",
     "CANDIDATES",
@@ -65,6 +67,7 @@ __all__ = [
     "TextTranslator",
     "TranslatorBase",
     "best_checkpoint",
+    "bleu_tokenizer",
     "check_quantize",
     "corpus_scores",
     "decode_texts",
@@ -77,6 +80,7 @@ __all__ = [
     "load_model",
     "load_model_weights",
     "model_card",
+    "model_languages",
     "never_generated",
     "pick_device",
     "position_limits",

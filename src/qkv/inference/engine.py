@@ -27,7 +27,13 @@ from typing import Any, Protocol, runtime_checkable
 from .._deps import require
 from ..data import Tokenizer
 from .options import Decoding
-from .scores import Evaluation, corpus_scores
+from .scores import (
+    Evaluation,
+    bleu_tokenizer,
+    check_tokenize,
+    corpus_scores,
+    tokenizer_modules,
+)
 from .writing import BUNDLED_DATA, BUNDLED_LANGUAGES, run_card
 
 __all__ = ["TextTranslator", "TranslatorBase", "evaluate_pairs", "recorded_languages"]
@@ -89,6 +95,7 @@ class TextTranslator(Protocol):
         decoding: Decoding | None = None,
         *,
         normalize_references: bool = False,
+        tokenize: str | None = None,
         **overrides: Any,
     ) -> Evaluation: ...
 
@@ -103,15 +110,20 @@ class TextTranslator(Protocol):
 
 
 def recorded_languages(folder: str | Path | None) -> tuple[str, str] | None:
-    """``(source, target)`` codes when a saved model records them: a model trained on the
-    bundled English-French corpus (its run or its model card says so) is ``("en", "fr")``;
-    None when nothing says (or the card cannot be read)."""
+    """``(source, target)`` codes when a saved model records them: its ``model.json`` (what
+    ``qkv train --src-lang/--tgt-lang``, or the languages read from the data, wrote; kept by
+    every export), else its model card; a model trained on the bundled English-French corpus
+    before languages were recorded is ``("en", "fr")``. None when nothing says (an older model,
+    or a card that cannot be read)."""
     if folder is None:
         return None
     try:
         card = run_card(folder)
     except Exception:  # an unreadable card: the languages are simply not known
         return None
+    langs = card.get("languages")
+    if isinstance(langs, (list, tuple)) and len(langs) == 2:
+        return str(langs[0]), str(langs[1])
     return BUNDLED_LANGUAGES if card.get("data") == BUNDLED_DATA else None
 
 
@@ -147,10 +159,19 @@ class TranslatorBase:
         model carries the one chosen on its validation split), else greedy."""
         return self._decoding
 
+    #: the languages an engine read with its model (None: read them from its card folder)
+    _languages: tuple[str, str] | None = None
+
     @property
     def languages(self) -> tuple[str, str] | None:
-        """``(source, target)`` language codes when the model records them, else None."""
-        return recorded_languages(self._card_folder())
+        """``(source, target)`` language codes when the model records them (its
+        ``model.json``, its card), else None; read once per translator."""
+        if self._languages is None:
+            found = recorded_languages(self._card_folder())
+            if found is None:
+                return None
+            self._languages = found
+        return self._languages
 
     def _card_folder(self) -> Path | None:
         """The folder whose model card says what the model is (its languages)."""
@@ -261,14 +282,26 @@ class TranslatorBase:
         decoding: Decoding | None = None,
         *,
         normalize_references: bool = False,
+        tokenize: str | None = None,
         **overrides: Any,
     ) -> Evaluation:
         """Translate every source of ``pairs`` and score against its reference with sacreBLEU
         (see :func:`evaluate_pairs`)."""
-        require("evaluating", ["sacrebleu"])  # before translating, not after
+        tok = check_tokenize(tokenize) if tokenize is not None else self._bleu_tokenizer()
+        # before translating, not after
+        require("evaluating", ["sacrebleu", *tokenizer_modules(tok)])
         return evaluate_pairs(
-            self, pairs, decoding, normalize_references=normalize_references, **overrides
+            self,
+            pairs,
+            decoding,
+            normalize_references=normalize_references,
+            tokenize=tokenize,
+            **overrides,
         )
+
+    def _bleu_tokenizer(self) -> str:
+        langs = self.languages
+        return bleu_tokenizer(langs[1] if langs else None)
 
     # -------------------------------------------------------------- what a notebook shows
     def card_rows(self) -> list[tuple[str, str]]:
@@ -309,10 +342,14 @@ def evaluate_pairs(
     decoding: Decoding | None = None,
     *,
     normalize_references: bool = False,
+    tokenize: str | None = None,
     **overrides: Any,
 ) -> Evaluation:
     """Translate every source of ``pairs`` with ``translator`` (any engine) and score the
     detokenised translations against the references with sacreBLEU's BLEU and chrF.
+
+    BLEU's tokenizer is ``tokenize``, else the one sacreBLEU's ``-l`` gives the target language
+    the translator records (``zh`` for Chinese, ``ja-mecab``, ``ko-mecab``, else ``13a``).
 
     The references are scored as given (sacreBLEU's convention), so the number means what
     sacreBLEU's number means. With ``normalize_references=True`` they first get the target
@@ -328,7 +365,8 @@ def evaluate_pairs(
     tok = translator.tgt_tokenizer
     hyps = [tok.decode(i) for i in ids]
     refs = [tok.normalize(t) if normalize_references else t for _, t in pairs]
-    ev = corpus_scores(hyps, refs)
+    langs = translator.languages
+    ev = corpus_scores(hyps, refs, tokenize=tokenize, target_lang=langs[1] if langs else None)
     if normalize_references:
         ev.references_normalized = True
         ev.signatures = {

@@ -5,7 +5,9 @@ A folder written by ``qkv train`` (a checkpoint ``OUT/checkpoints/step-XXXXXXXX`
 
     manifest.json       format, version, step, and the size and SHA-256 of every other file
     model.safetensors   the weights (safetensors: no pickle, loads without running code)
-    model.json          the qkv.nn.Seq2SeqConfig that rebuilds the model (and tied-weight aliases)
+    model.json          the qkv.nn.Seq2SeqConfig that rebuilds the model (and tied-weight aliases),
+                        and the languages it translates ({"source": "en", "target": "zh"}) when
+                        known (a model saved before qkv recorded them has none: it still loads)
     train.json          the qkv.train.TrainConfig of the run
     tokenizers/         the source and target tokenizers, their normaliser included
     split.json          which pairs are train / valid / test (with the data's fingerprint)
@@ -44,6 +46,7 @@ from torch import nn
 
 from .._deps import require
 from ..data import Tokenizer, load_tokenizers
+from ..data.languages import check_language
 from ..nn.seq2seq import EncoderDecoder, build_model
 from .device import pick_device
 from .layout import BEST_POINTER, CHECKPOINTS_DIR, RunLayout, step_of
@@ -58,10 +61,12 @@ __all__ = [
     "SavedModel",
     "best_checkpoint",
     "find_checkpoints",
+    "languages_record",
     "latest_checkpoint",
     "load_checkpoint",
     "load_model",
     "load_model_weights",
+    "model_languages",
     "read_json",
     "read_weights",
     "resolve_model_dir",
@@ -559,6 +564,36 @@ def _read_weights(v: VerifiedFolder) -> dict[str, torch.Tensor]:
     return tensors
 
 
+# ---------------------------------------------------------------------------- languages
+def languages_record(languages: Sequence[str]) -> dict[str, str]:
+    """``model.json``'s ``languages`` entry: ``{"source": ..., "target": ...}``, each code
+    checked (:func:`qkv.data.check_language`; a SettingError naming ``languages``)."""
+    if isinstance(languages, str) or len(languages) != 2:
+        raise ValueError(f"languages: expected (source, target) codes, got {languages!r}")
+    src, tgt = (check_language(c, "languages") for c in languages)
+    return {"source": src, "target": tgt}
+
+
+def model_languages(meta: Any, folder: str | Path = "") -> tuple[str, str] | None:
+    """``(source, target)`` from a ``model.json`` (read as JSON), or None when it records
+    none (a model saved before qkv recorded them).
+
+    Raises:
+        CheckpointError: a ``languages`` entry that is not two language codes.
+    """
+    langs = meta.get("languages") if isinstance(meta, dict) else None
+    if langs is None:
+        return None
+    try:
+        src, tgt = langs["source"], langs["target"]
+        return check_language(src, "source"), check_language(tgt, "target")
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint: model.json in {str(folder)!r} has invalid languages ({e}); expected "
+            '{"source": CODE, "target": CODE}'
+        ) from None
+
+
 # ---------------------------------------------------------------------------- a model to use
 @dataclass
 class SavedModel:
@@ -571,6 +606,7 @@ class SavedModel:
         decoding: the folder's ``decoding.json`` as a :class:`~qkv.inference.Decoding`
             (checked), or None when it has none.
         device: where the model is.
+        languages: ``(source, target)`` codes as ``model.json`` records them, or None.
     """
 
     model: EncoderDecoder
@@ -579,6 +615,7 @@ class SavedModel:
     path: Path
     decoding: Decoding | None
     device: torch.device
+    languages: tuple[str, str] | None = None
 
 
 def _build(folder: Path, config: dict) -> EncoderDecoder:
@@ -615,6 +652,7 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     meta = v.json("model.json")
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")
+    languages = model_languages(meta, folder)
     model = _build(folder, meta["config"])
     _fit_weights(folder, _read_weights(v), model)
     try:
@@ -638,4 +676,4 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
             raise CheckpointError(
                 f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"
             ) from None
-    return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device)
+    return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device, languages)

@@ -34,6 +34,7 @@ import torch
 
 from .. import __version__
 from ..data import Tokenizer, save_tokenizers
+from ..data.languages import language_name
 from ..nn.seq2seq import EncoderDecoder
 from .layout import CHECKPOINTS_DIR
 from .options import Decoding
@@ -42,6 +43,8 @@ from .saved import (
     CHECKPOINT_VERSION,
     MANIFEST,
     VerifiedFolder,
+    languages_record,
+    model_languages,
     sha256_file,
 )
 
@@ -198,9 +201,10 @@ def write_model_folder(
     extra: Callable[[Path], None] | None = None,
     in_use: Callable[[int], bool] | None = None,
     remedy: str = "",
+    languages: tuple[str, str] | None = None,
 ) -> Path:
     """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
-    once), ``model.json``, each ``documents`` entry as a JSON file of that name, the tokenizers,
+    once), ``model.json`` (with the model's ``(source, target)`` ``languages`` when known), each ``documents`` entry as a JSON file of that name, the tokenizers,
     ``trainer.pt`` when ``tensors`` is given, each ``texts`` entry as a UTF-8 file of that name
     (a model card), what ``extra(folder)`` writes (another engine's model), and the manifest
     last (see :mod:`qkv.inference.saved`).
@@ -222,9 +226,12 @@ def write_model_folder(
     remove_stale_folders(root, in_use)  # what a killed writer left, on the next write
     tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
     old = root / f"{_OLD}{name}-{os.getpid()}"
+    meta: dict[str, Any] = {"config": model_config}
+    if languages is not None:
+        meta["languages"] = languages_record(languages)
     try:
         _write_folder(
-            tmp, final, old, step, state_dict, model_config, write_tokenizers, documents,
+            tmp, final, old, step, state_dict, meta, write_tokenizers, documents,
             tensors, texts, extra,
         )  # fmt: skip
     except BaseException as e:
@@ -245,7 +252,7 @@ def _write_folder(
     old: Path,
     step: int,
     state_dict: dict[str, torch.Tensor],
-    model_config: dict,
+    meta: dict[str, Any],
     write_tokenizers: Callable[[Path], None],
     documents: dict[str, Any],
     tensors: dict | None,
@@ -279,7 +286,7 @@ def _write_folder(
     def dump(fname: str, obj: Any) -> None:
         _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
 
-    dump("model.json", {"config": model_config, "aliases": aliases})
+    dump("model.json", {**meta, "aliases": aliases})
     for fname, obj in documents.items():
         dump(fname, obj)
     for fname, text in (texts or {}).items():
@@ -369,23 +376,51 @@ def model_card(
         card: what is known of the model: ``"title"`` (str), ``"data"`` (the training data's
             name), ``"scores"`` (``{name: value or text}``, e.g. ``{"valid BLEU": 31.2}``),
             ``"signatures"`` (``{name: sacreBLEU signature}``), ``"settings"`` (``{name: value}``,
-            the training settings), ``"notes"`` (a list of lines); every key optional.
+            the training settings), ``"notes"`` (a list of lines), ``"languages"``
+            (``[source, target]`` codes); every key optional.
         model: the model (its architecture is listed from its config).
         decoding: the default decoding, or None.
+
+    When the languages or scores are known, the card starts with Hugging Face's model-card
+    front matter (YAML between ``---`` lines): ``language:`` (source and target),
+    ``metrics:`` (bleu, chrf, as scored), ``library_name: qkv``, ``pipeline_tag:
+    translation``.
     """
     card = dict(card or {})
-    unknown = set(card) - {"title", "data", "scores", "signatures", "settings", "notes", "step"}
+    known = {"title", "data", "scores", "signatures", "settings", "notes", "step", "languages"}
+    unknown = set(card) - known
     if unknown:
         raise ValueError(
             f"card: unknown keys {sorted(unknown)}; expected title, data, scores, signatures, "
-            "settings, notes, step"
+            "settings, notes, step, languages"
         )
+    langs = card.get("languages")
+    if langs is not None:
+        rec = languages_record(langs)
+        langs = [rec["source"], rec["target"]]
     cfg = model.config.to_dict()
-    lines = [f"# {card.get('title') or 'qkv translation model'}", ""]
+    front = ["---"]
+    if langs:
+        front += ["language:", *(f"- {c}" for c in dict.fromkeys(langs))]
+    metrics = [
+        m for m in ("bleu", "chrf") if any(m in str(k).lower() for k in card.get("scores") or {})
+    ]
+    if metrics:
+        front += ["metrics:", *(f"- {m}" for m in metrics)]
+    front += ["library_name: qkv", "pipeline_tag: translation", "tags:", "- translation", "---"]
+    # the front matter when it says something of this model (its languages, its metrics)
+    lines = [*front, ""] if (langs or metrics) else []
+    lines += [f"# {card.get('title') or 'qkv translation model'}", ""]
     lines.append(
         f"A {cfg.get('kind', 'transformer')} translation model saved by qkv {__version__} on "
         f"{time.strftime('%Y-%m-%d')} (inference only: no training state)."
     )
+    if langs:
+        lines += [
+            "",
+            f"Translates {language_name(langs[0])} into {language_name(langs[1])}: "
+            f"`{langs[0]}` \u2192 `{langs[1]}`.",
+        ]
     lines += ["", "## Training data", "", str(card.get("data") or "not recorded")]
     if card.get("step") is not None:
         lines += ["", f"Trained for {card['step']} updates."]
@@ -426,11 +461,16 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
     """
     v = VerifiedFolder(folder)
+    langs = model_languages(v.json("model.json"), folder) if "model.json" in v.files else None
     if "card.json" in v.files:
         kept = v.json("card.json")
         if isinstance(kept, dict):
+            if langs is not None:
+                kept["languages"] = list(langs)
             return kept
     card: dict[str, Any] = {"scores": {}}
+    if langs is not None:
+        card["languages"] = list(langs)
     if "train.json" in v.files:
         train = v.json("train.json")
         if isinstance(train, dict):
@@ -473,6 +513,7 @@ def save_model(
     step: int = 0,
     source: str | Path | None = None,
     extra: Callable[[Path], None] | None = None,
+    languages: tuple[str, str] | None = None,
 ) -> Path:
     """Save a model with its tokenizers as an inference-only folder (see the module docstring)
     that :func:`~qkv.inference.load_model`, ``Translator.load`` and every ``qkv`` command read.
@@ -493,6 +534,8 @@ def save_model(
         source: the folder the model was read from, which ``out`` must not be or hold.
         extra: ``fn(folder)`` writing more files into the folder before its manifest (another
             engine's model, as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
+        languages: the ``(source, target)`` codes the model translates, recorded in
+            ``model.json`` and the card; None: the card's ``"languages"``, else not recorded.
 
     Returns:
         ``out``.
@@ -519,6 +562,13 @@ def save_model(
         )
     default = None if decoding is None else Decoding.coerce(decoding)
     documents = {} if default is None else {"decoding.json": default.to_dict()}
+    card = dict(card or {})
+    if languages is None and card.get("languages") is not None:
+        languages = tuple(card["languages"])  # type: ignore[assignment]
+    if languages is not None:
+        rec = languages_record(languages)
+        languages = (rec["source"], rec["target"])
+        card["languages"] = list(languages)
     readme = model_card(card, model, default)
     try:  # kept as data too: a model exported again keeps its card
         documents["card.json"] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
@@ -536,6 +586,7 @@ def save_model(
             documents=documents,
             texts={"README.md": readme},
             extra=extra,
+            languages=languages,
         )
     except BaseException:  # nothing half-written is left beside out (out itself is untouched)
         shutil.rmtree(out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}", ignore_errors=True)

@@ -55,6 +55,7 @@ from ..inference.saved import (
     latest_checkpoint,
     load_checkpoint,
     load_model_weights,
+    model_languages,
     read_json,
     read_weights,
     resolve_model_dir,
@@ -164,6 +165,7 @@ def save_checkpoint(
     split: dict,
     trainer_state: dict,
     tensors: dict,
+    languages: tuple[str, str] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` into ``root`` (``OUT/checkpoints``) atomically.
 
@@ -179,6 +181,7 @@ def save_checkpoint(
         trainer_state: JSON-serialisable loop state (data position, counters, history).
         tensors: optimizer/schedule/RNG state: tensors, numbers, strings, lists, tuples, dicts
             (what ``torch.load(weights_only=True)`` reads back).
+        languages: the run's ``(source, target)`` codes, recorded in ``model.json``.
 
     Returns:
         The final checkpoint folder ``root/step-XXXXXXXX``.
@@ -196,6 +199,7 @@ def save_checkpoint(
         write_tokenizers=write_tokenizers,
         documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
         tensors=tensors,
+        languages=languages,
         in_use=run_lock_in_use(root),
         remedy=(
             "then resume (qkv train --resume, from the newest checkpoint kept); --keep-last "
@@ -513,6 +517,7 @@ def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Pat
         step=steps[-1],
         state_dict=weights,
         model_config=meta["config"],
+        languages=model_languages(meta, newest),
         write_tokenizers=copy_tokenizers,
         documents={
             "train.json": read_json(newest, "train.json"),

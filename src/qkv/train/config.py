@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import SettingError
+from ..data.languages import check_language
+from ..inference.scores import BLEU_TOKENIZERS, bleu_tokenizer, tokenizer_modules
 from ..nn.seq2seq import MODEL_KINDS, Seq2SeqConfig
 from .schedules import SCHEDULES
 
@@ -86,7 +89,20 @@ class TrainConfig:
 
     Data:
         data: a parallel-text file in any :func:`qkv.data.read_pairs` format (``fra`` ``tsv``
-            ``csv`` ``jsonl``, optionally ``.gz``); None for the bundled English-French corpus.
+            ``csv`` ``jsonl``, optionally ``.gz``), or two aligned files ``[source, target]``
+            (``["train.en", "train.fr"]``: line i translates line i); None for the bundled
+            English-French corpus.
+        valid_data, test_data: a validation and a test set of their own, in any of those
+            formats (a file or two aligned files); None: taken from ``data`` (``valid``,
+            ``test``). The run's split is then these files, recorded in ``split.json``.
+        src_lang, tgt_lang: the source and target languages (ISO 639-1/BCP-47 codes, checked);
+            None: read from the data (named columns, aligned files' suffixes, a ``fra.txt``
+            file's name) or detected from a sample of it, and recorded in the model.
+        tokenize: sacreBLEU's BLEU tokenizer for validation, the average and the decoding
+            choice; None: the target language's, as ``sacrebleu -l SRC-TGT`` picks it (``zh``,
+            ``ja-mecab``, ``ko-mecab``, else ``13a``).
+        character_coverage: SentencePiece's character coverage; None: 0.9995 when a side is
+            Chinese, Japanese or Korean, else 1.0 (what SentencePiece's authors recommend).
         data_format: the file's format, or None to guess.
         src_column, tgt_column: the source and target columns of a tsv or csv file with a
             header row, or fields of a jsonl file; None: ``src``/``source`` and
@@ -167,7 +183,13 @@ class TrainConfig:
             longest validation, which rank 0 runs alone while the others wait.
     """
 
-    data: str | None = None
+    data: str | list[str] | None = None
+    valid_data: str | list[str] | None = None
+    test_data: str | list[str] | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    tokenize: str | None = None
+    character_coverage: float | None = None
     data_format: str | None = None
     src_column: str | None = None
     tgt_column: str | None = None
@@ -219,7 +241,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.betas, list):
             self.betas = tuple(self.betas)
+        for name in ("data", "valid_data", "test_data"):  # a JSON list of two files
+            v = getattr(self, name)
+            if isinstance(v, tuple):
+                setattr(self, name, list(v))
         self.validate()
+        for name in ("src_lang", "tgt_lang"):  # the canonical spelling (zh-cn -> zh-CN)
+            if getattr(self, name) is not None:
+                setattr(self, name, check_language(getattr(self, name), name))
 
     # -- validation -----------------------------------------------------------------------
     def validate(self) -> None:
@@ -238,7 +267,28 @@ class TrainConfig:
         """The data fields: the file, its columns and split, the text's normaliser and
         tokenizer."""
         need = self._need
-        need(self.data is None or isinstance(self.data, str), "data", "a path or None")
+        for name in ("data", "valid_data", "test_data"):
+            v = getattr(self, name)
+            need(
+                v is None
+                or isinstance(v, str)
+                or (isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)),
+                name,
+                "a path, two aligned files [source, target], or None",
+            )
+        for name in ("src_lang", "tgt_lang"):
+            if getattr(self, name) is not None:
+                check_language(getattr(self, name), name)
+        if self.tokenize is not None and self.tokenize not in BLEU_TOKENIZERS:
+            raise SettingError(
+                "tokenize", f"expected one of {', '.join(BLEU_TOKENIZERS)}, got {self.tokenize!r}"
+            )
+        cc = self.character_coverage
+        need(
+            cc is None or (_is_num(cc) and 0.9 <= cc <= 1.0),
+            "character_coverage",
+            "a number in [0.9, 1] or None (auto)",
+        )
         need(
             self.data_format is None or isinstance(self.data_format, str),
             "data_format",
@@ -461,6 +511,7 @@ class TrainConfig:
             "label_smoothing",
             "clip_norm",
             "dist_timeout_minutes",
+            "character_coverage",
         ):
             if _is_int(d[name]) and d[name] is not None:  # 1 in a file means 1.0
                 d[name] = float(d[name])
@@ -477,6 +528,8 @@ def required_modules(config: TrainConfig) -> list[str]:
     also the automatic choice for a user's data), TensorBoard when asked for; what
     :func:`qkv.train.train` checks (:func:`qkv._deps.require`) before anything is read."""
     modules = ["safetensors", "sacrebleu"]
+    if config.tokenize is not None or config.tgt_lang is not None:  # MeCab for ja/ko
+        modules += tokenizer_modules(config.tokenize or bleu_tokenizer(config.tgt_lang))
     if config.tokenizer == "sentencepiece" or (
         config.tokenizer == "auto" and config.data is not None
     ):

@@ -153,6 +153,7 @@ def write_final(
         },
         in_use=run_lock_in_use(layout.out),
         remedy=f"then finish the run: {resume_command(layout.out)}",
+        languages=setup.languages,
     )
     say(
         f"final model ({source['kind']} of updates {source['steps']}, "

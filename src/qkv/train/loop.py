@@ -171,7 +171,7 @@ def train(
                     torch.set_num_threads(config.threads)
                 settings, resumed = open_run(config, layout, info, which, say)
                 preparing.checkpoint = resumed.checkpoint.path if resumed is not None else None
-                setup = prepare(settings, resumed, layout, info, init_from=init_from)
+                setup = prepare(settings, resumed, layout, info, init_from=init_from, say=say)
                 run = _Run(setup, layout, info, bar, say, signals, t_start)
                 signals.stop_now = run.stop_now
                 return run.run()
@@ -606,6 +606,7 @@ class _Run:
                 write_tokenizers=setup.save_tokenizers,
                 split=setup.data.split.to_dict(),
                 trainer_state=trainer_state,
+                languages=setup.languages,
                 tensors={
                     "optimizer": setup.optimizer.state_dict(),
                     "schedule": setup.schedule.state_dict(),

@@ -18,10 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers, split_pairs
+from .._deps import require
+from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
+from ..data.languages import language_name
 from ..inference import Decoding, position_limits
 from ..inference.layout import RunLayout
 from ..inference.limits import SETTING as POSITION_SETTING
+from ..inference.scores import bleu_tokenizer, tokenizer_modules
 from ..nn.seq2seq import EncoderDecoder, Seq2SeqConfig, build_model
 from . import distributed as D
 from .checkpoint import (
@@ -39,7 +42,7 @@ from .plan import FIRST_GUESS, Plan
 from .presets import resolve_config
 from .progress import Say
 from .rng import set_rng_state
-from .run_data import RunData, load_run_data, read_run_pairs
+from .run_data import RunData, load_run_data, read_run_files, run_languages, run_split
 from .schedules import Schedule
 from .state import RunState
 from .update import make_optimizer
@@ -99,6 +102,13 @@ class Setup:
         """Write the run's tokenizers into ``folder`` (of a checkpoint or the final model)."""
         save_tokenizers(folder, self.data.src_tokenizer, self.data.tgt_tokenizer)
 
+    @property
+    def languages(self) -> tuple[str, str] | None:
+        """The run's ``(source, target)`` languages, recorded in every model folder it writes;
+        None when one is unknown (a run started before languages were recorded)."""
+        src, tgt = self.config.src_lang, self.config.tgt_lang
+        return (src, tgt) if src and tgt else None
+
 
 # ---------------------------------------------------------------------------- the checkpoint
 def check_resume_settings(saved: TrainConfig, given: TrainConfig) -> TrainConfig:
@@ -150,8 +160,15 @@ def open_run(
             checkpoint's (:func:`check_resume_settings`).
         CheckpointError: the checkpoint cannot be resumed, or its ``train.json`` is invalid.
     """
-    if config.data is not None:
-        config = config.updated({"data": str(Path(config.data).resolve())})
+    absolute = {}
+    for key in ("data", "valid_data", "test_data"):
+        v = getattr(config, key)
+        if isinstance(v, str):
+            absolute[key] = str(Path(v).resolve())
+        elif isinstance(v, list):  # two aligned files
+            absolute[key] = [str(Path(p).resolve()) for p in v]
+    if absolute:
+        config = config.updated(absolute)
     if info.is_main:
         remove_stale_temporaries(layout.checkpoints)
     D.barrier()
@@ -179,14 +196,28 @@ def open_run(
 
 
 # ---------------------------------------------------------------------------- settings and data
+def _languages(config: TrainConfig, files: Any, say: Say) -> TrainConfig:
+    """``config`` with the run's languages (given, read from the data or detected, and said)
+    and the packages its BLEU tokenizer needs checked, before any training."""
+    src, tgt, how = run_languages(config, files.pairs[: files.sizes[0]], files.data_format)
+    named = [f"{language_name(c)} ({c})" if c else "not recorded" for c in (src, tgt)]
+    tok = config.tokenize or bleu_tokenizer(tgt)
+    say(f"languages: {named[0]} -> {named[1]}, {how}; BLEU tokenizer {tok}")
+    # MeCab for a Japanese or Korean target: said now, not at the first evaluation
+    require(f"BLEU for {named[1]} (tokenize={tok})", tokenizer_modules(tok))
+    return config.updated({"src_lang": src, "tgt_lang": tgt})
+
+
 def _new_run_data(
-    settings: TrainConfig, init: InitModel | None, info: D.DistInfo
+    settings: TrainConfig, init: InitModel | None, info: D.DistInfo, say: Say
 ) -> tuple[TrainConfig, dict | None, RunData]:
-    """A new run's resolved settings (a preset's choices filled in), the preset's reasons, and
-    its data, read and split."""
+    """A new run's resolved settings (a preset's choices filled in, its languages found), the
+    preset's reasons, and its data, read and split."""
     config = init.settings(settings) if init is not None else settings  # before any data
-    pairs, source = read_run_pairs(config)
-    split = split_pairs(pairs, valid=config.valid, test=config.test, seed=config.split_seed)
+    files = read_run_files(config)
+    pairs, source = files.pairs, files.source
+    config = _languages(config, files, say if info.is_main else (lambda _m: None))
+    split = run_split(config, files)
     n_train = len(split.train)
     if n_train < 1:
         raise ValueError(
@@ -351,6 +382,7 @@ def _build(
         tgt_tokenizer=data.tgt_tokenizer,
         device=info.device,
         decoding=Decoding(beam_size=config.eval_beam, output_len_cap=config.max_len),
+        tokenize=config.tokenize or bleu_tokenizer(config.tgt_lang),
     )
     return Setup(
         config=config,
@@ -416,6 +448,7 @@ def prepare(
     info: D.DistInfo,
     *,
     init_from: str | Path | None = None,
+    say: Say | None = None,
 ) -> Setup:
     """Everything before the first update, from the given ``settings`` (as :func:`open_run`
     returns them) and the checkpoint to resume (None: a new run, from ``init_from``'s weights
@@ -430,7 +463,7 @@ def prepare(
     if resumed is not None:
         config, preset, data = _resumed_data(settings, resumed)
     else:
-        config, preset, data = _new_run_data(settings, init, info)
+        config, preset, data = _new_run_data(settings, init, info, say or (lambda _m: None))
     state = RunState(
         resolved_config=config.to_dict(),
         preset=preset,

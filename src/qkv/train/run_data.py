@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._deps import MissingDependency
 from ..data import (
     Normalizer,
     ReadReport,
@@ -19,18 +21,26 @@ from ..data import (
     Tokenizer,
     build_tokenizers,
     bundled_pairs,
+    fingerprint,
+    guess_format,
     read_pairs,
     split_pairs,
 )
+from ..data.languages import RICH_CHARACTER_SETS, base_language, detect_language, language_code
 from ..inference import CheckpointError, load_checkpoint, resolve_model_dir
 from .config import TrainConfig
 
 __all__ = [
     "RUN_PARTS",
     "RunData",
+    "RunFiles",
+    "character_coverage",
     "load_run_data",
     "raw_run_pairs",
+    "read_run_files",
     "read_run_pairs",
+    "run_languages",
+    "run_split",
     "saved_run_pairs",
 ]
 
@@ -56,40 +66,207 @@ def _normalizer(name: str) -> Normalizer:
     return Normalizer.book() if name == "book" else Normalizer()
 
 
-def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
-    """The raw pairs of ``config.data`` (the bundled corpus when None), cut to ``max_pairs``.
+# ---------------------------------------------------------------------------- languages
+#: pairs sampled to detect the languages of a data file (evenly spread over it)
+DETECT_SAMPLE = 500
+# the names Tatoeba/Anki downloads give their files: the target's ISO 639-3 code, English first
+_ANKI_NAME = re.compile(r"^([a-z]{3})\.txt(?:\.gz)?$")
+
+
+def _suffix_language(path: str) -> str | None:
+    """The language an aligned file's suffix names: ``train.en`` -> ``en`` (``.gz`` aside)."""
+    name = Path(path).name
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = Path(name).suffix
+    return language_code(suffix[1:]) if suffix else None
+
+
+def _given_languages(config: TrainConfig, data_format: str | None) -> tuple[list, str]:
+    """``[source, target]`` (None where unknown) from what the run says of its data, and how."""
+    langs = [config.src_lang, config.tgt_lang]
+    how = "given"
+    if langs[0] and langs[1]:
+        return langs, how
+    if config.data is None:  # the bundled corpus
+        return [langs[0] or "en", langs[1] or "fr"], "the bundled English-French corpus"
+    found: list[str | None] = [None, None]
+    if config.src_column is not None or config.tgt_column is not None:
+        found = [language_code(config.src_column), language_code(config.tgt_column)]
+        how = "the column names"
+    elif isinstance(config.data, list):
+        found = [_suffix_language(p) for p in config.data]
+        how = "the files' suffixes"
+    elif data_format == "fra":
+        m = _ANKI_NAME.match(Path(config.data).name.lower())
+        target = language_code(m.group(1)) if m else None
+        if target is not None and base_language(target) != "en":
+            found = ["en", target]  # fra.txt, deu.txt, cmn.txt: English -> that language
+            how = f"the name of the {Path(config.data).name} file (Tatoeba/Anki: English first)"
+    return [g or f for g, f in zip(langs, found)], how
+
+
+def run_languages(
+    config: TrainConfig, pairs: list[tuple[str, str]], data_format: str | None = None
+) -> tuple[str | None, str | None, str]:
+    """A new run's ``(source, target)`` languages and how they were found, in words.
+
+    In order: ``src_lang``/``tgt_lang`` when given; the bundled corpus's (en, fr); named
+    columns (``--src-column en --tgt-column zh``); aligned files' suffixes (``train.en`` and
+    ``train.zh``); a Tatoeba/Anki file's name (``fra.txt``: English -> French); else detected
+    from :data:`DETECT_SAMPLE` pairs spread over the data with :func:`qkv.data.detect_language`
+    (the words say the confidence). A language still unknown (detection not installed, or a
+    sample with no letters) is None, and the words say how to give it.
+    """
+    langs, how = _given_languages(config, data_format)
+    if all(langs):
+        return langs[0], langs[1], how
+    step = max(1, len(pairs) // DETECT_SAMPLE)
+    sample = pairs[::step][:DETECT_SAMPLE]
+    try:
+        found = [detect_language([p[side] for p in sample]) for side in (0, 1)]
+    except MissingDependency as e:
+        unknown = " and ".join(n for n, v in zip(("source", "target"), langs) if v is None)
+        return (
+            langs[0],
+            langs[1],
+            f"{how}; the {unknown} language is not recorded: give --src-lang/--tgt-lang, or "
+            f"install py3langid to detect it ({e})",
+        )
+    known = any(langs)
+    said = []
+    for i, name in enumerate(("source", "target")):
+        code, confidence = found[i]
+        if langs[i] is None and code:
+            langs[i] = code
+            said.append(f"{name} {code} (confidence {confidence:.2f})")
+    if not said:
+        return langs[0], langs[1], f"{how}; no language could be detected in the data"
+    words = f"detected in {len(sample)} sampled pairs: {', '.join(said)}"
+    return langs[0], langs[1], words + (f"; the other from {how}" if known else "")
+
+
+def character_coverage(config: TrainConfig) -> float:
+    """SentencePiece's character coverage for the run: ``character_coverage`` when given, else
+    0.9995 when the source or the target is Chinese, Japanese or Korean (a large character
+    set), else 1.0, as SentencePiece's authors recommend."""
+    if config.character_coverage is not None:
+        return float(config.character_coverage)
+    langs = [lang for lang in (config.src_lang, config.tgt_lang) if lang]
+    return 0.9995 if any(base_language(x) in RICH_CHARACTER_SETS for x in langs) else 1.0
+
+
+@dataclass
+class RunFiles:
+    """What a run's data files hold: every pair (the data file's, then the validation file's,
+    then the test file's), what they are in words, how many each file gave, and the format
+    the data file was read as."""
+
+    pairs: list[tuple[str, str]]
+    source: str
+    sizes: tuple[int, int, int]
+    data_format: str | None = None
+
+
+def describe_data(data: str | list[str] | None) -> str:
+    """A run's data in words: a file, ``a + b`` for aligned files, or the bundled corpus."""
+    if data is None:
+        return "the bundled English-French corpus"
+    return " + ".join(data) if isinstance(data, list) else data
+
+
+def _read_file(config: TrainConfig, key: str, path: str | list[str]) -> list[tuple[str, str]]:
+    """The pairs of one of the run's files (``key``: ``data``, ``valid_data``, ``test_data``);
+    errors named by ``key``."""
+    aligned = isinstance(path, list)
+    fmt = "aligned" if aligned else config.data_format
+    if fmt == "aligned" and not aligned:
+        fmt = None  # the format of the two files of --data, not of this one
+    named = not aligned and fmt not in ("fra", "aligned")
+    source = describe_data(path)
+    try:
+        pairs, report = read_pairs(
+            tuple(path) if aligned else path,
+            fmt,
+            src_column=config.src_column if named else None,
+            tgt_column=config.tgt_column if named else None,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        raise type(e)(_as_data_error(str(e), source, key)) from None
+    _check_skipped(report, config.max_skipped, key)
+    return pairs
+
+
+def read_run_files(config: TrainConfig) -> RunFiles:
+    """The raw pairs of the run: ``config.data`` (the bundled corpus when None, cut to
+    ``max_pairs``), then ``valid_data`` and ``test_data`` when given (see :class:`RunFiles`).
 
     Skipped lines are reported through :mod:`logging` (a WARNING with the counts by reason and
     the first line numbers); a file whose unreadable lines (blank ones aside) are more than
     ``config.max_skipped`` of its lines is refused.
 
     Raises:
-        ValueError, FileNotFoundError: the file cannot be read, or is mostly unreadable; the
-            message starts with ``data:`` (``data_format:`` for an unknown format).
+        ValueError, FileNotFoundError: a file cannot be read, or is mostly unreadable; the
+            message starts with the setting (``data:``, ``valid_data:``, ``test_data:``;
+            ``data_format:`` for an unknown format).
     """
+    fmt = None
     if config.data is None:
-        pairs, source = bundled_pairs(), "the bundled English-French corpus"
+        pairs = bundled_pairs()
     else:
-        source = config.data
-        try:
-            pairs, report = read_pairs(
-                config.data,
-                config.data_format,
-                src_column=config.src_column,
-                tgt_column=config.tgt_column,
-            )
-        except (ValueError, TypeError, FileNotFoundError) as e:
-            raise type(e)(_as_data_error(str(e), source)) from None
-        _check_skipped(report, config.max_skipped)
+        pairs = _read_file(config, "data", config.data)
+        fmt = "aligned" if isinstance(config.data, list) else config.data_format
+        if fmt is None and config.src_column is None and config.tgt_column is None:
+            fmt = guess_format(config.data)
     if config.max_pairs is not None:
         pairs = pairs[: config.max_pairs]
-    return pairs, source
+    n = len(pairs)
+    extra = [
+        _read_file(config, key, path) if path is not None else []
+        for key, path in (("valid_data", config.valid_data), ("test_data", config.test_data))
+    ]
+    source = describe_data(config.data)
+    return RunFiles(pairs + extra[0] + extra[1], source, (n, len(extra[0]), len(extra[1])), fmt)
 
 
-def _as_data_error(text: str, source: str) -> str:
+def read_run_pairs(config: TrainConfig) -> tuple[list[tuple[str, str]], str]:
+    """Every raw pair of the run and what the data is in words (:func:`read_run_files`)."""
+    files = read_run_files(config)
+    return files.pairs, files.source
+
+
+def run_split(config: TrainConfig, files: RunFiles) -> Split:
+    """A new run's split: the validation and test files when given, and the parts not given
+    split off the data file (``valid``, ``test``, ``split_seed``; see
+    :func:`qkv.data.split_pairs`)."""
+    n, n_valid, n_test = files.sizes
+    given_valid, given_test = config.valid_data is not None, config.test_data is not None
+    if not given_valid and not given_test:
+        return split_pairs(
+            files.pairs, valid=config.valid, test=config.test, seed=config.split_seed
+        )
+    inner = split_pairs(
+        files.pairs[:n],
+        valid=0 if given_valid else config.valid,
+        test=0 if given_test else config.test,
+        seed=config.split_seed,
+    )
+    valid = tuple(range(n, n + n_valid)) if given_valid else inner.valid
+    test = tuple(range(n + n_valid, n + n_valid + n_test)) if given_test else inner.test
+    return Split(
+        n=len(files.pairs),
+        seed=config.split_seed,
+        fingerprint=fingerprint(files.pairs),
+        train=inner.train,
+        valid=valid,
+        test=test,
+    )
+
+
+def _as_data_error(text: str, source: str, key: str = "data") -> str:
     """A reader's error as the run's setting names it: ``data:`` (the file), not ``path:``."""
     if text.startswith("path: "):
-        return "data: " + text[len("path: ") :]
+        return f"{key}: " + text[len("path: ") :]
     if text.startswith("format: "):
         return "data_format: " + text[len("format: ") :]
     for key in ("src_column", "tgt_column"):  # named as the setting and its flag
@@ -97,7 +274,7 @@ def _as_data_error(text: str, source: str) -> str:
             flag = "--" + key.replace("_", "-")
             text = text.replace(f"pass {key}= to choose one", f"pass {flag} NAME ({key})")
             return f"{text} (data {source!r})"
-    return f"data: {source!r}: {text}"
+    return f"{key}: {source!r}: {text}"
 
 
 def apply_split(split: Split, pairs: list[tuple[str, str]], source: str, remedy: str) -> tuple:
@@ -128,7 +305,7 @@ EVALUATE_REMEDY = (
 )
 
 
-def _check_skipped(report: ReadReport, max_skipped: float) -> None:
+def _check_skipped(report: ReadReport, max_skipped: float, key: str = "data") -> None:
     """Refuse a mostly unreadable file; report the skipped lines of an accepted one."""
     bad, frac = report.n_unreadable, report.unreadable_fraction
     if bad and frac > max_skipped:
@@ -138,7 +315,7 @@ def _check_skipped(report: ReadReport, max_skipped: float) -> None:
             else f"at most {max_skipped:.1%} may be (max_skipped={max_skipped:g}, --max-skipped)"
         )
         raise ValueError(
-            f"data: {bad} of the {report.pairs + bad} lines of {report.path} ({frac:.1%}) "
+            f"{key}: {bad} of the {report.pairs + bad} lines of {report.path} ({frac:.1%}) "
             f"cannot be read, {allowed}; blank lines are not counted: "
             f"{report.summary(blank=False)}"
         )
@@ -193,8 +370,10 @@ def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tup
     except (TypeError, ValueError, KeyError) as e:
         raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
     pairs = dict(zip(RUN_PARTS, raw_run_pairs(config, split)))[part]
-    source = config.data or "the bundled English-French corpus"
-    return pairs, f"the {part} split of {source}"
+    given = {"valid": config.valid_data, "test": config.test_data}.get(part)
+    if given is not None:
+        return pairs, f"the {part} set of the run ({describe_data(given)})"
+    return pairs, f"the {part} split of {describe_data(config.data)}"
 
 
 def load_run_data(
@@ -242,6 +421,7 @@ def load_run_data(
                 "vocab_size": config.vocab_size or 8000,
                 "model_type": config.subword_model,
                 "byte_fallback": config.byte_fallback,
+                "character_coverage": character_coverage(config),
             }
         )
         src_tok, tgt_tok = build_tokenizers(

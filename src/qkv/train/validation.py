@@ -61,6 +61,7 @@ def validation_bleu(
     decoding: Decoding | None = None,
     *,
     references: Sequence[str] | None = None,
+    tokenize: str | None = None,
 ) -> Evaluation:
     """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
 
@@ -72,6 +73,8 @@ def validation_bleu(
     :class:`qkv.translate.Translator` decodes them, with its position-limit policy (a source
     longer than a learned table gets an empty hypothesis, never a crash in the middle of a
     run; nothing is logged: the run said before its first update what its table cannot hold).
+    BLEU tokenizes with ``tokenize`` (the run's target's: ``zh``, ``ja-mecab``, ... ; None:
+    ``13a``), as ``qkv evaluate`` and ``sacrebleu -l`` score.
     """
     hyps = decode_texts(
         model,
@@ -84,7 +87,7 @@ def validation_bleu(
         warn=False,
     )
     refs = list(references) if references is not None else [t for _, t in pairs]
-    return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs)
+    return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs, tokenize=tokenize)
 
 
 @dataclass
@@ -100,6 +103,8 @@ class ValidationSet:
         device: where the model is.
         decoding: how the run's evaluations decode: its ``eval_beam``, the decode length capped
             at its ``max_len`` (its model never saw longer targets).
+        tokenize: sacreBLEU's BLEU tokenizer of every score of the run (its checkpoints, the
+            average, the decoding choice): its target language's, as ``sacrebleu -l`` picks it.
     """
 
     batches: TokenBatcher
@@ -109,6 +114,7 @@ class ValidationSet:
     tgt_tokenizer: Tokenizer
     device: torch.device
     decoding: Decoding
+    tokenize: str = "13a"
 
     def loss(self, model: nn.Module, *, bf16: bool = False) -> float:
         """:func:`validation_loss` of ``model`` on :attr:`batches`."""
@@ -125,4 +131,5 @@ class ValidationSet:
             self.device,
             decoding or self.decoding,
             references=self.references,
+            tokenize=self.tokenize,
         )

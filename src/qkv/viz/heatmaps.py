@@ -7,7 +7,9 @@ through ``pyplot``: nothing needs a display, and no global figure list keeps the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,119 @@ _LABEL_ROOM = 0.13
 
 # Tokens and names are data, not mathtext: "$5" must be drawn as "$5", not parsed (and fail).
 _LITERAL = {"parse_math": False}
+
+
+#: fonts tried first for the characters the default font lacks (CJK, then broad Unicode fonts)
+FALLBACK_FONTS = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK KR", "Noto Sans CJK TC",
+    "Noto Sans", "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Devanagari",
+    "Noto Sans Thai", "WenQuanYi Zen Hei", "Droid Sans Fallback", "Arial Unicode MS",
+)  # fmt: skip
+#: the Debian package that brings the glyphs of each script qkv is used with
+FONT_PACKAGES = {"CJK": "fonts-noto-cjk", "other": "fonts-noto-core"}
+_warned: set[str] = set()
+
+
+@cache
+def _coverage(path: str) -> frozenset[int]:
+    """The code points a font file has glyphs for (its first face)."""
+    from matplotlib.ft2font import FT2Font
+
+    try:
+        return frozenset(FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):  # an unreadable font: it covers nothing
+        return frozenset()
+
+
+_scanned: list[bool] = []
+
+
+def _add_system_fonts() -> bool:
+    """Add the system's fonts that matplotlib's cached list lacks (a font package installed
+    after matplotlib built its cache, as ``make test`` installs fonts-noto-cjk), once per
+    process; whether any was added."""
+    if _scanned:
+        return False
+    _scanned.append(True)
+    from matplotlib import font_manager
+
+    known = {f.fname for f in font_manager.fontManager.ttflist}
+    added = False
+    for path in font_manager.findSystemFonts():
+        if path not in known and path.lower().endswith((".ttf", ".otf", ".ttc")):
+            try:
+                font_manager.fontManager.addfont(path)
+                added = True
+            except (OSError, RuntimeError, ValueError):  # a font matplotlib cannot read
+                continue
+    return added
+
+
+def _is_cjk(c: str) -> bool:
+    o = ord(c)
+    return (
+        0x2E80 <= o <= 0x9FFF  # radicals, kana, CJK symbols and ideographs
+        or 0xAC00 <= o <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= o <= 0xFAFF
+        or 0xFF00 <= o <= 0xFFEF  # full-width forms
+        or 0x20000 <= o <= 0x3FFFF
+    )
+
+
+def font_family(texts: Iterable[str]) -> list[str]:
+    """The font families to draw ``texts`` with: matplotlib's default sans-serif font, then,
+    for the characters it has no glyph for (Chinese, Japanese, Korean, ...), installed fonts
+    that have them (:data:`FALLBACK_FONTS` first), as matplotlib's font fallback takes a list.
+
+    When no installed font has some of the characters, a warning (once per process) names the
+    Debian package that brings them (``fonts-noto-cjk`` for CJK); they draw as boxes.
+    """
+    from matplotlib import font_manager
+
+    chars = {c for t in texts for c in t if not c.isspace() and c.isprintable()}
+    default = font_manager.findfont(font_manager.FontProperties(family=["sans-serif"]))
+    families = [font_manager.FontProperties(fname=default).get_name()]
+    missing = {c for c in chars if ord(c) not in _coverage(default)}
+    if not missing:
+        return families
+    for scan in (False, True):
+        if scan and not _add_system_fonts():
+            break
+        # "Last Resort" maps every character to a placeholder box: no glyph at all
+        fonts = {
+            f.name: f.fname
+            for f in font_manager.fontManager.ttflist
+            if not f.name.startswith("Last Resort")
+        }
+        order = [n for n in FALLBACK_FONTS if n in fonts]
+        order += sorted(set(fonts) - set(FALLBACK_FONTS))
+        for name in order:
+            has = {c for c in missing if ord(c) in _coverage(fonts[name])}
+            if has and name not in families:
+                families.append(name)
+                missing -= has
+            if not missing:
+                return families
+    if missing:
+        kind = "CJK" if any(_is_cjk(c) for c in missing) else "other"
+        if kind not in _warned:
+            _warned.add(kind)
+            sample = "".join(sorted(missing)[:8])
+            warnings.warn(
+                f"no installed font has glyphs for {sample!r} (they are drawn as boxes): "
+                f"install Debian's {FONT_PACKAGES[kind]} (apt-get install {FONT_PACKAGES[kind]}) "
+                "or another font with them",
+                UserWarning,
+                stacklevel=3,
+            )
+    return families
+
+
+def _font(*texts: Iterable[str] | None) -> dict[str, Any]:
+    """Text keywords drawing ``texts`` (tick labels, titles) with fonts that have their glyphs:
+    nothing when the default font has every glyph (the figure is as before)."""
+    fam = font_family(t for group in texts if group for t in group)
+    return {"fontfamily": fam} if len(fam) > 1 else {}
 
 
 def _mpl() -> Any:
@@ -160,6 +275,7 @@ def show_heatmaps(
         raise ValueError(f"cmap: expected a matplotlib colour map name, got {cmap!r}")
 
     fig = new_figure(figsize, layout="constrained")
+    text = {**_LITERAL, **_font(xt, yt, titles)}
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
     vmin, vmax = float(m.min()), float(m.max())
     if vmax == vmin:
@@ -174,13 +290,13 @@ def show_heatmaps(
             if c == 0:
                 ax.set_ylabel(ylabel)
             if titles is not None and r == 0:
-                ax.set_title(titles[c], **_LITERAL)
+                ax.set_title(titles[c], **text)
             if xt is not None:
                 step = _tick_step(Lk)
-                ax.set_xticks(range(0, Lk, step), xt[::step], rotation=90, **_LITERAL)
+                ax.set_xticks(range(0, Lk, step), xt[::step], rotation=90, **text)
             if yt is not None:
                 step = _tick_step(Lq)
-                ax.set_yticks(range(0, Lq, step), yt[::step], **_LITERAL)
+                ax.set_yticks(range(0, Lq, step), yt[::step], **text)
     fig.colorbar(image, ax=axes, shrink=0.6)
     if path is not None:
         save_figure(fig, path)
@@ -242,6 +358,7 @@ def plot_attention(
     shrink = min(1.0, FIGURE_MAX / width, FIGURE_MAX / height)
     widths, heights = [w * shrink for w in widths], [h * shrink for h in heights]
     fig = new_figure((width * shrink, height * shrink), layout="constrained")
+    text = {**_LITERAL, **_font(*(k.key_tokens for k in ks), *(k.query_tokens for k in ks))}
     axes = fig.subplots(len(ks), len(chosen), squeeze=False)
     image = None
     head_name = "mean of heads" if head == "mean" else f"head {head}"
@@ -257,14 +374,14 @@ def plot_attention(
                 continue
             image = ax.imshow(m, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
             layer_no = li % k.num_layers
-            ax.set_title(f"{k.name}\nlayer {layer_no}, {head_name}", fontsize=9, **_LITERAL)
+            ax.set_title(f"{k.name}\nlayer {layer_no}, {head_name}", fontsize=9, **text)
             # as many labels as the panel has room for, 40 at most
             room_x = max(2, min(40, int((max(widths) - 1.0 * shrink) / _LABEL_ROOM)))
             room_y = max(2, min(40, int((heights[r] - 1.0 * shrink) / _LABEL_ROOM)))
             sx, sy = _tick_step(Lk, room_x), _tick_step(Lq, room_y)
-            ax.set_xticks(range(0, Lk, sx), k.key_tokens[::sx], rotation=90, fontsize=8, **_LITERAL)
+            ax.set_xticks(range(0, Lk, sx), k.key_tokens[::sx], rotation=90, fontsize=8, **text)
             if c == labelled:
-                ax.set_yticks(range(0, Lq, sy), k.query_tokens[::sy], fontsize=8, **_LITERAL)
+                ax.set_yticks(range(0, Lq, sy), k.query_tokens[::sy], fontsize=8, **text)
             else:
                 ax.set_yticks(range(0, Lq, sy), [])
             if c == labelled:

@@ -1,0 +1,444 @@
+"""Languages: the table of codes, checking a code, reading one from a name, detecting one.
+
+A language is written as a BCP-47 tag whose language subtag is an ISO 639-1 code: ``en``,
+``fr``, ``zh``, or with a script or a region, ``zh-Hans``, ``pt-BR``, ``zh-CN`` (the codes
+LibreTranslate, Argos Translate, Hugging Face model cards and sacreBLEU's ``-l`` use).
+
+>>> check_language("zh-cn")          # the canonical spelling: language lower, region upper
+'zh-CN'
+>>> language_name("pt-BR"), base_language("zh-Hans")
+('Portuguese (BR)', 'zh')
+>>> language_code("French"), language_code("deu"), language_code("en_US")
+('fr', 'de', 'en-US')
+
+:func:`detect_language` names the language of some texts with ``py3langid`` (the ``langid``
+extra: ``pip install 'qkv[langid]'``), whose model ships inside its wheel, so detection works
+offline; it returns the code and a confidence in [0, 1]. Everything else here needs nothing
+beyond the standard library.
+
+This module is on the ground floor (it imports only :mod:`qkv._errors` and :mod:`qkv._deps`),
+so every part of qkv, the trainer, the exporters and the server, may use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+from .._deps import require
+from .._errors import SettingError
+
+__all__ = [
+    "CASELESS",
+    "LANGUAGES",
+    "RICH_CHARACTER_SETS",
+    "base_language",
+    "check_language",
+    "detect_language",
+    "detect_languages",
+    "detectable_languages",
+    "language_code",
+    "language_name",
+]
+
+#: ISO 639-1 code -> English name (all 183 codes of the standard)
+LANGUAGES: dict[str, str] = dict(
+    line.split(" ", 1)
+    for line in """\
+aa Afar
+ab Abkhazian
+ae Avestan
+af Afrikaans
+ak Akan
+am Amharic
+an Aragonese
+ar Arabic
+as Assamese
+av Avaric
+ay Aymara
+az Azerbaijani
+ba Bashkir
+be Belarusian
+bg Bulgarian
+bi Bislama
+bm Bambara
+bn Bengali
+bo Tibetan
+br Breton
+bs Bosnian
+ca Catalan
+ce Chechen
+ch Chamorro
+co Corsican
+cr Cree
+cs Czech
+cu Church Slavic
+cv Chuvash
+cy Welsh
+da Danish
+de German
+dv Divehi
+dz Dzongkha
+ee Ewe
+el Greek
+en English
+eo Esperanto
+es Spanish
+et Estonian
+eu Basque
+fa Persian
+ff Fulah
+fi Finnish
+fj Fijian
+fo Faroese
+fr French
+fy Western Frisian
+ga Irish
+gd Scottish Gaelic
+gl Galician
+gn Guarani
+gu Gujarati
+gv Manx
+ha Hausa
+he Hebrew
+hi Hindi
+ho Hiri Motu
+hr Croatian
+ht Haitian Creole
+hu Hungarian
+hy Armenian
+hz Herero
+ia Interlingua
+id Indonesian
+ie Interlingue
+ig Igbo
+ii Sichuan Yi
+ik Inupiaq
+io Ido
+is Icelandic
+it Italian
+iu Inuktitut
+ja Japanese
+jv Javanese
+ka Georgian
+kg Kongo
+ki Kikuyu
+kj Kuanyama
+kk Kazakh
+kl Kalaallisut
+km Khmer
+kn Kannada
+ko Korean
+kr Kanuri
+ks Kashmiri
+ku Kurdish
+kv Komi
+kw Cornish
+ky Kyrgyz
+la Latin
+lb Luxembourgish
+lg Ganda
+li Limburgish
+ln Lingala
+lo Lao
+lt Lithuanian
+lu Luba-Katanga
+lv Latvian
+mg Malagasy
+mh Marshallese
+mi Maori
+mk Macedonian
+ml Malayalam
+mn Mongolian
+mr Marathi
+ms Malay
+mt Maltese
+my Burmese
+na Nauru
+nb Norwegian Bokmål
+nd North Ndebele
+ne Nepali
+ng Ndonga
+nl Dutch
+nn Norwegian Nynorsk
+no Norwegian
+nr South Ndebele
+nv Navajo
+ny Chichewa
+oc Occitan
+oj Ojibwa
+om Oromo
+or Odia
+os Ossetian
+pa Punjabi
+pi Pali
+pl Polish
+ps Pashto
+pt Portuguese
+qu Quechua
+rm Romansh
+rn Rundi
+ro Romanian
+ru Russian
+rw Kinyarwanda
+sa Sanskrit
+sc Sardinian
+sd Sindhi
+se Northern Sami
+sg Sango
+si Sinhala
+sk Slovak
+sl Slovenian
+sm Samoan
+sn Shona
+so Somali
+sq Albanian
+sr Serbian
+ss Swati
+st Southern Sotho
+su Sundanese
+sv Swedish
+sw Swahili
+ta Tamil
+te Telugu
+tg Tajik
+th Thai
+ti Tigrinya
+tk Turkmen
+tl Tagalog
+tn Tswana
+to Tonga
+tr Turkish
+ts Tsonga
+tt Tatar
+tw Twi
+ty Tahitian
+ug Uyghur
+uk Ukrainian
+ur Urdu
+uz Uzbek
+ve Venda
+vi Vietnamese
+vo Volapük
+wa Walloon
+wo Wolof
+xh Xhosa
+yi Yiddish
+yo Yoruba
+za Zhuang
+zh Chinese
+zu Zulu""".splitlines()
+)
+
+#: languages written with a large character set (ideographs, Hangul syllables): SentencePiece's
+#: authors recommend a character coverage of 0.9995 for them, 1.0 for every other script
+RICH_CHARACTER_SETS = frozenset({"zh", "ja", "ko"})
+
+#: languages whose usual script has no letter case (no upper or lower case to fold)
+_CASELESS = "am ar as bn bo dv dz fa gu he hi ii iu ja ka km kn ko ks lo ml mr my ne or pa ps sa"
+CASELESS = frozenset((_CASELESS + " sd si ta te th ti ug ur yi zh").split(" "))
+
+# ISO 639-2/B, 639-2/T and 639-3 codes people write for the common languages (eng, fra, deu,
+# fre, ger, cmn, ...) -> ISO 639-1
+_THREE_LETTER = {
+    "ara": "ar", "ben": "bn", "bul": "bg", "cat": "ca", "ces": "cs", "cze": "cs", "cmn": "zh",
+    "chi": "zh", "zho": "zh", "yue": "zh", "dan": "da", "deu": "de", "ger": "de", "dut": "nl",
+    "nld": "nl", "ell": "el", "gre": "el", "eng": "en", "epo": "eo", "est": "et", "eus": "eu",
+    "baq": "eu", "fas": "fa", "per": "fa", "fin": "fi", "fra": "fr", "fre": "fr", "gle": "ga",
+    "heb": "he", "hin": "hi", "hrv": "hr", "hun": "hu", "ind": "id", "isl": "is", "ice": "is",
+    "ita": "it", "jpn": "ja", "kor": "ko", "lat": "la", "lav": "lv", "lit": "lt", "msa": "ms",
+    "may": "ms", "nob": "nb", "nno": "nn", "nor": "no", "pol": "pl", "por": "pt", "ron": "ro",
+    "rum": "ro", "rus": "ru", "slk": "sk", "slo": "sk", "slv": "sl", "spa": "es", "srp": "sr",
+    "swe": "sv", "tha": "th", "tur": "tr", "ukr": "uk", "urd": "ur", "vie": "vi", "cym": "cy",
+    "wel": "cy", "afr": "af", "sqi": "sq", "alb": "sq", "hye": "hy", "arm": "hy", "kat": "ka",
+    "geo": "ka", "mkd": "mk", "mac": "mk", "glg": "gl", "tgl": "tl", "fil": "tl", "swa": "sw",
+    "tam": "ta", "tel": "te", "mar": "mr", "kaz": "kk", "bel": "be", "bos": "bs", "aze": "az",
+    "uzb": "uz", "mon": "mn", "nep": "ne", "sin": "si", "khm": "km", "lao": "lo", "mya": "my",
+    "bur": "my", "amh": "am", "som": "so", "hau": "ha", "yor": "yo", "ibo": "ig", "zul": "zu",
+    "xho": "xh", "kur": "ku", "pus": "ps", "tat": "tt", "uig": "ug", "ltz": "lb", "mlt": "mt",
+    "gla": "gd", "bre": "br", "oci": "oc", "fao": "fo", "kir": "ky", "tgk": "tg", "tuk": "tk",
+    "pan": "pa", "guj": "gu", "kan": "kn", "mal": "ml", "ori": "or", "asm": "as", "snd": "sd",
+    "jav": "jv", "sun": "su", "mlg": "mg", "mri": "mi", "mao": "mi", "smo": "sm", "sna": "sn",
+}  # fmt: skip
+# names people use that are not the table's name
+_OTHER_NAMES = {
+    "farsi": "fa", "mandarin": "zh", "cantonese": "zh", "castilian": "es", "flemish": "nl",
+    "haitian": "ht", "kirghiz": "ky", "moldavian": "ro", "panjabi": "pa", "pushto": "ps",
+    "sinhalese": "si", "uighur": "ug", "gaelic": "gd", "bokmål": "nb", "bokmal": "nb",
+    "nynorsk": "nn", "filipino": "tl", "oriya": "or", "burmese": "my", "slovene": "sl",
+}  # fmt: skip
+_BY_NAME = {name.casefold(): code for code, name in LANGUAGES.items()} | _OTHER_NAMES
+
+# language[-script][-region], separated by - or _: en, en-US, zh-Hans, zh-Hans-CN, es-419
+_TAG = re.compile(
+    r"^(?P<lang>[A-Za-z]{2,3})(?:[-_](?P<script>[A-Za-z]{4}))?(?:[-_](?P<region>[A-Za-z]{2}|\d{3}))?$"
+)
+
+
+def _parse(code: str) -> tuple[str, str | None, str | None] | None:
+    """``(ISO 639-1, script, region)`` of a tag whose language is in the table (a three-letter
+    code mapped to its two-letter one), spelled canonically; None otherwise."""
+    m = _TAG.match(code.strip())
+    if m is None:
+        return None
+    lang = m.group("lang").lower()
+    lang = _THREE_LETTER.get(lang, lang)
+    if lang not in LANGUAGES:
+        return None
+    script, region = m.group("script"), m.group("region")
+    return lang, script.title() if script else None, region.upper() if region else None
+
+
+def _join(lang: str, script: str | None, region: str | None) -> str:
+    return "-".join(p for p in (lang, script, region) if p)
+
+
+def check_language(code: object, key: str = "language") -> str:
+    """``code`` as a canonical BCP-47 tag (``"zh-cn"`` -> ``"zh-CN"``, ``"en_US"`` ->
+    ``"en-US"``), its language subtag one of the ISO 639-1 codes of :data:`LANGUAGES`.
+
+    Raises:
+        SettingError: (a ``ValueError``) named ``key``: not a string, or not such a code. When
+            the value is a language's name or a three-letter code (``"English"``, ``"fra"``),
+            the message says which code to write.
+    """
+    if not isinstance(code, str) or not code.strip():
+        raise SettingError(
+            key, f"expected a language code such as en, fr, zh or pt-BR, got {code!r}"
+        )
+    m = _TAG.match(code.strip())
+    parsed = _parse(code)
+    if parsed is not None and m is not None and len(m.group("lang")) == 2:
+        return _join(*parsed)
+    hint = language_code(code)
+    more = f" (did you mean {hint!r}?)" if hint else ""
+    raise SettingError(
+        key,
+        f"expected an ISO 639-1 language code, optionally with a BCP-47 script or region "
+        f"(en, fr, zh, zh-Hans, pt-BR), got {code!r}{more}",
+    )
+
+
+def base_language(code: str) -> str:
+    """The ISO 639-1 language of a tag: ``"zh-Hans-CN"`` -> ``"zh"`` (checked as
+    :func:`check_language` checks)."""
+    return check_language(code).split("-", 1)[0]
+
+
+def language_name(code: str) -> str:
+    """The English name of a tag: ``"de"`` -> ``"German"``, ``"pt-BR"`` -> ``"Portuguese
+    (BR)"``, ``"zh-Hant"`` -> ``"Chinese (Hant)"``."""
+    lang, *rest = check_language(code).split("-")
+    return LANGUAGES[lang] + (f" ({'-'.join(rest)})" if rest else "")
+
+
+def language_code(word: object) -> str | None:
+    """The language a word names, as a canonical tag, or None: a code (``"en"``, ``"en_US"``,
+    ``"zh-Hans"``), a three-letter code (``"eng"``, ``"fra"``, ``"deu"``, ``"cmn"``) or an English
+    name (``"French"``, ``"Chinese"``, case ignored). What a column name, a file suffix
+    (``train.de``) or a ``--pair`` half says."""
+    if not isinstance(word, str):
+        return None
+    w = word.strip()
+    parsed = _parse(w)
+    if parsed is not None:
+        return _join(*parsed)
+    return _BY_NAME.get(w.casefold())
+
+
+# ---------------------------------------------------------------------------- detection
+#: the detector's own codes that are a variety of a language of the table
+_DETECTED_AS = {"ary": "ar", "arz": "ar", "apc": "ar", "srl": "sr", "nds": "de"}
+
+
+@lru_cache(maxsize=1)
+def _identifier() -> Any:
+    require("detecting a language", ["py3langid"])
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def detectable_languages() -> list[str]:
+    """The ISO 639-1 codes :func:`detect_language` can answer, sorted."""
+    labels = _identifier().labels
+    return sorted({_DETECTED_AS.get(c, c) for c in labels} & set(LANGUAGES))
+
+
+def _ranked(text: str, allowed: frozenset[str] | None) -> tuple[str, float]:
+    scores: dict[str, float] = {}
+    for label, p in _identifier().rank(text):
+        code = _DETECTED_AS.get(label, label)
+        if code in LANGUAGES and (allowed is None or code in allowed):
+            scores[code] = scores.get(code, 0.0) + float(p)
+    if not scores:
+        return "", 0.0
+    total = sum(scores.values())
+    code = max(scores, key=lambda c: scores[c])
+    return code, (scores[code] / total if total > 0 else 0.0)
+
+
+def _candidates(candidates: Iterable[str] | None) -> frozenset[str] | None:
+    if candidates is None:
+        return None
+    if isinstance(candidates, str):
+        raise TypeError("candidates: expected a list of language codes, got a str")
+    codes = frozenset(base_language(c) for c in candidates)
+    if not codes:
+        raise SettingError("candidates", "expected at least one language code, got none")
+    return codes
+
+
+def detect_languages(
+    texts: Sequence[str], *, candidates: Iterable[str] | None = None
+) -> list[tuple[str, float]]:
+    """The language of each text, ``(ISO 639-1 code, confidence in [0, 1])``, by ``py3langid``.
+
+    ``candidates`` (codes) restricts the answer to those languages (a server that holds models
+    for a few sources asks which of them), the confidence then being over those alone. A text
+    with no letter of any language (empty, digits, punctuation) is ``("", 0.0)``.
+
+    Raises:
+        MissingDependency: py3langid is not installed (``pip install 'qkv[langid]'``).
+        TypeError: a text that is not a string.
+    """
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError(f"texts: expected a sequence of str, got {type(texts).__name__}")
+    allowed = _candidates(candidates)
+    _identifier()
+    out = []
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"texts: expected str items, got {type(t).__name__}")
+        out.append(_ranked(t, allowed) if any(c.isalpha() for c in t) else ("", 0.0))
+    return out
+
+
+def detect_language(
+    texts: str | Sequence[str], *, candidates: Iterable[str] | None = None
+) -> tuple[str, float]:
+    """The language of one text, or of a sample of texts taken together, and the confidence.
+
+    For one text: its most likely language and that language's probability. For several:
+    each text with letters votes for its most likely language (:func:`detect_languages`); the
+    language with the most votes wins (a tie goes to the larger sum of probabilities), and
+    the confidence is its share of the votes (0.69: the most likely language of 69% of the
+    texts; short texts such as software messages often look like several languages, long
+    sentences rarely do). ``("", 0.0)`` when no text has a letter. ``candidates``: as
+    :func:`detect_languages`.
+
+    Raises:
+        MissingDependency: py3langid is not installed (``pip install 'qkv[langid]'``).
+    """
+    if isinstance(texts, str):
+        return detect_languages([texts], candidates=candidates)[0]
+    found = [(c, p) for c, p in detect_languages(list(texts), candidates=candidates) if c]
+    if not found:
+        return "", 0.0
+    votes: dict[str, list[float]] = {}
+    for code, p in found:
+        votes.setdefault(code, []).append(p)
+    code = max(votes, key=lambda c: (len(votes[c]), sum(votes[c])))
+    return code, round(len(votes[code]) / len(found), 4)
