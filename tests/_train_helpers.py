@@ -35,6 +35,9 @@ def tiny_config(kind: str = "transformer", **changes):
         "eval_sentences": 20,
         "save_every": 15,
         "log_every": 5,
+        # one thread, whatever the test process runs on: a resumed run is bit-exact only on
+        # the thread count its checkpoint was written with (float sums split by thread)
+        "threads": 1,
         # the book's text pipeline and no preset: these tests check the machinery on the
         # bundled (book-normalised) corpus; tests of the automatic choices set their own
         "normalizer": "book",

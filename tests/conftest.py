@@ -1,8 +1,10 @@
 """Shared fixtures; the float64 reference lives in tests/_reference.py.
 
 * every test starts from one torch seed;
-* the tests of ``tests/nn`` and ``tests/decoding`` run tiny models on one intra-op thread (faster
-  for them, far faster on a busy machine, where a second OpenMP thread spins waiting for a core);
+* the tests of ``tests/nn``, ``tests/decoding`` and ``tests/serve`` run tiny models on one
+  intra-op thread (faster for them, far faster on a busy machine, where a second OpenMP thread
+  spins waiting for a core), set for each test and given back after it: a setting left behind
+  would change the float sums of every later test;
 * ``corpus_file`` and ``trained`` (tiny runs of ``qkv train``, one per model kind) serve every
   folder that tests a trained model: the train, cli and serve tests. Every test that uses
   ``trained`` (directly or through another fixture) is marked ``slow``: the models are trained
@@ -22,7 +24,7 @@ from qkv.data import bundled_pairs, write_pairs
 
 HERE = Path(__file__).parent
 #: folders whose tests run tiny models on one thread
-ONE_THREAD = ("nn", "decoding")
+ONE_THREAD = ("nn", "decoding", "serve")
 #: fixtures that train models for the run: a test needing one is slow
 TRAINING_FIXTURES = frozenset({"trained"})
 #: tests that train for many seconds by design (a budget in minutes, a run killed and resumed in

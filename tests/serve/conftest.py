@@ -20,18 +20,6 @@ from _serve_helpers import Live, live_server, tiny_model_folder
 from qkv.translate import Translator
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread():
-    """Tiny models: one intra-op thread is faster, far faster on a busy machine (as
-    tests/nn and tests/decoding); the servers' worker threads share the setting."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory) -> Path:
     return tiny_model_folder(tmp_path_factory.mktemp("serve") / "model")
