@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from qkv._deps import MissingDependency
@@ -121,6 +123,19 @@ def test_detection_among_candidates_and_of_text_without_letters():
         L.detect_language("x", candidates=[])
     with pytest.raises(TypeError, match="texts"):
         L.detect_languages("one string")
+
+
+def test_rank_languages_gives_every_candidate_most_likely_first():
+    pytest.importorskip("py3langid")
+    text = "Der Zug fährt um acht Uhr ab."
+    ranked = L.rank_languages(text, candidates=["en", "fr", "de-AT"])
+    assert ranked[0][0] == "de" and {c for c, _ in ranked} <= {"en", "fr", "de"}
+    assert abs(sum(p for _, p in ranked) - 1.0) < 1e-9
+    assert all(a[1] >= b[1] for a, b in itertools.pairwise(ranked))
+    assert ranked[0] == L.detect_languages([text], candidates=["en", "fr", "de"])[0]
+    assert L.rank_languages("12 + 7 = 19") == []
+    with pytest.raises(TypeError, match="text"):
+        L.rank_languages(["a list"])  # type: ignore[arg-type]
 
 
 def test_detection_without_the_package_says_which_extra(monkeypatch):

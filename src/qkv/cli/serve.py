@@ -12,9 +12,11 @@ import dataclasses
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .._deps import require
+from .._errors import SettingError
 from ._common import (
     add_decoding_flags,
     add_engine_flags,
@@ -24,6 +26,7 @@ from ._common import (
     load_translator,
     named_by_flag,
     user_errors,
+    with_decoding_flags,
     with_default,
 )
 
@@ -45,10 +48,10 @@ _LIMITS: dict[str, tuple[type, str, str]] = {
 }
 
 #: every ServeConfig field given by the flag of its name (None or not given: the default)
-_FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells")
+_FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells", "memory_cap_mb")
 
-#: library key -> flag, for the errors of ServeConfig, the app and the socket
-_FLAGS = {key: flag(key) for key in (*_FIELDS, "host", "port")}
+#: library key -> flag, for the errors of ServeConfig, the app, the models and the socket
+_FLAGS = {key: flag(key) for key in (*_FIELDS, "host", "port", "model_dir", "models_dir")}
 
 
 def _config_default(name: str) -> Any:
@@ -70,9 +73,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model-dir",
-        required=True,
+        action="append",
+        default=None,
+        metavar="DIR",
         help="a qkv train --out folder (its final model, else its best checkpoint), a "
-        "checkpoint folder, or a qkv export folder",
+        "checkpoint folder, or a qkv export folder (CTranslate2 and ONNX ones too); repeat it "
+        "to serve several pairs from one server, LibreTranslate's way (each model records its "
+        "languages; loaded when first asked for)",
+    )
+    p.add_argument(
+        "--models-dir",
+        default=None,
+        metavar="DIR",
+        help="a folder of models, each subfolder one (as several --model-dir)",
+    )
+    p.add_argument(
+        "--memory-cap-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="with several models: the most their loaded weights may take together; the least "
+        "recently used idle model is unloaded to make room (default: no cap)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
@@ -150,9 +171,57 @@ def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
     from ..serve.config import ServeConfig
 
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name, None) is not None}
-    return ServeConfig(
-        **given, api_key=api_key, batching=not args.no_batching, model_dir=str(args.model_dir)
-    )
+    folders = args.model_dir or []
+    one = str(folders[0]) if len(folders) == 1 and args.models_dir is None else None
+    return ServeConfig(**given, api_key=api_key, batching=not args.no_batching, model_dir=one)
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    """The :class:`~qkv.serve.registry.ModelRegistry` of several ``--model-dir`` and
+    ``--models-dir``: every folder inspected now (what it translates, its engine), loaded when
+    a request first asks for it.
+
+    Raises:
+        SettingError: keyed by the flag that named a bad folder, one line.
+    """
+    from ..serve.registry import ModelRegistry, inspect_folder, model_folders, open_model
+
+    if args.quantize is not None and args.device != "cpu" and args.engine == "qkv":
+        raise ValueError(
+            f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
+            f"quantization), got --device {args.device}"
+        )
+    named = [(folder, "--model-dir") for folder in args.model_dir or []]
+    if args.models_dir is not None:
+        try:
+            named += [(folder, "--models-dir") for folder in model_folders(args.models_dir)]
+        except SettingError as e:
+            raise ValueError(str(e.renamed("--models-dir"))) from None
+    folders = []
+    for folder, given_by in named:
+        try:
+            folders.append(inspect_folder(folder, engine=args.engine))
+        except SettingError as e:  # named here: the folder may have come from --models-dir
+            named_err = named_by_flag(e, {"model_dir": given_by, "engine": "--engine"})
+            raise ValueError(str(named_err)) from None
+
+    def load(folder: Any) -> Any:
+        return with_decoding_flags(
+            open_model(folder, device=args.device, quantize=args.quantize, threads=args.threads),
+            args,
+        )
+
+    return ModelRegistry.from_folders(folders, load)
+
+
+def _one_model(args: argparse.Namespace) -> Any:
+    """The translator of one ``--model-dir`` (an ONNX export's on onnxruntime)."""
+    one = argparse.Namespace(**{**vars(args), "model_dir": args.model_dir[0]})
+    if (Path(one.model_dir) / "onnx.json").is_file():
+        from ..export.onnx import OnnxTranslator
+
+        return with_decoding_flags(OnnxTranslator(one.model_dir, threads=args.threads or None), one)
+    return load_translator(one)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,9 +232,12 @@ def run(args: argparse.Namespace) -> int:
     from ..serve.server import run as serve_on
 
     api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
+    several = len(args.model_dir or []) > 1 or args.models_dir is not None
     try:
         if api_key is not None and not api_key:
             raise ValueError("--api-key: expected a non-empty key")
+        if not args.model_dir and args.models_dir is None:
+            raise ValueError("--model-dir: expected a model folder (or --models-dir DIR)")
         cfg = serve_config(args, api_key)
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
@@ -173,24 +245,16 @@ def run(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        tr = load_translator(args)
-        app = create_app(tr, cfg)
+        models = _registry(args) if several else _one_model(args)
+        app = create_app(models, cfg)
         sock = bind(args.host, args.port)
     except user_errors() as e:
         return fail(NAME, named_by_flag(e, _FLAGS))
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-    st = app.state.qkv
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
-    batching = (
-        f"batching up to {cfg.max_batch_tokens} tokens, {cfg.max_wait_ms:g} ms wait"
-        if cfg.batching
-        else "batching off"
-    )
-    ready = (
-        f"qkv serve: {tr.path} ({st.source} -> {st.target}, beam {st.beam}, {batching}) on {url}"
-    )
+    ready = f"qkv serve: {_serving(app.state.qkv, cfg)} on {url}"
     started = serve_on(
         app,
         sock,
@@ -204,3 +268,22 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("qkv serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _serving(st: Any, cfg: Any) -> str:
+    """What the ready line says the server serves."""
+    batching = (
+        f"batching up to {cfg.max_batch_tokens} tokens, {cfg.max_wait_ms:g} ms wait"
+        if cfg.batching
+        else "batching off"
+    )
+    if st.single is not None:
+        path = st.translator.path
+        return f"{path} ({st.source} -> {st.target}, beam {st.beam}, {batching})"
+    pairs = ", ".join(lane.pair for lane in st.registry.lanes)
+    cap = st.registry.memory_cap
+    memory = "no memory cap" if cap is None else f"memory cap {cap / 1e6:g} MB"
+    return (
+        f"{len(st.registry.lanes)} models ({pairs}; each loaded when first asked for, "
+        f"{memory}; {batching})"
+    )

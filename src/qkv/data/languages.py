@@ -41,6 +41,7 @@ __all__ = [
     "detectable_languages",
     "language_code",
     "language_name",
+    "rank_languages",
 ]
 
 #: ISO 639-1 code -> English name (all 183 codes of the standard)
@@ -367,17 +368,23 @@ def detectable_languages() -> list[str]:
     return sorted({_DETECTED_AS.get(c, c) for c in labels} & set(LANGUAGES))
 
 
-def _ranked(text: str, allowed: frozenset[str] | None) -> tuple[str, float]:
+def _scores(text: str, allowed: frozenset[str] | None) -> list[tuple[str, float]]:
+    """Every language's probability for ``text`` (over ``allowed`` alone when given), most
+    likely first."""
     scores: dict[str, float] = {}
     for label, p in _identifier().rank(text):
         code = _DETECTED_AS.get(label, label)
         if code in LANGUAGES and (allowed is None or code in allowed):
             scores[code] = scores.get(code, 0.0) + float(p)
-    if not scores:
-        return "", 0.0
     total = sum(scores.values())
-    code = max(scores, key=lambda c: scores[c])
-    return code, (scores[code] / total if total > 0 else 0.0)
+    if total <= 0:
+        return []
+    return sorted(((c, p / total) for c, p in scores.items()), key=lambda cp: (-cp[1], cp[0]))
+
+
+def _ranked(text: str, allowed: frozenset[str] | None) -> tuple[str, float]:
+    ranked = _scores(text, allowed)
+    return ranked[0] if ranked else ("", 0.0)
 
 
 def _candidates(candidates: Iterable[str] | None) -> frozenset[str] | None:
@@ -414,6 +421,24 @@ def detect_languages(
             raise TypeError(f"texts: expected str items, got {type(t).__name__}")
         out.append(_ranked(t, allowed) if any(c.isalpha() for c in t) else ("", 0.0))
     return out
+
+
+def rank_languages(
+    text: str, *, candidates: Iterable[str] | None = None
+) -> list[tuple[str, float]]:
+    """Every language ``text`` may be in, ``(ISO 639-1 code, probability)``, most likely first,
+    the probabilities summing to 1 (over ``candidates`` alone when given, as
+    :func:`detect_languages`); ``[]`` for a text with no letter.
+
+    Raises:
+        MissingDependency: py3langid is not installed (``pip install 'qkv[langid]'``).
+        TypeError: ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str, got {type(text).__name__}")
+    allowed = _candidates(candidates)
+    _identifier()
+    return _scores(text, allowed) if any(c.isalpha() for c in text) else []
 
 
 def detect_language(

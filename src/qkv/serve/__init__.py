@@ -6,6 +6,10 @@
   :class:`ServeConfig` its settings (languages, limits, batching, API key);
 * :class:`~qkv.serve.batcher.Batcher` — the queue and worker thread that decode concurrent
   requests together;
+* :class:`~qkv.serve.registry.ModelRegistry` — several models behind one app: routed by
+  source and target, pivoting through a common language, loaded when first asked for and
+  unloaded beyond a memory cap; :mod:`qkv.serve.detect` answers ``/detect`` and
+  ``source: "auto"``;
 * :func:`~qkv.serve.server.run` — uvicorn, stopping cleanly on SIGTERM or Ctrl-C.
 
 Needs the ``serve`` extra (``pip install 'qkv[serve]'``: starlette, uvicorn)::
@@ -30,11 +34,13 @@ from .config import ServeConfig
 if TYPE_CHECKING:
     from .app import LANGUAGE_NAMES, ApiError, create_app, model_languages
     from .batcher import Batcher, QueueFull
+    from .registry import ModelRegistry
 
 __all__ = [
     "LANGUAGE_NAMES",
     "ApiError",
     "Batcher",
+    "ModelRegistry",
     "QueueFull",
     "ServeConfig",
     "create_app",
@@ -49,6 +55,7 @@ _ON_FIRST_USE = {
     "model_languages": "app",
     "Batcher": "batcher",
     "QueueFull": "batcher",
+    "ModelRegistry": "registry",
 }
 
 

@@ -4,15 +4,22 @@ Routes (the OpenAPI schema at ``/openapi.json`` and docs/serve.md describe each)
 
 * ``POST /translate``: ``{"q": str | [str], "source", "target", "format", "alternatives",
   "beam", "api_key"}`` as JSON or a form -> ``{"translatedText": str | [str]}`` (plus
-  ``alternatives`` and ``detectedLanguage`` when asked), LibreTranslate's shape;
+  ``alternatives`` and ``detectedLanguage`` when asked, and ``pivot`` when no model translates
+  the pair and two did, through that language), LibreTranslate's shape;
 * ``POST /attention``: one sentence -> its translation and every attention weight of it, the
   data the viewer draws (:func:`qkv.viz.attention_payload`);
+* ``POST /detect``: ``q`` -> ``[{"language", "confidence"}]``, LibreTranslate's shape;
 * ``GET /languages``, ``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /`` (the page).
 
+One translator is served as it says (its pair; ``source: "auto"`` is its source language); a
+:class:`~qkv.serve.registry.ModelRegistry` of several serves every pair they reach, as
+LibreTranslate serves its installed models (see :func:`create_app`).
+
 Every error is JSON ``{"error": "field: what was expected, what came"}`` with a 4xx status:
-400 malformed body or a language pair not served, 401 a missing or wrong API key, 404 no such
+400 malformed body or a language pair not served (naming those served), 401 a missing or wrong API key, 404 no such
 route, 405 wrong method, 413 a body, a sentence, a request or an attention picture over its limit,
-415 a body type not read, 422 a field of the wrong type or out of range, 503 the queue is full.
+415 a body type not read, 422 a field of the wrong type or out of range, 500 a model that
+failed to load, 501 no detection library for "auto" or /detect, 503 the queue is full.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import secrets
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -35,14 +43,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._deps import MissingDependency, require
 from .._errors import SettingError
-from ..inference import TextTranslator, verify_checkpoint
+from ..inference import TextTranslator
 from ..viz import attention_cells, attention_payload
+from . import detect as detection
 from .batcher import Batcher, QueueFull
 from .config import ServeConfig
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
+from .registry import Lane, LoadError, ModelFolder, ModelRegistry
 
 __all__ = ["LANGUAGE_NAMES", "ServeConfig", "create_app", "model_languages"]
 
@@ -76,7 +87,16 @@ LANGUAGE_NAMES: dict[str, str] = {
 }
 
 #: the routes the metrics count by name (anything else counts as "other")
-ROUTES = ("/", "/translate", "/attention", "/languages", "/health", "/metrics", "/openapi.json")
+ROUTES = (
+    "/",
+    "/translate",
+    "/attention",
+    "/detect",
+    "/languages",
+    "/health",
+    "/metrics",
+    "/openapi.json",
+)
 
 
 def model_languages(translator: TextTranslator) -> tuple[str, str] | None:
@@ -275,11 +295,58 @@ def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tupl
 
 
 # ---------------------------------------------------------------------------- the app
-class _State:
-    """What the routes share: the translator, the batcher, the settings and the counters."""
+@dataclass(frozen=True)
+class _Plan:
+    """How a request's texts are translated: through ``legs`` (none: they come back as they
+    are), with the language detected for ``source: "auto"`` and the pivot, when any."""
 
-    def __init__(self, translator: TextTranslator, cfg: ServeConfig) -> None:
-        self.translator, self.cfg = translator, cfg
+    source: str
+    target: str
+    legs: tuple[Lane, ...]
+    detected: dict[str, Any] | None = None
+    pivot: str | None = None
+
+
+def _check_format(data: dict[str, Any]) -> None:
+    fmt = data.get("format")
+    if fmt is not None and fmt != "":
+        if not isinstance(fmt, str):
+            raise ApiError(422, f"format: expected 'text', got {_describe(fmt)}")
+        if fmt.strip().lower() != "text":
+            raise ApiError(
+                400,
+                f"format: {fmt!r} is not supported; this server translates plain text ('text')",
+            )
+
+
+class _State:
+    """What the routes share: the models (one translator, or a registry of several, each in a
+    :class:`~qkv.serve.registry.Lane` with its batcher), the settings and the counters."""
+
+    def __init__(self, models: TextTranslator | ModelRegistry, cfg: ServeConfig) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.pairs: dict[tuple[str, str, str], list[int]] = {}  # (src, tgt, pivot) -> [req, sent]
+        self.source: str | None = None
+        self.target: str | None = None
+        self.single: Lane | None = None
+        if isinstance(models, ModelRegistry):
+            self.registry = models
+            models.set_memory_cap(cfg.memory_cap_mb)
+            # the batcher's settings are checked now, not when the first model loads
+            Batcher(lambda texts, beam, n_best: [], **self._batching())
+        else:
+            self.source, self.target = self._languages_of(models, cfg)
+            where = ModelFolder(models.path, self.source, self.target, models.engine, 0)
+            self.single = Lane(where, translator=models)
+            self.registry = ModelRegistry([self.single])
+        self.registry.attach(self._batcher, max_tokens=cfg.max_batch_tokens)
+        self.started = time.monotonic()
+        self.in_flight = 0
+        self.arriving = 0  # /translate requests being read, not yet queued
+
+    @staticmethod
+    def _languages_of(translator: TextTranslator, cfg: ServeConfig) -> tuple[str, str]:
         langs = (cfg.source_lang, cfg.target_lang)
         if None in langs:
             known = translator.languages
@@ -290,47 +357,75 @@ class _State:
                     "serve --source-lang CODE --target-lang CODE, e.g. en and fr)",
                 )
             langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
-        self.source, self.target = langs[0].strip().lower(), langs[1].strip().lower()
-        self.beam = translator.decoding.replace(beam_size=cfg.beam).beam_size
-        if self.beam > cfg.max_beam:
-            raise SettingError(
-                "beam", f"the default beam {self.beam} is wider than max_beam {cfg.max_beam}"
+        return langs[0].strip().lower(), langs[1].strip().lower()
+
+    def _batching(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return {
+            "max_batch_tokens": cfg.max_batch_tokens,
+            "max_wait_ms": cfg.max_wait_ms,
+            "batching": cfg.batching,
+            "max_queue": cfg.max_queue,
+        }
+
+    def _batcher(self, lane: Lane) -> Batcher:
+        """A loaded lane's batcher (not started), and its default beam."""
+        cfg, tr = self.cfg, lane.translator
+        assert tr is not None  # called once the model is loaded
+        beam = tr.decoding.replace(beam_size=cfg.beam).beam_size
+        if beam > cfg.max_beam:
+            if lane.pinned:
+                raise SettingError(
+                    "beam", f"the default beam {beam} is wider than max_beam {cfg.max_beam}"
+                )
+            log.warning(
+                "qkv serve: %s: the model's beam %d is wider than --max-beam; %d is used",
+                lane.pair,
+                beam,
+                cfg.max_beam,
             )
-        self.step: int | None = None
-        if translator.path is not None:
-            with contextlib.suppress(Exception):
-                self.step = int(verify_checkpoint(translator.path, files=[]).get("step") or 0)
-        self.metrics = Metrics()
-        self.batcher = Batcher(
-            self._decode,
-            max_batch_tokens=cfg.max_batch_tokens,
-            max_wait_ms=cfg.max_wait_ms,
-            batching=cfg.batching,
-            max_queue=cfg.max_queue,
-            on_batch=self.metrics.batch,
-            pending=lambda: self.arriving,
+            beam = cfg.max_beam
+        lane.beam = beam
+
+        def counted(sentences: int, tokens: int, seconds: float) -> None:
+            self.metrics.batch(sentences, tokens, seconds)
+            lane.stats.batch(sentences, tokens, seconds)
+
+        return Batcher(
+            lane.decode, **self._batching(), on_batch=counted, pending=lambda: self.arriving
         )
-        self.started = time.monotonic()
-        self.in_flight = 0
-        self.arriving = 0  # /translate requests being read, not yet queued
+
+    # -- the one model of a server of one (what it served before registries)
+    @property
+    def translator(self) -> TextTranslator | None:
+        return None if self.single is None else self.single.translator
+
+    @property
+    def batcher(self) -> Batcher | None:
+        return None if self.single is None else self.single.batcher
+
+    @property
+    def beam(self) -> int | None:
+        return None if self.single is None else self.single.beam
+
+    @property
+    def step(self) -> int | None:
+        return None if self.single is None else self.single.step
+
+    @property
+    def languages(self) -> list[str]:
+        """The languages served (what /detect chooses among)."""
+        if self.source is not None and self.target is not None:
+            return list(dict.fromkeys((self.source, self.target)))
+        return self.registry.languages
 
     # -- runs in the worker thread
-    def _decode(self, texts: list[str], beam: int, n_best: int) -> list[Any]:
-        tr = self.translator
-        res = tr.generate(
-            texts, beam_size=beam, n_best=n_best, max_tokens=self.cfg.max_batch_tokens
-        )
-        dec = tr.tgt_tokenizer.decode
-        if n_best == 1:
-            return [dec(ids) for ids in res]
-        # the n-best, best first; "no other translation" (-inf, a blank text's) is left out
-        return [[dec(ids) for ids, score in hyps if score != -math.inf] or [""] for hyps in res]
-
     def attention_answer(
-        self, text: str, beam: int, n_best: int, choice: int, decimals: int
+        self, lane: Lane, text: str, beam: int, n_best: int, choice: int, decimals: int
     ) -> bytes:
         """/attention's answer (JSON bytes): the translation and every weight the viewer draws."""
-        tr = self.translator
+        tr = lane.translator
+        assert tr is not None  # the request holds the lane
         if n_best == 1:
             ids = tr.translate_ids(text, beam_size=beam)
         else:
@@ -386,7 +481,7 @@ class _State:
             raise ApiError(401, "api_key: wrong API key", challenge)
 
     def check_pair(self, data: dict[str, Any]) -> bool:
-        """Refuse a pair the model does not serve; True when the source was "auto"."""
+        """Refuse a pair the one model does not serve; True when the source was "auto"."""
         pair = f"this model translates {self.source} to {self.target}"
         for name, default in (("source", self.source), ("target", self.target)):
             v = data.get(name)
@@ -399,34 +494,168 @@ class _State:
             raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
         if data["target"] != self.target:
             raise ApiError(400, f"target: {data['target']!r} is not served; {pair}")
-        fmt = data.get("format")
-        if fmt is not None and fmt != "":
-            if not isinstance(fmt, str):
-                raise ApiError(422, f"format: expected 'text', got {_describe(fmt)}")
-            if fmt.strip().lower() != "text":
-                raise ApiError(
-                    400,
-                    f"format: {fmt!r} is not supported; this server translates plain text ('text')",
-                )
+        _check_format(data)
         return data["source"] == "auto"
 
-    def decoding(self, data: dict[str, Any]) -> tuple[int, int]:
-        """``(beam, n_best)`` of a request."""
+    def _code(self, data: dict[str, Any], name: str) -> str:
+        """A request's ``source`` or ``target`` with several models: required, a string."""
+        v = data.get(name)
+        if v is None or (isinstance(v, str) and not v.strip()):
+            auto = " or 'auto' (detected)" if name == "source" else ""
+            raise ApiError(
+                400,
+                f"{name}: missing; expected a language code{auto}; the languages served are "
+                f"{', '.join(self.registry.languages)} (GET /languages)",
+            )
+        if not isinstance(v, str):
+            raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+        return v.strip()
+
+    async def plan(self, data: dict[str, Any], texts: list[str]) -> _Plan:
+        """The route of a request (the one model's, checked; else the registry's, the source
+        detected first when it is "auto").
+
+        Raises:
+            ApiError: 400 a language or a pair not served, naming what is; 422 a code that is
+                not a string; 501 "auto" without the detection library.
+        """
+        if self.single is not None:
+            auto = self.check_pair(data)
+            detected = {"language": self.source, "confidence": 0.0} if auto else None
+            return _Plan(data["source"], data["target"], (self.single,), detected)
+        source, target = self._code(data, "source"), self._code(data, "target")
+        _check_format(data)
+        try:
+            target = self.registry.code("target", target)
+            detected = None
+            if source.lower() == "auto":
+                detected = await self.detect(texts, one=True)
+                if detected["confidence"] == 0:  # nothing to judge: the texts come back as given
+                    return _Plan(detected["language"], target, (), detected)
+                source = detected["language"]
+            route = self.registry.route(source, target)
+        except SettingError as e:
+            raise ApiError(400, str(e)) from None
+        return _Plan(route.source, route.target, route.legs, detected, route.pivot)
+
+    async def detect(self, texts: list[str], *, one: bool = False) -> Any:
+        """``/detect``'s answer for ``texts`` among the languages served (``one``: only the
+        most likely, ``{"language", "confidence"}``), off the event loop."""
+        try:
+            require("detecting a language", detection.needs())
+        except MissingDependency as e:
+            raise ApiError(501, f"{'source' if one else 'q'}: {e}") from None
+        langs = self.languages
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, detection.detect_answer, texts, langs)
+        return found[0] if one else found
+
+    def requested(self, data: dict[str, Any]) -> tuple[int | None, int]:
+        """``(beam, n_best)`` a request asks; beam None when it leaves it to the model."""
         cfg = self.cfg
         alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
         beam = _int_field(data, "beam", 1, cfg.max_beam)
         n_best = alternatives + 1
-        if beam is None:
-            beam = max(self.beam, n_best)
-        elif beam < n_best:
+        if beam is not None and beam < n_best:
             raise ApiError(
                 422,
                 f"beam: {alternatives} alternatives need a beam of at least {n_best}, got {beam}",
             )
         return beam, n_best
 
-    def tokens(self, texts: list[str], beam: int) -> int:
-        return sum(len(self.translator.encode(t)) for t in texts) * beam
+    @staticmethod
+    def beam_for(lane: Lane, beam: int | None, n_best: int) -> int:
+        """The beam ``lane`` decodes with: the request's, else the model's widened to n_best."""
+        return max(lane.beam, n_best) if beam is None else beam
+
+    async def run(
+        self,
+        plan: _Plan,
+        texts: list[str],
+        beam: int | None,
+        n_best: int,
+        submitted: Callable[[], None],
+    ) -> list[Any]:
+        """The translations of ``texts`` along ``plan``'s legs (a pivot: the first model's
+        best translation is the second's source; the alternatives are the last model's).
+        ``submitted()`` is called once the first job is queued."""
+        if not texts or not plan.legs:
+            submitted()
+            return list(texts) if n_best == 1 else [[t] for t in texts]
+        current: list[Any] = texts
+        for i, lane in enumerate(plan.legs):
+            last = i == len(plan.legs) - 1
+            current = await self._leg(lane, current, beam, n_best if last else 1, submitted)
+        return current
+
+    async def _leg(
+        self,
+        lane: Lane,
+        texts: list[str],
+        beam: int | None,
+        n_best: int,
+        submitted: Callable[[], None],
+    ) -> list[Any]:
+        lane = await self.acquire(lane)
+        try:
+            b = self.beam_for(lane, beam, n_best)
+            batcher = lane.batcher
+            assert batcher is not None  # a loaded lane has its batcher
+            tokens = lane.tokens(texts, b)
+            job = _queued(lambda: batcher.submit(texts, beam=b, n_best=n_best, tokens=tokens))
+            submitted()
+            return await self.wait(job)
+        finally:
+            self.registry.release(lane)
+
+    async def acquire(self, lane: Lane) -> Lane:
+        """``lane`` loaded for a request (:meth:`ModelRegistry.acquire`); a model that fails
+        to load is a 500 naming it."""
+        try:
+            return await self.registry.acquire(lane)
+        except LoadError as e:
+            raise ApiError(500, f"model: {e}") from None
+
+    def one_model(self, plan: _Plan) -> Lane:
+        """The one model of a route (/attention shows one model's weights)."""
+        if len(plan.legs) == 1:
+            return plan.legs[0]
+        if plan.pivot is not None:
+            raise ApiError(
+                400,
+                f"target: {plan.source} to {plan.target} goes through {plan.pivot} (two models); "
+                f"the attention is one model's: ask {plan.source} to {plan.pivot}, or "
+                f"{plan.pivot} to {plan.target}",
+            )
+        if plan.detected is not None and not plan.detected["confidence"]:
+            raise ApiError(400, "q: no language detected in it, so no model translates it")
+        raise ApiError(
+            400,
+            f"target: {plan.target!r} is the source language: no model translates it, so there "
+            "is no attention to show",
+        )
+
+    def count(self, plan: _Plan, sentences: int) -> None:
+        """Count a translated request by the pair it asked (and the pivot it took)."""
+        key = (plan.source, plan.target, plan.pivot or "")
+        n = self.pairs.setdefault(key, [0, 0])
+        n[0] += 1
+        n[1] += sentences
+
+    def pair_lines(self) -> list[str]:
+        """``/metrics``' lines of the pairs asked."""
+        out = [
+            "# HELP qkv_pair_requests_total Translations answered, by source, target and pivot.",
+            "# TYPE qkv_pair_requests_total counter",
+        ]
+        rows = sorted(self.pairs.items())
+        out += [f"qkv_pair_requests_total{_pair_labels(k)} {n[0]}" for k, n in rows]
+        out += [
+            "# HELP qkv_pair_sentences_total Sentences translated, by source, target and pivot.",
+            "# TYPE qkv_pair_sentences_total counter",
+        ]
+        out += [f"qkv_pair_sentences_total{_pair_labels(k)} {n[1]}" for k, n in rows]
+        return out
 
     async def wait(self, job: Any) -> Any:
         """The result of ``job``; a text the engine cannot translate is a 422."""
@@ -435,26 +664,32 @@ class _State:
         except (ValueError, TypeError) as e:
             raise ApiError(422, f"q: cannot be translated: {e}") from None
 
-    def check_encoder_cells(self, text: str) -> None:
+    def check_encoder_cells(self, lane: Lane, text: str) -> None:
         """413 before decoding when the encoder's attention alone is over the cap (a
         Transformer of the qkv engine; the whole picture is checked once decoded)."""
-        tr = self.translator
-        mc = tr.model.config  # type: ignore[attr-defined]  # the qkv engine's model
-        if mc is not None and tr.kind == "transformer":
-            S, H = len(tr.encode(text)), mc.num_heads
+        tr = lane.translator
+        mc = tr.model.config  # type: ignore[union-attr]  # the qkv engine's model
+        if mc is not None and tr.kind == "transformer":  # type: ignore[union-attr]
+            S, H = len(tr.encode(text)), mc.num_heads  # type: ignore[union-attr]
             enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
             if enc > self.cfg.max_attention_cells:
                 raise ApiError(413, self._too_many_cells(enc))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The app's lifespan: the batch worker runs while the app does; at shutdown it
+        """The app's lifespan: the batch workers run while the app does; at shutdown each
         finishes every queued job."""
-        self.batcher.start()
+        self.registry.start()
         try:
             yield
-        finally:  # let the worker finish what is queued, off the event loop
-            await asyncio.get_running_loop().run_in_executor(None, self.batcher.stop)
+        finally:  # let the workers finish what is queued, off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, self.registry.stop)
+
+
+def _pair_labels(key: tuple[str, str, str]) -> str:
+    esc = [v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') for v in key]
+    src, tgt, pivot = esc
+    return f'{{source="{src}",target="{tgt}",pivot="{pivot}"}}'
 
 
 def _queued(submit: Callable[[], Any]) -> Any:
@@ -482,13 +717,14 @@ class _Routes:
     """The endpoints of the app, one method each, around the shared :class:`_State`."""
 
     def __init__(self, st: _State) -> None:
-        self.st, self.cfg, self.translator = st, st.cfg, st.translator
+        self.st, self.cfg = st, st.cfg
 
     def routes(self) -> list[Route]:
         return [
             Route("/", self.page, methods=["GET"]),
             Route("/translate", self.translate, methods=["POST"]),
             Route("/attention", self.attention, methods=["POST"]),
+            Route("/detect", self.detect, methods=["POST"]),
             Route("/languages", self.languages, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
@@ -503,25 +739,29 @@ class _Routes:
     async def translate(self, request: Request) -> Response:
         st = self.st
         st.arriving += 1  # the batcher may wait for this request's company
+        counted = True
+
+        def arrived() -> None:  # once its first job is queued (or it fails before)
+            nonlocal counted
+            if counted:
+                counted = False
+                st.arriving -= 1
+
         try:
             data = await self._body(request)
             st.check_key(request, data)
             texts, single = _texts(data, self.cfg)
-            auto = st.check_pair(data)
-            beam, n_best = st.decoding(data)
-            job = None
-            if texts:
-                tokens = st.tokens(texts, beam)
-                job = _queued(
-                    lambda: st.batcher.submit(texts, beam=beam, n_best=n_best, tokens=tokens)
-                )
+            plan = await st.plan(data, texts)
+            beam, n_best = st.requested(data)
+            results = await st.run(plan, texts, beam, n_best, arrived)
         finally:
-            st.arriving -= 1
-        results: list[Any] = [] if job is None else await st.wait(job)
+            arrived()
         out = _translated(results, single, n_best)
-        if auto:  # qkv detects nothing: the model's one source language is assumed
-            detected = {"language": st.source, "confidence": 0.0}
-            out["detectedLanguage"] = detected if single else [detected] * len(texts)
+        if plan.detected is not None:  # source "auto"
+            out["detectedLanguage"] = plan.detected if single else [plan.detected] * len(texts)
+        if plan.pivot is not None:  # no model of the pair: through a common language
+            out["pivot"] = plan.pivot
+        st.count(plan, len(texts))
         return _Json(out)
 
     async def attention(self, request: Request) -> Response:
@@ -529,23 +769,44 @@ class _Routes:
         data = await self._body(request)
         st.check_key(request, data)
         (text,), _ = _texts(data, self.cfg, one=True)
-        st.check_pair(data)
-        beam, n_best = st.decoding(data)
+        plan = await st.plan(data, [text])
+        beam, n_best = st.requested(data)
         choice = _int_or(data, "choice", 0, 0, n_best - 1)
         decimals = _int_or(data, "decimals", 4, 1, 6)
-        tr = self.translator
-        if not tr.has_attention:
-            raise ApiError(501, f"attention: the {tr.engine} engine returns no attention weights")
-        st.check_encoder_cells(text)  # the encoder's part alone, before decoding
-        job = _queued(
-            lambda: st.batcher.call(
-                lambda: st.attention_answer(text, beam, n_best, choice, decimals)
+        lane = await st.acquire(st.one_model(plan))
+        try:
+            tr = lane.translator
+            assert tr is not None  # held by this request
+            if not tr.has_attention:
+                raise ApiError(
+                    501, f"attention: the {tr.engine} engine returns no attention weights"
+                )
+            b = st.beam_for(lane, beam, n_best)
+            st.check_encoder_cells(lane, text)  # the encoder's part alone, before decoding
+            batcher = lane.batcher
+            assert batcher is not None  # a loaded lane has its batcher
+            job = _queued(
+                lambda: batcher.call(
+                    lambda: st.attention_answer(lane, text, b, n_best, choice, decimals)
+                )
             )
-        )
-        return _Json(await st.wait(job))
+            return _Json(await st.wait(job))
+        finally:
+            st.registry.release(lane)
+
+    async def detect(self, request: Request) -> Response:
+        """LibreTranslate's ``/detect``: ``q`` (a text, or a list judged together) -> a list of
+        ``{"language", "confidence"}`` among the languages served, confidence 0-100."""
+        st = self.st
+        data = await self._body(request)
+        st.check_key(request, data)
+        texts, _ = _texts(data, self.cfg)
+        return _Json(await st.detect(texts))
 
     async def languages(self, request: Request) -> Response:
         st = self.st
+        if st.source is None or st.target is None:
+            return _Json(st.registry.languages_answer())
         out = [
             {
                 "code": st.source,
@@ -560,43 +821,51 @@ class _Routes:
         return _Json(out)
 
     async def health(self, request: Request) -> Response:
-        st, cfg, translator = self.st, self.cfg, self.translator
-        dec = translator.decoding
-        return _Json(
-            {
-                "status": "ok",
-                "model": {
-                    "loaded": True,
-                    "model_dir": cfg.model_dir,
-                    "path": None if translator.path is None else str(translator.path),
-                    "step": st.step,
-                    "kind": translator.kind,
-                    "engine": translator.engine,
-                    "device": str(translator.device),
-                    "source": st.source,
-                    "target": st.target,
-                    "beam": st.beam,
-                    "length_penalty": dec.length_penalty,
-                },
-                "batching": {
-                    "enabled": cfg.batching,
-                    "max_batch_tokens": cfg.max_batch_tokens,
-                    "max_wait_ms": cfg.max_wait_ms,
-                    "worker_running": st.batcher.running,
-                },
-                "queue_depth": st.batcher.queue_depth,
-                "decoding_sentences": st.batcher.in_progress,
-                "uptime_seconds": round(time.monotonic() - st.started, 3),
+        st, cfg = self.st, self.cfg
+        out: dict[str, Any] = {"status": "ok"}
+        if st.single is not None and st.translator is not None:
+            translator = st.translator
+            dec = translator.decoding
+            out["model"] = {
+                "loaded": True,
+                "model_dir": cfg.model_dir,
+                "path": None if translator.path is None else str(translator.path),
+                "step": st.step,
+                "kind": translator.kind,
+                "engine": translator.engine,
+                "device": str(translator.device),
+                "source": st.source,
+                "target": st.target,
+                "beam": st.beam,
+                "length_penalty": dec.length_penalty,
             }
-        )
+        else:
+            out["models"] = [lane.health() for lane in st.registry.lanes]
+            out["memory"] = {
+                "loaded_bytes": st.registry.resident_bytes,
+                "cap_bytes": st.registry.memory_cap,
+            }
+        out["batching"] = {
+            "enabled": cfg.batching,
+            "max_batch_tokens": cfg.max_batch_tokens,
+            "max_wait_ms": cfg.max_wait_ms,
+            "worker_running": all(
+                lane.batcher.running for lane in st.registry.lanes if lane.batcher is not None
+            ),
+        }
+        out["queue_depth"] = st.registry.queue_depth
+        out["decoding_sentences"] = st.registry.in_progress
+        out["uptime_seconds"] = round(time.monotonic() - st.started, 3)
+        return _Json(out)
 
     async def metrics(self, request: Request) -> Response:
         st = self.st
         text = st.metrics.render(
-            queue_depth=st.batcher.queue_depth,
-            in_progress=st.batcher.in_progress,
+            queue_depth=st.registry.queue_depth,
+            in_progress=st.registry.in_progress,
             in_flight=st.in_flight,
         )
+        text += "\n".join([*st.registry.metrics_lines(), *st.pair_lines()]) + "\n"
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def page(self, request: Request) -> Response:
@@ -608,6 +877,7 @@ class _Routes:
             key_required=self.cfg.api_key is not None,
             max_alternatives=self.cfg.max_alternatives,
             max_chars=self.cfg.max_chars,
+            detect=self.st.single is None,
         )
         csp = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
@@ -619,7 +889,8 @@ class _Routes:
         )
 
     async def openapi(self, request: Request) -> Response:
-        return _Json(openapi_schema(self.st.source, self.st.target, self.cfg))
+        st = self.st
+        return _Json(openapi_schema(st.source, st.target, self.cfg, languages=st.languages))
 
 
 # ---------------------------------------------------------------------------- errors answered
@@ -653,28 +924,47 @@ async def _internal(request: Request, exc: Exception) -> Response:
 
 
 # ---------------------------------------------------------------------------- the app
-def create_app(translator: TextTranslator, config: ServeConfig | None = None) -> Starlette:
+def create_app(
+    translator: TextTranslator | ModelRegistry, config: ServeConfig | None = None
+) -> Starlette:
     """The ASGI app serving ``translator`` (any engine: :class:`qkv.translate.Translator`,
     CTranslate2's, ONNX's) with ``config``'s settings; ``/attention`` needs an engine that
     shows its weights (the qkv one).
 
-    Its lifespan starts the batch worker and, at shutdown, lets it finish every queued job.
-    The app's ``state.qkv`` holds the shared state (batcher, metrics).
+    Given a :class:`~qkv.serve.registry.ModelRegistry` instead, it serves every pair of its
+    models as LibreTranslate serves its installed ones: ``/translate`` routes by ``source`` and
+    ``target`` (both required), through a common language when no model translates the pair,
+    detects ``source: "auto"``; ``/languages`` lists each language with every target it
+    reaches; each model is loaded when first asked for, with its own batcher, and unloaded
+    (least recently used first) beyond ``config.memory_cap_mb``.
+
+    Its lifespan starts the batch workers and, at shutdown, lets them finish every queued job.
+    The app's ``state.qkv`` holds the shared state (registry, batchers, metrics).
 
     Raises:
         SettingError: (a ``ValueError``) a bad setting, named by its field (``max_wait_ms``, a
             default ``beam`` wider than ``max_beam``), or languages that neither ``config`` nor
             the model give (``source_lang``).
-        TypeError: ``translator`` is not a TextTranslator, or ``config`` not a ServeConfig.
+        TypeError: ``translator`` is not a TextTranslator or a ModelRegistry, or ``config`` not
+            a ServeConfig.
     """
-    if not isinstance(translator, TextTranslator):
+    if not isinstance(translator, (TextTranslator, ModelRegistry)):
         raise TypeError(
             f"translator: expected a qkv.inference.TextTranslator (qkv.translate.Translator, "
-            f"an exported engine), got {type(translator).__name__}"
+            f"an exported engine) or a qkv.serve.registry.ModelRegistry, got "
+            f"{type(translator).__name__}"
         )
     cfg = config or ServeConfig()
     if not isinstance(cfg, ServeConfig):
         raise TypeError(f"config: expected a ServeConfig, got {type(cfg).__name__}")
+    if isinstance(translator, ModelRegistry):
+        for name in ("source_lang", "target_lang"):
+            if getattr(cfg, name) is not None:
+                raise SettingError(
+                    name,
+                    "names the languages of one model; with several, each model's own are "
+                    "served (recorded in its model.json)",
+                )
     st = _State(translator, cfg)
     app = Starlette(
         routes=_Routes(st).routes(),

@@ -35,6 +35,9 @@ class ServeConfig:
         max_attention_cells: the most weights one ``/attention`` answer holds
             (:func:`qkv.viz.attention_cells`).
         model_dir: the folder the model was given as (informational, in ``/health``).
+        memory_cap_mb: with several models (a :class:`~qkv.serve.registry.ModelRegistry`), the
+            most memory the loaded ones may take together, in MB (10^6 bytes) of weights; the
+            least recently used idle model is unloaded to make room (None: no cap).
 
     Raises:
         SettingError: (a ``ValueError``) a value out of range, named by its field.
@@ -55,6 +58,7 @@ class ServeConfig:
     max_queue: int = 4096
     max_attention_cells: int = MAX_CELLS
     model_dir: str | None = None
+    memory_cap_mb: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -74,6 +78,11 @@ class ServeConfig:
             raise SettingError("beam", f"expected an int >= 1, got {self.beam!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             raise SettingError("api_key", "expected a non-empty string or None")
+        cap = self.memory_cap_mb
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < 1e12
+        ):
+            raise SettingError("memory_cap_mb", f"expected a number > 0 or None, got {cap!r}")
         for name in ("source_lang", "target_lang"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):

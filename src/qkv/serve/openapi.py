@@ -27,17 +27,44 @@ def _body(ref: str) -> dict[str, Any]:
     }
 
 
-def openapi_schema(source: str, target: str, cfg: Any) -> dict[str, Any]:
-    """The schema, with this server's languages and limits (``cfg``: a ServeConfig)."""
+def _languages_fields(
+    source: str | None, target: str | None, languages: list[str] | None
+) -> dict[str, Any]:
+    """``source`` and ``target``: one model's (defaults), or several models' (required)."""
     lang = {"type": "string", "description": "a language code"}
-    common = {
+    if source is not None and target is not None:
+        return {
+            "source": {
+                **lang,
+                "default": source,
+                "description": f"the source language: {source!r} or 'auto' (assumed {source!r}; "
+                "nothing is detected; the answer's detectedLanguage says so)",
+            },
+            "target": {
+                **lang,
+                "default": target,
+                "description": f"the target language: {target!r}",
+            },
+        }
+    served = ", ".join(languages or [])
+    return {
         "source": {
             **lang,
-            "default": source,
-            "description": f"the source language: {source!r} or 'auto' (assumed {source!r}; "
-            "nothing is detected; the answer's detectedLanguage says so)",
+            "description": f"the source language (one of {served}; GET /languages lists each "
+            "with its targets), or 'auto': detected among them (the answer's detectedLanguage "
+            "says which, confidence 0-100)",
         },
-        "target": {**lang, "default": target, "description": f"the target language: {target!r}"},
+        "target": {**lang, "description": f"the target language (one of {served})"},
+    }
+
+
+def openapi_schema(
+    source: str | None, target: str | None, cfg: Any, *, languages: list[str] | None = None
+) -> dict[str, Any]:
+    """The schema, with this server's languages and limits (``cfg``: a ServeConfig); ``source``
+    and ``target`` None: a server of several models, whose ``languages`` are listed."""
+    common = {
+        **_languages_fields(source, target, languages),
         "format": {
             "type": "string",
             "enum": ["text"],
@@ -86,202 +113,275 @@ def openapi_schema(source: str, target: str, cfg: Any) -> dict[str, Any]:
             "description": "Translation with a qkv model, LibreTranslate-compatible, with the "
             'attention of each translation. Every error is {"error": "field: ..."}.',
         },
-        "paths": {
-            "/translate": {
-                "post": {
-                    "summary": "Translate one text or a list of texts (LibreTranslate's shape)."
-                    + key_note,
-                    "requestBody": _body("TranslateRequest"),
-                    "responses": {
-                        "200": {
-                            "description": "the translations",
-                            "content": {
-                                "application/json": {
-                                    "schema": {"$ref": "#/components/schemas/TranslateResponse"}
-                                }
-                            },
+        "paths": _paths(key_note, errors),
+        "components": {"schemas": _schemas(cfg, common, text, multi=source is None)},
+    }
+
+
+def _paths(key_note: str, errors: dict[str, Any]) -> dict[str, Any]:
+    """Every route's description."""
+    return {**_post_paths(key_note, errors), **_get_paths()}
+
+
+def _post_paths(key_note: str, errors: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "/translate": {
+            "post": {
+                "summary": "Translate one text or a list of texts (LibreTranslate's shape)."
+                + key_note,
+                "requestBody": _body("TranslateRequest"),
+                "responses": {
+                    "200": {
+                        "description": "the translations",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/TranslateResponse"}
+                            }
                         },
-                        **errors,
                     },
-                }
-            },
-            "/attention": {
-                "post": {
-                    "summary": "One sentence's translation and every attention weight of it."
-                    + key_note,
-                    "requestBody": _body("AttentionRequest"),
-                    "responses": {
-                        "200": {
-                            "description": "the translation and its attention",
-                            "content": {
-                                "application/json": {
-                                    "schema": {"$ref": "#/components/schemas/AttentionResponse"}
-                                }
-                            },
+                    **errors,
+                },
+            }
+        },
+        "/attention": {
+            "post": {
+                "summary": "One sentence's translation and every attention weight of it."
+                + key_note,
+                "requestBody": _body("AttentionRequest"),
+                "responses": {
+                    "200": {
+                        "description": "the translation and its attention",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/AttentionResponse"}
+                            }
                         },
-                        **errors,
                     },
-                }
-            },
-            "/languages": {
-                "get": {
-                    "summary": "The languages served (LibreTranslate's shape).",
-                    "responses": {
-                        "200": {
-                            "description": "one entry per language",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "array",
-                                        "items": {"$ref": "#/components/schemas/Language"},
-                                    }
+                    **errors,
+                },
+            }
+        },
+        "/detect": {
+            "post": {
+                "summary": "The language of a text, or of a list judged together, among the "
+                "languages served (LibreTranslate's shape)." + key_note,
+                "requestBody": _body("DetectRequest"),
+                "responses": {
+                    "200": {
+                        "description": "the languages it may be, most likely first",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/Detection"},
                                 }
-                            },
-                        }
+                            }
+                        },
                     },
-                }
+                    **errors,
+                    "501": _error("no language detection library (pip install 'qkv[langid]')"),
+                },
+            }
+        },
+    }
+
+
+def _get_paths() -> dict[str, Any]:
+    return {
+        "/languages": {
+            "get": {
+                "summary": "The languages served (LibreTranslate's shape).",
+                "responses": {
+                    "200": {
+                        "description": "one entry per language",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/Language"},
+                                }
+                            }
+                        },
+                    }
+                },
+            }
+        },
+        "/health": {
+            "get": {
+                "summary": "The model loaded (its folder, step, languages) and the queue.",
+                "responses": {
+                    "200": {
+                        "description": "the server is up",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus text: requests by route and status, latency, batch "
+                "sizes, queue depth.",
+                "responses": {
+                    "200": {
+                        "description": "text format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/": {
+            "get": {
+                "summary": "The page: translate, and see the attention of a translation.",
+                "responses": {
+                    "200": {
+                        "description": "HTML",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This description.",
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+def _schemas(
+    cfg: Any, common: dict[str, Any], text: dict[str, Any], *, multi: bool
+) -> dict[str, Any]:
+    """The request and answer schemas (``multi``: a server of several models)."""
+    detected = (
+        "with source 'auto': {language, confidence}, the language detected among those served "
+        "and its probability, 0-100 (a list, one per text, for a list q)"
+        if multi
+        else "with source 'auto': the model's source language (assumed, confidence 0)"
+    )
+    return {
+        "TranslateRequest": {
+            "type": "object",
+            "required": ["q"],
+            "properties": {
+                "q": {
+                    "description": f"a text, or a list of at most {cfg.max_sentences} texts",
+                    "oneOf": [
+                        text,
+                        {"type": "array", "items": text, "maxItems": cfg.max_sentences},
+                    ],
+                },
+                **common,
             },
-            "/health": {
-                "get": {
-                    "summary": "The model loaded (its folder, step, languages) and the queue.",
-                    "responses": {
-                        "200": {
-                            "description": "the server is up",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
-                }
+        },
+        "TranslateResponse": {
+            "type": "object",
+            "required": ["translatedText"],
+            "properties": {
+                "translatedText": {
+                    "description": "a string for a string q, a list for a list",
+                    "oneOf": [
+                        {"type": "string"},
+                        {"type": "array", "items": {"type": "string"}},
+                    ],
+                },
+                "alternatives": {
+                    "description": "with alternatives > 0: the other translations, "
+                    "best first (a list of lists for a list q)",
+                    "type": "array",
+                },
+                "detectedLanguage": {"description": detected},
+                "pivot": {
+                    "type": "string",
+                    "description": "when no model translates the pair: the language the text "
+                    "went through (two models)",
+                },
             },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus text: requests by route and status, latency, batch "
-                    "sizes, queue depth.",
-                    "responses": {
-                        "200": {
-                            "description": "text format 0.0.4",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
+        },
+        **_attention_schemas(common, text),
+        "Language": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "name": {"type": "string"},
+                "targets": {"type": "array", "items": {"type": "string"}},
             },
-            "/": {
-                "get": {
-                    "summary": "The page: translate, and see the attention of a translation.",
-                    "responses": {
-                        "200": {
-                            "description": "HTML",
-                            "content": {"text/html": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "summary": "This description.",
-                    "responses": {
-                        "200": {
-                            "description": "OpenAPI 3.1",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
+        },
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "string",
+                    "description": "names the field, what was expected and what came",
                 }
             },
         },
-        "components": {
-            "schemas": {
-                "TranslateRequest": {
-                    "type": "object",
-                    "required": ["q"],
-                    "properties": {
-                        "q": {
-                            "description": "a text, or a list of at most "
-                            f"{cfg.max_sentences} texts",
-                            "oneOf": [
-                                text,
-                                {"type": "array", "items": text, "maxItems": cfg.max_sentences},
-                            ],
-                        },
-                        **common,
-                    },
+        "DetectRequest": {
+            "type": "object",
+            "required": ["q"],
+            "properties": {
+                "q": {
+                    "description": "a text, or a list of texts judged together",
+                    "oneOf": [text, {"type": "array", "items": text}],
                 },
-                "TranslateResponse": {
-                    "type": "object",
-                    "required": ["translatedText"],
-                    "properties": {
-                        "translatedText": {
-                            "description": "a string for a string q, a list for a list",
-                            "oneOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "string"}},
-                            ],
-                        },
-                        "alternatives": {
-                            "description": "with alternatives > 0: the other translations, "
-                            "best first (a list of lists for a list q)",
-                            "type": "array",
-                        },
-                        "detectedLanguage": {
-                            "description": "with source 'auto': the model's source language "
-                            "(assumed, confidence 0)",
-                        },
-                    },
+                "api_key": common["api_key"],
+            },
+        },
+        "Detection": {
+            "type": "object",
+            "properties": {
+                "language": {"type": "string"},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 100},
+            },
+        },
+    }
+
+
+def _attention_schemas(common: dict[str, Any], text: dict[str, Any]) -> dict[str, Any]:
+    """``/attention``'s request and answer."""
+    return {
+        "AttentionRequest": {
+            "type": "object",
+            "required": ["q"],
+            "properties": {
+                "q": text,
+                **common,
+                "choice": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "which translation: 0 the best, i the i-th of the "
+                    "alternatives (at most alternatives)",
                 },
-                "AttentionRequest": {
-                    "type": "object",
-                    "required": ["q"],
-                    "properties": {
-                        "q": text,
-                        **common,
-                        "choice": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "default": 0,
-                            "description": "which translation: 0 the best, i the i-th of the "
-                            "alternatives (at most alternatives)",
-                        },
-                        "decimals": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 6,
-                            "default": 4,
-                            "description": "weights are sent times 10**decimals, rounded",
-                        },
-                    },
+                "decimals": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 6,
+                    "default": 4,
+                    "description": "weights are sent times 10**decimals, rounded",
                 },
-                "AttentionResponse": {
+            },
+        },
+        "AttentionResponse": {
+            "type": "object",
+            "properties": {
+                "translatedText": {"type": "string"},
+                "choice": {"type": "integer"},
+                "srcTokens": {"type": "array", "items": {"type": "string"}},
+                "tgtTokens": {"type": "array", "items": {"type": "string"}},
+                "attention": {
+                    "description": "the viewer's data (qkv.viz.attention_payload): "
+                    "{title, scale, kinds: [{name, q, k, layers: [{heads, mean}]}]}; "
+                    "each matrix a flat row-major list of len(q) * len(k) integers, "
+                    "the weights times scale",
                     "type": "object",
-                    "properties": {
-                        "translatedText": {"type": "string"},
-                        "choice": {"type": "integer"},
-                        "srcTokens": {"type": "array", "items": {"type": "string"}},
-                        "tgtTokens": {"type": "array", "items": {"type": "string"}},
-                        "attention": {
-                            "description": "the viewer's data (qkv.viz.attention_payload): "
-                            "{title, scale, kinds: [{name, q, k, layers: [{heads, mean}]}]}; "
-                            "each matrix a flat row-major list of len(q) * len(k) integers, "
-                            "the weights times scale",
-                            "type": "object",
-                        },
-                    },
                 },
-                "Language": {
-                    "type": "object",
-                    "properties": {
-                        "code": {"type": "string"},
-                        "name": {"type": "string"},
-                        "targets": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "string",
-                            "description": "names the field, what was expected and what came",
-                        }
-                    },
-                },
-            }
+            },
         },
     }

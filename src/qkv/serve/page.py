@@ -2,6 +2,10 @@
 its attention in the viewer of :mod:`qkv.viz.html` (the same CSS, markup and script as the file
 ``qkv translate --attention x.html`` writes; the page hands it ``/attention``'s data).
 
+The source and target menus come from ``GET /languages``: with several models every pair
+served (and "Detect language"), with one its pair. The answer says the language detected and
+the language a pivoted translation went through.
+
 Offline: everything inline, nothing loaded from elsewhere (no CDN, no web font); the scripts and
 the style sheet carry the response's CSP nonce. Every text a user or the model wrote is put in the
 page with ``textContent``, never parsed as HTML.
@@ -22,18 +26,25 @@ _PLACEHOLDER = re.compile(r"%%(NONCE|CSS|PAGE_CSS|VIEWER_JS|PAGE_JS|CONFIG|CONTR
 def page_html(
     *,
     nonce: str,
-    source: str,
-    target: str,
+    source: str | None,
+    target: str | None,
     key_required: bool = False,
     max_alternatives: int = 5,
     max_chars: int = 2000,
+    detect: bool = False,
 ) -> str:
-    """The page's HTML; ``nonce`` marks its scripts and style sheet for the CSP header."""
+    """The page's HTML; ``nonce`` marks its scripts and style sheet for the CSP header.
+
+    The source and target menus are filled from ``GET /languages`` (each source with the
+    targets it reaches); ``source``/``target`` are the pair chosen first (None: the first
+    listed), ``detect`` offers "Detect language" (``source: "auto"``) among the sources.
+    """
     if not re.fullmatch(r"[A-Za-z0-9_\-]{8,}", nonce):
         raise ValueError(f"nonce: expected 8 or more URL-safe characters, got {nonce!r}")
     config = {
         "source": source,
         "target": target,
+        "detect": bool(detect),
         "keyRequired": bool(key_required),
         "maxAlternatives": int(max_alternatives),
         "maxChars": int(max_chars),
@@ -67,12 +78,15 @@ _TEMPLATE = """<!DOCTYPE html>
   <form id="form" autocomplete="off">
     <textarea id="q" rows="3" placeholder="Type a sentence" spellcheck="false"></textarea>
     <div id="options">
+      <label>from <select id="source"></select></label>
+      <label>to <select id="target"></select></label>
       <label>alternatives <select id="alternatives"></select></label>
       <label id="key-label" hidden>API key <input id="api-key" type="password"></label>
       <button type="submit" id="go">Translate</button>
       <span id="status" role="status"></span>
     </div>
   </form>
+  <p id="route" hidden></p>
   <ol id="results"></ol>
   <p id="hint" hidden>Click a translation to see its attention.</p>
 </section>
@@ -104,6 +118,7 @@ _PAGE_CSS = """
 .translation.active { border-color: #1f77b4; box-shadow: 0 0 0 1px #1f77b4; }
 #viewer-title { font-size: 16px; margin: 0 0 6px; white-space: pre-wrap; }
 #hint { color: #666; font-size: 13px; }
+#route { color: #444; font-size: 13px; margin: 6px 0 0; }
 """
 
 _PAGE_JS = r"""
@@ -111,9 +126,46 @@ _PAGE_JS = r"""
   "use strict";
   var CFG = JSON.parse(document.getElementById("qkv-page").textContent);
   var $ = function (id) { return document.getElementById(id); };
-  var last = null, busy = 0;
+  var last = null, busy = 0, LANGS = [], NAMES = {};
 
-  $("pair").textContent = "(" + CFG.source + " \u2192 " + CFG.target + ")";
+  function option(select, value, text) {
+    var o = document.createElement("option"); o.value = value; o.textContent = text;
+    select.appendChild(o);
+  }
+  function named(code) { return NAMES[code] ? NAMES[code] + " (" + code + ")" : code; }
+  function showPair() {
+    var s = $("source").value, t = $("target").value;
+    $("pair").textContent = "(" + (s === "auto" ? "auto" : s) + " \u2192 " + t + ")";
+  }
+  function fillTargets(preferred) {
+    var s = $("source").value, seen = {}, list = [];
+    LANGS.forEach(function (l) {
+      if (s !== "auto" && l.code !== s) return;
+      l.targets.forEach(function (t) { if (!seen[t]) { seen[t] = 1; list.push(t); } });
+    });
+    list.sort();
+    var keep = preferred || $("target").value;
+    $("target").textContent = "";
+    list.forEach(function (t) { option($("target"), t, named(t)); });
+    var other = list.filter(function (t) { return t !== s; });
+    $("target").value = list.indexOf(keep) >= 0 && (keep !== s || !other.length) ? keep
+                      : (other[0] || list[0] || "");
+    showPair();
+  }
+  function fillLanguages(langs) {
+    LANGS = langs;
+    langs.forEach(function (l) { NAMES[l.code] = l.name; });
+    if (CFG.detect) option($("source"), "auto", "Detect language");
+    var sources = langs.filter(function (l) {
+      return l.targets.some(function (t) { return t !== l.code; });
+    });
+    sources.forEach(function (l) { option($("source"), l.code, named(l.code)); });
+    $("source").value = CFG.source || (sources[0] ? sources[0].code : "auto");
+    fillTargets(CFG.target);
+  }
+  $("source").addEventListener("change", function () { fillTargets(null); });
+  $("target").addEventListener("change", showPair);
+
   $("q").maxLength = CFG.maxChars;
   for (var i = 0; i <= CFG.maxAlternatives; i++) {
     var o = document.createElement("option"); o.value = String(i); o.textContent = String(i);
@@ -142,7 +194,7 @@ _PAGE_JS = r"""
     document.body.dataset[name] = String(Number(document.body.dataset[name] || 0) + 1);
   }
 
-  function render(q, alternatives, res) {
+  function render(q, alternatives, req, res) {
     var texts = [res.translatedText].concat(res.alternatives || []);
     var box = $("results");
     box.textContent = "";
@@ -154,8 +206,18 @@ _PAGE_JS = r"""
                         : "alternative " + i + ": click to see its attention";
       li.appendChild(b); box.appendChild(li);
     });
-    last = { q: q, alternatives: alternatives };
-    $("hint").hidden = false;
+    var d = res.detectedLanguage, src = req.source, notes = [];
+    if (d && !Array.isArray(d)) {
+      src = d.language;
+      notes.push("detected " + named(d.language) + ", " + d.confidence + "% sure");
+    }
+    if (res.pivot) notes.push("through " + named(res.pivot) + ": no model translates "
+                              + src + " to " + req.target + " directly");
+    $("route").textContent = notes.join("; ");
+    $("route").hidden = !notes.length;
+    var one = !res.pivot && src !== req.target;  // one model: its attention can be shown
+    last = one ? { q: q, alternatives: alternatives, source: src, target: req.target } : null;
+    $("hint").hidden = !one;
     count("translated");
   }
 
@@ -163,8 +225,10 @@ _PAGE_JS = r"""
     e.preventDefault();
     var q = $("q").value, alternatives = Number($("alternatives").value);
     busy++; status("translating\u2026", false);
-    post("/translate", { q: q, source: CFG.source, target: CFG.target, alternatives: alternatives })
-      .then(function (res) { render(q, alternatives, res); status("", false); })
+    var req = { q: q, source: $("source").value, target: $("target").value,
+                alternatives: alternatives };
+    post("/translate", req)
+      .then(function (res) { render(q, alternatives, req, res); status("", false); })
       .catch(function (err) { status("error: " + err.message, true); })
       .then(function () { busy--; });
   });
@@ -179,7 +243,7 @@ _PAGE_JS = r"""
       x.classList.toggle("active", x === b);
     });
     status("computing the attention\u2026", false);
-    post("/attention", { q: last.q, source: CFG.source, target: CFG.target,
+    post("/attention", { q: last.q, source: last.source, target: last.target,
                          alternatives: last.alternatives, choice: Number(b.dataset.choice) })
       .then(function (res) {
         $("viewer").hidden = false;
@@ -189,6 +253,8 @@ _PAGE_JS = r"""
       })
       .catch(function (err) { status("error: " + err.message, true); });
   });
-  document.body.dataset.page = "ready";
+  fetch("/languages").then(function (r) { return r.json(); })
+    .then(function (langs) { fillLanguages(langs); document.body.dataset.page = "ready"; })
+    .catch(function (err) { status("error: /languages: " + err.message, true); });
 })();
 """

@@ -1,0 +1,738 @@
+"""The models behind one server: what pair each translates, loaded when first asked, the least
+recently used unloaded beyond a memory cap, and the route of a request through them.
+
+A model is a folder (:func:`inspect_folder` reads what it translates and how big it is without
+loading it: a qkv run, checkpoint or export, a CTranslate2 export, an ONNX export). A
+:class:`Lane` is one model being served: its translator (None until loaded) and its own
+:class:`~qkv.serve.batcher.Batcher`. A :class:`ModelRegistry` holds the lanes, one per
+``(source, target)`` pair, and answers what LibreTranslate's API asks of a server:
+
+* :meth:`ModelRegistry.route` -- the lanes a request goes through: one model for a pair served
+  directly; two when no model translates the pair but one translates the source into a common
+  language and another that language into the target (pivoting, as Argos Translate does,
+  through English when it can); none when source and target are the same language (the text
+  comes back as it is, as LibreTranslate answers it);
+* :meth:`ModelRegistry.languages_answer` -- ``GET /languages``: every language with the targets
+  it reaches, itself included, as LibreTranslate lists them;
+* :meth:`ModelRegistry.acquire` / :meth:`~ModelRegistry.release` -- a lane loaded for a
+  request (off the event loop), not unloaded while a request holds it; loading a model that
+  does not fit under the cap first unloads the idle models least recently used.
+
+The memory a model takes is counted as the size of its weights on disk (``model.safetensors``,
+CTranslate2's ``model.bin``, the ONNX graphs): what loading it costs, give or take its
+tokenizers. The cap is exceeded only by a model larger than the cap on its own, or while every
+loaded model is answering a request (it is brought back under the cap as they finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import SettingError
+from ..data.languages import base_language, check_language, language_name
+from ..inference import TextTranslator, verify_checkpoint
+from .batcher import Batcher
+from .metrics import BATCH_BUCKETS, Histogram
+
+__all__ = [
+    "Lane",
+    "LoadError",
+    "ModelFolder",
+    "ModelRegistry",
+    "Route",
+    "display_name",
+    "inspect_folder",
+    "model_folders",
+    "open_model",
+]
+
+log = logging.getLogger(__name__)
+
+#: what a folder of models holds that makes a subfolder a model (``--models-dir``)
+_MODEL_MARKS = (
+    "manifest.json",
+    "model.json",
+    "model.safetensors",
+    "onnx.json",
+    "model.bin",
+    "ctranslate2",
+    "final",
+    "checkpoints",
+)
+
+#: the language a pivot goes through when several would do (Argos Translate's)
+PREFERRED_PIVOT = "en"
+
+
+def display_name(code: str) -> str:
+    """The English name ``/languages`` gives a code (``"de"`` -> ``"German"``); the code itself
+    when it is not an ISO 639-1 one (a model served with ``--target-lang x-custom``)."""
+    try:
+        return language_name(code)
+    except ValueError:
+        return code
+
+
+# ---------------------------------------------------------------------------- folders
+@dataclass(frozen=True)
+class ModelFolder:
+    """What a model folder holds, read without loading its weights.
+
+    Attributes:
+        path: the folder as given (None: a translator built in Python).
+        source, target: the language codes it translates (canonical BCP-47).
+        engine: ``"qkv"``, ``"ctranslate2"`` or ``"onnx"``.
+        size: bytes of its weights on disk (what loading it costs, roughly).
+    """
+
+    path: Path | None
+    source: str
+    target: str
+    engine: str
+    size: int
+
+    @property
+    def pair(self) -> str:
+        """``"en-fr"``: the label of the model in ``/metrics`` and ``/health``."""
+        return f"{self.source}-{self.target}"
+
+
+def _bad(path: Path, problem: str) -> SettingError:
+    return SettingError("model_dir", f"{str(path)!r} {problem}")
+
+
+def _json_languages(path: Path, name: str) -> tuple[str, str] | None:
+    try:
+        meta = json.loads((path / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise _bad(path, f"has an unreadable {name}: {e}") from None
+    langs = meta.get("languages") if isinstance(meta, dict) else None
+    if isinstance(langs, list) and len(langs) == 2:
+        return check_language(langs[0], "source"), check_language(langs[1], "target")
+    return None
+
+
+def _qkv_folder(path: Path) -> tuple[tuple[str, str] | None, int]:
+    """The languages and weight bytes of a qkv run, checkpoint or export folder."""
+    from ..inference import CheckpointError, recorded_languages, resolve_model_dir
+
+    try:
+        resolved = resolve_model_dir(path)
+    except CheckpointError as e:
+        message = str(e).removeprefix("model dir: ").removeprefix(f"{str(path)!r} ")
+        raise _bad(path, message) from None
+    weights = resolved / "model.safetensors"
+    size = weights.stat().st_size if weights.is_file() else 0
+    return recorded_languages(resolved), size
+
+
+def inspect_folder(path: str | Path, *, engine: str = "qkv") -> ModelFolder:
+    """What the model folder ``path`` translates, with which engine, and its size.
+
+    The engine is the one the folder holds: an ONNX export (``onnx.json``) runs on
+    onnxruntime, a bare CTranslate2 model (``model.bin`` and ``qkv.json``) on CTranslate2; a
+    folder that holds a qkv model (a run, a checkpoint, an export, with or without a
+    ``ctranslate2/`` model inside) runs on ``engine`` (``"qkv"``, or ``"ctranslate2"`` for the
+    CTranslate2 model a ``qkv export --format ctranslate2`` folder holds).
+
+    Raises:
+        SettingError: keyed ``model_dir``, one line naming the folder: it does not exist, holds
+            no model of the engine, or does not record the languages it translates.
+        MissingDependency: the engine's package is not installed.
+    """
+    from .._deps import require
+
+    p = Path(path)
+    if not p.exists():
+        raise _bad(p, "does not exist")
+    if not p.is_dir():
+        raise _bad(p, "is a file; expected a model folder")
+    if engine not in ("qkv", "ctranslate2"):
+        raise SettingError("engine", f"expected 'qkv' or 'ctranslate2', got {engine!r}")
+    if (p / "onnx.json").is_file():
+        require("serving an ONNX model", ["onnxruntime"])
+        langs = _json_languages(p, "onnx.json")
+        size = sum(f.stat().st_size for f in p.glob("*.onnx*") if f.is_file())
+        found = ("onnx", langs, size)
+    elif (p / "model.bin").is_file() and (p / "qkv.json").is_file():
+        require("serving a CTranslate2 model", ["ctranslate2"])
+        found = ("ctranslate2", _json_languages(p, "qkv.json"), (p / "model.bin").stat().st_size)
+    elif engine == "ctranslate2":
+        ct2 = p / "ctranslate2"
+        if not (ct2 / "model.bin").is_file():
+            raise _bad(
+                p,
+                "holds no CTranslate2 model (expected ctranslate2/model.bin, as qkv export "
+                "--format ctranslate2 writes)",
+            )
+        require("serving a CTranslate2 model", ["ctranslate2"])
+        langs = _json_languages(ct2, "qkv.json") if (ct2 / "qkv.json").is_file() else None
+        found = ("ctranslate2", langs or _qkv_folder(p)[0], (ct2 / "model.bin").stat().st_size)
+    else:
+        require("serving a qkv model", ["safetensors"])
+        langs, size = _qkv_folder(p)
+        found = ("qkv", langs, size)
+    kind, langs, size = found
+    if langs is None:
+        raise _bad(
+            p,
+            "does not record the languages it translates: train it with qkv train --src-lang "
+            "--tgt-lang, or serve it alone (one --model-dir, with --source-lang and --target-lang)",
+        )
+    return ModelFolder(path=p, source=langs[0], target=langs[1], engine=kind, size=size)
+
+
+def model_folders(parent: str | Path) -> list[Path]:
+    """The model folders inside ``parent`` (``qkv serve --models-dir``): each subfolder that
+    holds a model (or a run), in name order; hidden folders and folders with none of a model's
+    files are passed over (logged).
+
+    Raises:
+        SettingError: keyed ``models_dir``: ``parent`` is not a folder, or holds no model.
+    """
+    p = Path(parent)
+    if not p.is_dir():
+        what = "does not exist" if not p.exists() else "is a file; expected a folder of models"
+        raise SettingError("models_dir", f"{str(p)!r} {what}")
+    found = []
+    for sub in sorted(p.iterdir()):
+        if not sub.is_dir() or sub.name.startswith("."):
+            continue
+        if any((sub / mark).exists() for mark in _MODEL_MARKS):
+            found.append(sub)
+        else:
+            log.warning("qkv serve: %s holds no model; passed over", sub)
+    if not found:
+        raise SettingError(
+            "models_dir",
+            f"{str(p)!r} holds no model folder (each subfolder a qkv run, checkpoint or "
+            "export, a CTranslate2 or an ONNX export)",
+        )
+    return found
+
+
+def open_model(
+    folder: ModelFolder, *, device: str = "cpu", quantize: str | None = None, threads: int = 0
+) -> TextTranslator:
+    """The translator of ``folder`` on its engine (:class:`qkv.translate.Translator`,
+    :class:`~qkv.export.ctranslate2.Ct2Translator`, :class:`~qkv.export.onnx.OnnxTranslator`).
+    ``threads``: the CPU threads of a CTranslate2 model (0: torch's, as ``qkv serve
+    --engine ctranslate2`` gives it) or an ONNX one (0: onnxruntime's default)."""
+    if folder.path is None:
+        raise ValueError("folder: a model built in Python has no folder to load")
+    if folder.engine == "onnx":
+        from ..export.onnx import OnnxTranslator
+
+        return OnnxTranslator(folder.path, threads=threads or None)
+    if folder.engine == "ctranslate2":
+        import torch
+
+        from ..export.ctranslate2 import Ct2Translator
+
+        return Ct2Translator(
+            folder.path,
+            device=device,
+            compute_type=quantize or "default",
+            threads=threads or torch.get_num_threads(),
+        )
+    from ..translate import Translator
+
+    return Translator.load(folder.path, device=device, quantize=quantize)
+
+
+# ---------------------------------------------------------------------------- a lane
+class LoadError(RuntimeError):
+    """A model could not be loaded when a request asked for it (the cause chained)."""
+
+
+class _Stats:
+    """One model's counters (updated by its batch worker, read by ``/metrics``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batch_sentences = Histogram(BATCH_BUCKETS)
+        self.seconds = 0.0
+        self.tokens = 0
+
+    def batch(self, sentences: int, tokens: int, seconds: float) -> None:
+        with self.lock:
+            self.batch_sentences.observe(sentences)
+            self.seconds += seconds
+            self.tokens += tokens
+
+
+class Lane:
+    """One model served: its folder, its translator once loaded, its batcher, its counters.
+
+    Args:
+        folder: what the model is (:func:`inspect_folder`).
+        load: ``load()`` -> the translator (run off the event loop when the model is first
+            asked for, and again after it was unloaded).
+        translator: a translator already loaded (such a lane is never unloaded).
+    """
+
+    def __init__(
+        self,
+        folder: ModelFolder,
+        load: Callable[[], TextTranslator] | None = None,
+        *,
+        translator: TextTranslator | None = None,
+    ) -> None:
+        if load is None and translator is None:
+            raise TypeError("Lane: expected load or translator")
+        self.folder = folder
+        self._load = load
+        self.translator: TextTranslator | None = translator
+        self.pinned = translator is not None
+        self.batcher: Batcher | None = None
+        self.beam = 1
+        self.step: int | None = None
+        self.max_tokens: int | None = None
+        self.resident = translator is not None  # loaded, or being loaded
+        self.users = 0  # requests holding the lane
+        self.last_used = time.monotonic()
+        self.loads = 1 if translator is not None else 0
+        self.unloads = 0
+        self.stats = _Stats()
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def pair(self) -> str:
+        return self.folder.pair
+
+    @property
+    def source(self) -> str:
+        return self.folder.source
+
+    @property
+    def target(self) -> str:
+        return self.folder.target
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def load(self) -> TextTranslator:
+        """Load the model (in a worker thread) and read its step; returns the translator."""
+        assert self._load is not None  # a pinned lane is never unloaded
+        tr = self._load()
+        if not isinstance(tr, TextTranslator):
+            raise TypeError(f"load: expected a TextTranslator, got {type(tr).__name__}")
+        self.translator = tr
+        self.loads += 1
+        return tr
+
+    def read_step(self) -> None:
+        """The update the model's weights come from (None when its folder does not say)."""
+        tr = self.translator
+        self.step = None
+        if tr is not None and tr.path is not None:
+            with contextlib.suppress(Exception):
+                self.step = int(verify_checkpoint(tr.path, files=[]).get("step") or 0)
+
+    # -- runs in the worker thread
+    def decode(self, texts: list[str], beam: int, n_best: int) -> list[Any]:
+        """The batcher's ``decode``: per text its translation, or its n-best translations
+        (best first; "no other translation" left out)."""
+        import math
+
+        tr = self.translator
+        if tr is None:
+            raise RuntimeError(f"the {self.pair} model is not loaded")
+        res = tr.generate(texts, beam_size=beam, n_best=n_best, max_tokens=self.max_tokens)
+        dec = tr.tgt_tokenizer.decode
+        if n_best == 1:
+            return [dec(ids) for ids in res]
+        return [[dec(ids) for ids, score in hyps if score != -math.inf] or [""] for hyps in res]
+
+    def tokens(self, texts: Sequence[str], beam: int) -> int:
+        """The share of a batch's budget ``texts`` take: source tokens (with ``<eos>``) times
+        the beam."""
+        tr = self.translator
+        if tr is None:
+            raise RuntimeError(f"the {self.pair} model is not loaded")
+        return sum(len(tr.encode(t)) for t in texts) * beam
+
+    def health(self) -> dict[str, Any]:
+        """``/health``'s entry for this model."""
+        tr = self.translator
+        return {
+            "pair": self.pair,
+            "source": self.source,
+            "target": self.target,
+            "model_dir": None if self.folder.path is None else str(self.folder.path),
+            "engine": self.folder.engine,
+            "bytes": self.folder.size,
+            "loaded": tr is not None,
+            "path": None if tr is None or tr.path is None else str(tr.path),
+            "step": self.step if tr is not None else None,
+            "kind": tr.kind if tr is not None else None,
+            "device": str(tr.device) if tr is not None else None,
+            "beam": self.beam if tr is not None else None,
+            "loads": self.loads,
+            "unloads": self.unloads,
+            "queue_depth": self.batcher.queue_depth if self.batcher is not None else 0,
+        }
+
+
+# ---------------------------------------------------------------------------- routes
+@dataclass(frozen=True)
+class Route:
+    """How ``source`` becomes ``target``: through ``legs`` in order (none: the same language,
+    the text as it is; one: a model of the pair; two: through the language ``pivot``)."""
+
+    source: str
+    target: str
+    legs: tuple[Lane, ...] = field(default=())
+
+    @property
+    def pivot(self) -> str | None:
+        """The language between the two legs of a pivoted route, else None."""
+        return self.legs[0].target if len(self.legs) == 2 else None
+
+
+def _key(code: str) -> str:
+    return code.strip().lower()
+
+
+# ---------------------------------------------------------------------------- the registry
+#: ``make(lane)`` -> the lane's batcher, not started (the app's settings and counters)
+BatcherFactory = Callable[[Lane], Batcher]
+
+
+class ModelRegistry:
+    """The lanes of one server, one per ``(source, target)`` pair (see the module's notes).
+
+    Args:
+        lanes: the models; two of the same pair are refused.
+
+    The memory cap is the app's setting (:attr:`ServeConfig.memory_cap_mb
+    <qkv.serve.ServeConfig>`), given by :meth:`set_memory_cap`.
+
+    Raises:
+        SettingError: keyed ``model_dir``: two models of one pair, or none at all.
+    """
+
+    def __init__(self, lanes: Sequence[Lane]) -> None:
+        if not lanes:
+            raise SettingError("model_dir", "expected at least one model, got none")
+        self.lanes = list(lanes)
+        #: the most bytes of weights the loaded models may take together (None: no cap)
+        self.memory_cap: int | None = None
+        self.direct: dict[tuple[str, str], Lane] = {}
+        for lane in self.lanes:
+            key = (_key(lane.source), _key(lane.target))
+            if key in self.direct:
+                other = self.direct[key].folder.path
+                raise SettingError(
+                    "model_dir",
+                    f"{str(lane.folder.path)!r} translates {lane.source} to {lane.target}, as "
+                    f"{str(other)!r} does; serve one model per pair",
+                )
+            self.direct[key] = lane
+        codes = {_key(c): c for lane in self.lanes for c in (lane.source, lane.target)}
+        self.codes: dict[str, str] = dict(sorted(codes.items()))
+        self._make_batcher: BatcherFactory | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    @classmethod
+    def from_folders(
+        cls,
+        folders: Iterable[ModelFolder],
+        load: Callable[[ModelFolder], TextTranslator] = open_model,
+    ) -> ModelRegistry:
+        """A registry of ``folders`` (:func:`inspect_folder`), each loaded by ``load(folder)``
+        (default :func:`open_model`) when first asked for."""
+        return cls([Lane(f, (lambda f=f: load(f))) for f in folders])
+
+    def set_memory_cap(self, megabytes: float | None) -> None:
+        """Cap the loaded models' weights at ``megabytes`` MB (10^6 bytes); None: no cap.
+
+        Raises:
+            SettingError: keyed ``memory_cap_mb``: not a number > 0.
+        """
+        if megabytes is None:
+            self.memory_cap = None
+            return
+        if (
+            isinstance(megabytes, bool)
+            or not isinstance(megabytes, (int, float))
+            or not 0 < megabytes < 1e12
+        ):
+            raise SettingError("memory_cap_mb", f"expected a number > 0, got {megabytes!r}")
+        self.memory_cap = max(1, round(megabytes * 1_000_000))
+
+    # -------------------------------------------------------------- what is served
+    @property
+    def languages(self) -> list[str]:
+        """Every language served (a source or a target of a model), sorted."""
+        return list(self.codes.values())
+
+    def targets(self, source: str) -> list[str]:
+        """The languages ``source`` reaches: itself, its models' targets, and the targets of
+        the models those lead to (one pivot), sorted."""
+        s = _key(source)
+        direct = {t for (a, t) in self.direct if a == s}
+        reach = {s} | direct | {t for (a, t) in self.direct if a in direct}
+        return [self.codes[c] for c in sorted(reach) if c in self.codes]
+
+    def languages_answer(self) -> list[dict[str, Any]]:
+        """``GET /languages``, LibreTranslate's shape: each language with its name and the
+        targets it reaches (itself included, as LibreTranslate lists them)."""
+        return [
+            {"code": code, "name": display_name(code), "targets": self.targets(code)}
+            for code in self.languages
+        ]
+
+    def code(self, name: str, value: str) -> str:
+        """The served code a request's ``value`` names (case aside; ``zh-CN`` for ``zh``
+        when only ``zh-CN`` is served, ``en`` for ``en-US``).
+
+        Raises:
+            SettingError: keyed ``name``, listing the languages served.
+        """
+        v = _key(value)
+        if v in self.codes:
+            return self.codes[v]
+        try:
+            base = _key(base_language(value))
+        except ValueError:
+            base = None
+        if base is not None:
+            if base in self.codes:
+                return self.codes[base]
+            same = [c for k, c in self.codes.items() if k.split("-")[0] == base]
+            if len(same) == 1:
+                return same[0]
+        raise SettingError(
+            name,
+            f"{value!r} is not served; the languages served are {', '.join(self.languages)} "
+            "(GET /languages lists each with its targets)",
+        )
+
+    def route(self, source: str, target: str) -> Route:
+        """The lanes from ``source`` to ``target`` (codes as a request gives them).
+
+        Raises:
+            SettingError: keyed ``source`` or ``target``: a language not served, or a pair no
+                model and no pivot reaches, naming what the source does reach.
+        """
+        src, tgt = self.code("source", source), self.code("target", target)
+        s, t = _key(src), _key(tgt)
+        if s == t:
+            return Route(src, tgt)
+        if (s, t) in self.direct:
+            return Route(src, tgt, (self.direct[(s, t)],))
+        pivots = sorted(p for (a, p) in self.direct if a == s and p != t and (p, t) in self.direct)
+        if pivots:
+            p = PREFERRED_PIVOT if PREFERRED_PIVOT in pivots else pivots[0]
+            return Route(src, tgt, (self.direct[(s, p)], self.direct[(p, t)]))
+        raise SettingError(
+            "target",
+            f"{tgt!r} is not served from {src!r}: no model translates {src} to {tgt}, directly "
+            f"or through another language; from {src} this server translates to "
+            f"{', '.join(self.targets(src))} (GET /languages)",
+        )
+
+    # -------------------------------------------------------------- loading, unloading
+    def attach(self, make_batcher: BatcherFactory, max_tokens: int | None = None) -> None:
+        """Give the registry the app's batchers (``make_batcher(lane)``, not started); the lanes
+        loaded already get theirs now. ``max_tokens``: a decode's token budget."""
+        self._make_batcher = make_batcher
+        for lane in self.lanes:
+            lane.max_tokens = max_tokens
+            if lane.translator is not None and lane.batcher is None:
+                lane.read_step()
+                lane.batcher = make_batcher(lane)
+
+    def on_load(self, lane: Lane) -> None:
+        """Called (in a worker thread) once a lane's model is loaded: its step and batcher."""
+        lane.read_step()
+        if self._make_batcher is None:
+            raise RuntimeError("the registry has no batchers: attach() it to an app first")
+        lane.batcher = self._make_batcher(lane)
+        lane.batcher.start()
+
+    @property
+    def resident_bytes(self) -> int:
+        """What the loaded models (and those being loaded) take, by their weights."""
+        return sum(lane.folder.size for lane in self.lanes if lane.resident)
+
+    async def acquire(self, lane: Lane) -> Lane:
+        """``lane``, loaded (a model not loaded is loaded off the event loop, after the idle
+        models least recently used are unloaded to make room under the cap); it stays loaded
+        until :meth:`release`.
+
+        Raises:
+            LoadError: the model could not be loaded (the cause chained).
+        """
+        lane.users += 1
+        try:
+            if lane.translator is None:
+                async with lane.lock:
+                    if lane.translator is None:
+                        await self._load(lane)
+        except BaseException:
+            lane.users -= 1
+            raise
+        lane.last_used = time.monotonic()
+        return lane
+
+    async def _load(self, lane: Lane) -> None:
+        lane.resident = True  # counted from now: two models loading at once share the cap
+        try:
+            await self._make_room(keep=lane)
+        except BaseException:
+            lane.resident = False
+            raise
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        try:
+            await loop.run_in_executor(None, lambda: (lane.load(), self.on_load(lane)))
+        except Exception as e:
+            lane.resident, lane.translator = False, None
+            log.error("qkv serve: loading %s (%s) failed: %r", lane.pair, lane.folder.path, e)
+            raise LoadError(f"the {lane.pair} model could not be loaded: {e}") from e
+        log.info(
+            "qkv serve: loaded %s from %s in %.2f s (%s of weights; %s in memory)",
+            lane.pair,
+            lane.folder.path,
+            time.perf_counter() - t0,
+            _mb(lane.folder.size),
+            _mb(self.resident_bytes),
+        )
+
+    def release(self, lane: Lane) -> None:
+        """A request is done with ``lane``; models over the cap that are now idle go."""
+        lane.users -= 1
+        lane.last_used = time.monotonic()
+        if self.memory_cap is not None and self.resident_bytes > self.memory_cap:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule
+                task = asyncio.get_running_loop().create_task(self._make_room(keep=None))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _make_room(self, keep: Lane | None) -> None:
+        """Unload idle models, least recently used first, until the resident ones fit under
+        the cap (``keep``: the model being loaded, never unloaded for itself)."""
+        cap = self.memory_cap
+        if cap is None:
+            return
+        while self.resident_bytes > cap:
+            idle = [
+                x
+                for x in self.lanes
+                if x.translator is not None and x.users == 0 and not x.pinned and x is not keep
+            ]
+            if not idle:
+                if keep is not None:
+                    log.warning(
+                        "qkv serve: loading %s goes over --memory-cap-mb (%s loaded, every "
+                        "model answering a request)",
+                        keep.pair,
+                        _mb(self.resident_bytes),
+                    )
+                return
+            await self.unload(min(idle, key=lambda x: x.last_used))
+
+    async def unload(self, lane: Lane) -> bool:
+        """Unload ``lane`` if it is idle (no request holds it) and not pinned; its batcher
+        stops (off the event loop). Returns whether it was unloaded."""
+        if lane.translator is None or lane.users or lane.pinned:
+            return False
+        batcher = lane.batcher
+        lane.translator, lane.batcher, lane.resident = None, None, False
+        lane.unloads += 1
+        log.info("qkv serve: unloaded %s (least recently used)", lane.pair)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: (batcher and batcher.stop(), gc.collect()))
+        return True
+
+    def start(self) -> None:
+        """Start the batchers of the lanes loaded already (the app's startup)."""
+        for lane in self.lanes:
+            if lane.batcher is not None:
+                lane.batcher.start()
+
+    def stop(self) -> None:
+        """Stop every batcher, each finishing what is queued (blocking: the app's shutdown,
+        off the event loop)."""
+        for lane in self.lanes:
+            if lane.batcher is not None:
+                lane.batcher.stop()
+
+    # -------------------------------------------------------------- counters
+    @property
+    def queue_depth(self) -> int:
+        return sum(x.batcher.queue_depth for x in self.lanes if x.batcher is not None)
+
+    @property
+    def in_progress(self) -> int:
+        return sum(x.batcher.in_progress for x in self.lanes if x.batcher is not None)
+
+    def metrics_lines(self) -> list[str]:
+        """``/metrics``'s lines of each model, labelled ``pair`` (Prometheus' text format)."""
+        out: list[str] = []
+
+        def family(name: str, kind: str, text: str, rows: Iterable[tuple[Lane, float]]) -> None:
+            out.extend((f"# HELP {name} {text}", f"# TYPE {name} {kind}"))
+            out.extend(f'{name}{{pair="{_esc(x.pair)}"}} {_num(v)}' for x, v in rows)
+
+        lanes = self.lanes
+        family("qkv_model_loaded", "gauge", "1 when the model is loaded.",
+               ((x, int(x.translator is not None)) for x in lanes))  # fmt: skip
+        family("qkv_model_bytes", "gauge", "The model's weights, bytes on disk.",
+               ((x, x.folder.size) for x in lanes))  # fmt: skip
+        family("qkv_model_loads_total", "counter", "Times the model was loaded.",
+               ((x, x.loads) for x in lanes))  # fmt: skip
+        family("qkv_model_unloads_total", "counter", "Times it was unloaded to make room.",
+               ((x, x.unloads) for x in lanes))  # fmt: skip
+        family("qkv_model_queue_depth", "gauge", "Sentences waiting for the model.",
+               ((x, x.batcher.queue_depth if x.batcher else 0) for x in lanes))  # fmt: skip
+        family("qkv_model_batch_tokens_total", "counter", "Source tokens (times the beam) "
+               "the model decoded.", ((x, x.stats.tokens) for x in lanes))  # fmt: skip
+        family("qkv_model_decode_seconds_total", "counter", "Time the model spent decoding.",
+               ((x, x.stats.seconds) for x in lanes))  # fmt: skip
+        out += [
+            "# HELP qkv_model_batch_sentences Sentences the model decoded together in one batch.",
+            "# TYPE qkv_model_batch_sentences histogram",
+        ]
+        for x in lanes:
+            with x.stats.lock:
+                out += x.stats.batch_sentences.lines("qkv_model_batch_sentences", {"pair": x.pair})
+        out += [
+            "# HELP qkv_models_memory_bytes The loaded models' weights, bytes.",
+            "# TYPE qkv_models_memory_bytes gauge",
+            f"qkv_models_memory_bytes {self.resident_bytes}",
+        ]
+        if self.memory_cap is not None:
+            out += [
+                "# HELP qkv_models_memory_cap_bytes The cap on the loaded models' weights.",
+                "# TYPE qkv_models_memory_cap_bytes gauge",
+                f"qkv_models_memory_cap_bytes {self.memory_cap}",
+            ]
+        return out
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
