@@ -48,6 +48,7 @@ from .._deps import require
 from ..data import Tokenizer, load_tokenizers
 from ..data.languages import check_language
 from ..nn.seq2seq import EncoderDecoder, build_model
+from .bounds import check_decoding, check_model_config
 from .device import pick_device
 from .layout import BEST_POINTER, CHECKPOINTS_DIR, RunLayout, step_of
 from .options import Decoding
@@ -56,6 +57,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
     "MANIFEST",
+    "ONNX_FOLDER_FORMAT",
     "CheckpointError",
     "LoadedCheckpoint",
     "SavedModel",
@@ -77,6 +79,9 @@ __all__ = [
 CHECKPOINT_FORMAT = "qkv.checkpoint"
 CHECKPOINT_VERSION = 1
 MANIFEST = "manifest.json"
+#: the manifest format of a folder of ONNX graphs (``qkv export --format onnx``), which qkv's
+#: own engine does not read
+ONNX_FOLDER_FORMAT = "qkv.onnx"
 
 
 class CheckpointError(ValueError):
@@ -233,10 +238,12 @@ class VerifiedFolder:
 
     A file is read only after :meth:`file` (or :meth:`tree`) verified it: listed in the
     manifest, of the listed size and SHA-256. A file that is not listed is refused, never read
-    unchecked; so is a listed file that is missing.
+    unchecked; so is a listed file that is missing, and one reached through a link. ``formats``:
+    the manifest formats accepted (a qkv model folder's; :data:`ONNX_FOLDER_FORMAT` for ONNX
+    graphs).
     """
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, formats: tuple[str, ...] = (CHECKPOINT_FORMAT,)) -> None:
         self.dir = d = Path(folder)
         mpath = d / MANIFEST
         if not mpath.is_file() and step_of(d) is not None and _trainer_of(d) is not None:
@@ -256,11 +263,11 @@ class VerifiedFolder:
             raise _in_use(d) or CheckpointError(
                 f"checkpoint: {mpath} is unreadable ({e.strerror})"
             ) from None
-        if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") not in formats:
             raise CheckpointError(
                 f"checkpoint: {str(d)!r} is not a qkv checkpoint ({MANIFEST} has format "
                 f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
-                f"{CHECKPOINT_FORMAT!r})"
+                f"{' or '.join(map(repr, formats))})"
             )
         if manifest.get("version") != CHECKPOINT_VERSION:
             raise CheckpointError(
@@ -358,6 +365,33 @@ class VerifiedFolder:
         """Verify every listed file."""
         for rel in self.files:
             self._check(rel)
+
+    def whole(self) -> None:
+        """Verify every listed file, and refuse any file in the folder the manifest does not
+        list (a folder another engine reads by itself, where an added file could be read)."""
+        self.all()
+        try:
+            found = sorted(self.dir.rglob("*"))
+        except OSError as e:
+            raise self.gone() or CheckpointError(
+                f"checkpoint: {str(self.dir)!r} is unreadable ({e.strerror})"
+            ) from None
+        for p in found:
+            name = p.relative_to(self.dir).as_posix()
+            if name != MANIFEST and not p.is_dir() and name not in self.files:
+                raise self._unlisted(name)
+
+    def invalid(self, rel: str, err: BaseException) -> CheckpointError:
+        """The error for file ``rel``, verified, whose content is invalid or out of bounds
+        (``err``; a :class:`~qkv._errors.SettingError` names the field): one line naming the
+        file, never a traceback from where it was used."""
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return CheckpointError(f"checkpoint: {rel} in {str(self.dir)!r} is invalid: {text}")
+
+    def size(self, rel: str) -> int | None:
+        """The size the manifest lists for file ``rel`` (what it has once verified), or None."""
+        size = self.files.get(rel, {}).get("bytes")
+        return size if isinstance(size, int) and not isinstance(size, bool) else None
 
     def json(self, rel: str) -> Any:
         """File ``rel``, verified, read as JSON."""
@@ -492,6 +526,10 @@ def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedC
     model_meta = v.json("model.json")
     if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
+    try:  # a run resumed builds this model: its sizes in bounds first
+        check_model_config(model_meta["config"], v.size("model.safetensors"))
+    except (ValueError, TypeError) as e:
+        raise v.invalid("model.json", e) from None
     tensors = _read_state(v) if with_tensors else None
     return LoadedCheckpoint(
         path=d,
@@ -618,16 +656,17 @@ class SavedModel:
     languages: tuple[str, str] | None = None
 
 
-def _build(folder: Path, config: dict) -> EncoderDecoder:
-    """The model ``model.json`` describes; a CheckpointError for any config it cannot build (a
-    tampered file whose manifest was rewritten to match: negative sizes, wrong types, ...)."""
+def _build(v: VerifiedFolder, config: dict) -> EncoderDecoder:
+    """The model ``model.json`` describes, its sizes checked against sane bounds, its weight
+    file and the memory available first (:func:`qkv.inference.bounds.check_model_config`:
+    nothing is allocated for a config that cannot fit); a CheckpointError for any config it
+    cannot build (a tampered file whose manifest was rewritten to match: negative or huge
+    sizes, wrong types, ...)."""
     try:
-        return build_model(config)
+        checked = check_model_config(config, v.size("model.safetensors"))
+        return build_model(checked)
     except Exception as e:  # whatever torch raises on an impossible size, named once
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"checkpoint: model.json in {str(folder)!r} is invalid: {text}"
-        ) from None
+        raise v.invalid("model.json", e) from None
 
 
 def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> SavedModel:
@@ -653,7 +692,7 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")
     languages = model_languages(meta, folder)
-    model = _build(folder, meta["config"])
+    model = _build(v, meta["config"])
     _fit_weights(folder, _read_weights(v), model)
     try:
         src, tgt = load_tokenizers(v.tree("tokenizers"))
@@ -671,9 +710,9 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     decoding = None
     if "decoding.json" in v.files or (folder / "decoding.json").exists():
         try:
-            decoding = Decoding.from_dict(v.json("decoding.json"))
+            decoding = check_decoding(
+                Decoding.from_dict(v.json("decoding.json")), cfg.tgt_vocab_size
+            )
         except (ValueError, TypeError) as e:
-            raise CheckpointError(
-                f"checkpoint: decoding.json in {str(folder)!r} is invalid: {e}"
-            ) from None
+            raise v.invalid("decoding.json", e) from None
     return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device, languages)
