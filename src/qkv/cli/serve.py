@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -133,7 +134,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="CPU threads torch decodes with (0: torch's default, one per core)",
+        help="CPU threads torch decodes with (0: chosen from the machine's load, and followed)",
     )
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.threads)
         tr = load_translator(args)
         app = create_app(tr, cfg)
+        _follow_load(app, fixed=bool(args.threads))
         sock = bind(args.host, args.port)
     except user_errors() as e:
         return fail(NAME, named_by_flag(e, _FLAGS))
@@ -204,3 +206,17 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("qkv serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _follow_load(app: Any, fixed: bool) -> None:
+    """Unless the thread count is the user's, switch it on the batch worker (where decoding
+    runs) when the machine's load changes for good (:class:`qkv.runtime.LoadWatch`)."""
+    import torch
+
+    from ..runtime import LoadWatch, follow_in_background
+
+    worker = app.state.qkv.batcher
+    follow_in_background(
+        LoadWatch.for_this_process(fixed),
+        lambda n: worker.call(functools.partial(torch.set_num_threads, n)),
+    )

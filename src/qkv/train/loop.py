@@ -39,6 +39,7 @@ from ..data import Batch, TokenBatcher
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
 from ..inference.saved import MANIFEST
+from ..runtime import LoadWatch, follow
 from . import distributed as D
 from .checkpoint import (
     best_checkpoint,
@@ -317,6 +318,8 @@ class _Run:
                 setup.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         self.writer = _tensorboard(setup, layout, info)
+        # the thread count follows the machine's load when it is qkv's choice (not --threads)
+        self.watch = LoadWatch.for_this_process(bool(config.threads) or info.distributed)
         # the tokens trained on since the last progress line, and since when (not counting
         # evaluations and checkpoint writes)
         self.window_tokens, self.window_t0 = 0, time.monotonic()
@@ -342,6 +345,7 @@ class _Run:
             final = self._out_of_time(elapsed)
             evaluated, final = self._evaluate_if_due(final)
             self._checkpoint_if_due(evaluated, final)
+            follow(self.watch, self.say)
             if self.stop_signal is not None:
                 self._stop_for_signal()
             if final:
