@@ -11,6 +11,7 @@ import ``functional``, which it re-exports).
     0      qkv (the root __init__)       __version__, re-exports functional          functional
     0      qkv._deps                     optional dependencies checked before work   -
     0      qkv._errors                   errors that name the setting they are about -
+    0      qkv.runtime                   torch's CPU threads chosen from the machine -
     1      qkv.nn                        modules: own parameters, call functional    floor 0
     2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
     3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
@@ -47,6 +48,7 @@ FLOORS: dict[str, int] = {
     "": 0,
     "_deps": 0,
     "_errors": 0,
+    "runtime": 0,
     "nn": 1,
     "decoding": 2,
     "inference": 3,
@@ -220,7 +222,7 @@ def test_no_lazy_import_hides_a_cycle():
 #: test folders that mirror something other than a package of src/qkv
 MIRRORS_ELSEWHERE = {"bench": "benchmarks/", "notebooks": "notebooks/"}
 #: test files at the top of tests/: a module of src/qkv (qkv._deps) or the project as a whole
-TOP_LEVEL_TESTS = {"test_architecture.py", "test_deps.py", "test_docs.py"}
+TOP_LEVEL_TESTS = {"test_architecture.py", "test_deps.py", "test_docs.py", "test_runtime.py"}
 
 
 def test_tests_mirror_src():

@@ -1,6 +1,7 @@
-"""The ``qkv`` command leaves OpenMP's wait policy to the user: a value in its environment reaches
-torch as it is, none is set for them (PASSIVE slows decoding on a machine that is not busy:
-benchmarks/threads.py); ``import qkv`` loads no torch until ``qkv.functional`` is used."""
+"""The ``qkv`` command chooses torch's threads before torch loads (qkv.runtime): the user's
+OpenMP settings reach torch as they are, a busy machine gets fewer threads, a quiet one torch's
+defaults (PASSIVE would slow decoding down there: benchmarks/threads.py); ``--help`` chooses
+nothing, and ``import qkv`` loads no torch until ``qkv.functional`` is used."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ class _TorchSpy(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "torch":
             sys.meta_path.remove(self)
-            policy = os.environ.get("OMP_WAIT_POLICY", "<unset>")
-            sys.stderr.write(f"OMP_WAIT_POLICY when torch loads: {policy}\\n")
+            for name in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS"):
+                value = os.environ.get(name, "<unset>")
+                sys.stderr.write(f"{name} when torch loads: {value}\\n")
         return None
 
 sys.meta_path.insert(0, _TorchSpy())
@@ -35,9 +37,24 @@ ENTRY_POINTS = {
 }
 
 
-def run(tmp_path: Path, args: list[str], policy: str | None) -> subprocess.CompletedProcess:
+#: a `qkv` whose machine has 2 CPUs and whose look finds ``LOAD`` CPUs kept busy by others
+ON_A_GIVEN_MACHINE = (
+    "import os, sys\n"
+    "import qkv.runtime as r\n"
+    "r.machine_cpus = lambda: r.Cpus((0, 1), cores=2, online=2)\n"
+    "r.others_load = lambda cpus, look: r.Load(float(os.environ['LOAD']), look)\n"
+    "from qkv.cli import main\n"
+    "sys.exit(main())\n"
+)
+CLEARED = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "QKV_AUTO_THREADS")
+
+
+def run(
+    tmp_path: Path, args: list[str], policy: str | None, **env_vars: str
+) -> subprocess.CompletedProcess:
     (tmp_path / "sitecustomize.py").write_text(SPY, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    env.update(env_vars)
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
@@ -84,3 +101,36 @@ def test_importing_qkv_changes_nothing_and_loads_torch_on_first_use(tmp_path):
     assert res.stdout.strip() == "ok"
     # a library user's process is left alone: torch loads with the variable unset
     assert "OMP_WAIT_POLICY when torch loads: <unset>" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "args, load, env_vars, policy, threads, line",
+    [
+        # quiet: torch's own defaults, as before
+        (["evaluate"], "0.1", {}, "<unset>", "<unset>", "quiet: torch's default"),
+        # busy: one thread per free CPU, the wait left alone
+        (["evaluate"], "1.9", {}, "<unset>", "1", "threads: 1 of 2 CPUs"),
+        # the user's wait policy wins
+        (["evaluate"], "1.9", {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE", "1", "ACTIVE given"),
+        # the user's thread count wins; it does not fit beside the others: passive waiting
+        (["train", "--threads", "2"], "1.9", {}, "PASSIVE", "<unset>", "--threads given"),
+        (["evaluate"], "1.9", {"OMP_NUM_THREADS": "2"}, "PASSIVE", "2", "OMP_NUM_THREADS given"),
+        # switched off
+        (["evaluate"], "1.9", {"QKV_AUTO_THREADS": "0"}, "<unset>", "<unset>", "left to torch"),
+    ],
+)
+def test_the_choice_reaches_torch_and_is_logged(
+    tmp_path, args, load, env_vars, policy, threads, line
+):
+    # both commands fail on their missing files after torch loaded, having chosen first
+    missing = ["--data", str(tmp_path / "missing.tsv")]
+    argv = [*args, *missing, "--out", str(tmp_path / "run")] if args[0] == "train" else [
+        *args, "--model-dir", str(tmp_path / "missing"), *missing
+    ]  # fmt: skip
+    res = run(tmp_path, ["-c", ON_A_GIVEN_MACHINE, *argv], None, LOAD=load, **env_vars)
+    assert res.returncode == 2, res.stderr
+    assert f"OMP_WAIT_POLICY when torch loads: {policy}" in res.stderr, res.stderr
+    assert f"OMP_NUM_THREADS when torch loads: {threads}" in res.stderr, res.stderr
+    # one line, before the command's own output
+    logged = [x for x in res.stderr.splitlines() if x.startswith("qkv: threads: ")]
+    assert len(logged) == 1 and line in logged[0], res.stderr

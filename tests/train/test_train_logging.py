@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -95,3 +96,29 @@ def test_a_message_wipes_the_progress_line_on_a_terminal(qkv_logger):
         logging.getLogger("qkv.train.loop").info("valid @ 1: loss 1.0")
     assert term.getvalue().endswith("\x1b[K\r\x1b[Kqkv: valid @ 1: loss 1.0\n")
     assert not qkv_logger.handlers  # the handler was for the run only
+
+
+def test_the_progress_line_never_shows_more_than_its_plan_or_a_negative_eta():
+    """A plan the run overran (re-planned soon) shows as done: never ``138/137 eta -1:58``."""
+    line = Progress(137, True, io.StringIO())._fmt(138, 1.0, 1e-3, 1000.0, 60.0, -118.0)
+    assert "138/138 " in line and line.endswith("eta 0:00") and "[####################]" in line
+    assert "7/10 " in Progress(10, True, io.StringIO())._fmt(7, 1.0, 1e-3, 1.0, 6.0, 3.0)
+
+
+def test_a_timed_run_past_its_plan_replans_and_its_line_never_overruns(
+    tmp_path, corpus_file, monkeypatch
+):
+    # every re-plan finds the run at its end (a machine that keeps speeding up): before the
+    # fix the line read 4/3, 5/3 ... with a negative eta until the next re-plan, at update 6
+    monkeypatch.setattr("qkv.train.plan.Plan.estimate", lambda self, step, *a, **k: step)
+    stream = io.StringIO()
+    res = train(
+        tiny_config(data=str(corpus_file), max_steps=12, max_minutes=5.0, log_every=1,
+                    eval_every=None, save_every=None, warmup_steps=None, schedule="linear",
+                    tune_decoding=False, average_last=0),
+        tmp_path / "run", stream=stream,
+    )  # fmt: skip
+    assert res.step == 12
+    shown = re.findall(r"\] (\d+)/(\d+) .* eta (\S+)", stream.getvalue())
+    assert len(shown) == 12
+    assert all(int(a) <= int(b) and not eta.startswith("-") for a, b, eta in shown), shown

@@ -8,17 +8,21 @@ library, prints, and turns a bad input into one line ``qkv NAME: error: --flag: 
 messages on stderr. What several commands share is in :mod:`qkv.cli._common`.
 
 Building the parser imports no torch: defaults that ``--help`` shows from the library are read
-when it shows them (``qkv --help`` starts without torch).
+when it shows them (``qkv --help`` starts without torch). Before a command that computes starts,
+:func:`qkv.runtime.configure_threads` chooses torch's CPU threads and OpenMP's wait from the
+machine's state (torch is not loaded yet, so the choice applies), and the command logs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
 from .._deps import MissingDependency
+from ..runtime import LOOK_S, ThreadChoice, configure_threads
 from . import average, demo, evaluate, export, serve, train, translate
 from ._common import logging_to_stderr
 
@@ -26,6 +30,15 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: the commands, in the order ``qkv --help`` lists them
 COMMANDS = {m.NAME: m for m in (train, translate, evaluate, average, export, serve, demo)}
+#: the commands whose threads are chosen from the machine's state, and the level their choice
+#: is logged at (``translate`` prints translations: its line is for --verbose readers)
+THREADED = {
+    "train": logging.INFO,
+    "evaluate": logging.INFO,
+    "serve": logging.INFO,
+    "demo": logging.INFO,
+    "translate": logging.DEBUG,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,14 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``qkv ARGV`` (default: ``sys.argv[1:]``); the exit status."""
-    # OpenMP's wait policy stays libgomp's (threads spin a while, then sleep): PASSIVE sped
-    # small-model loops up beside a busy process but slowed decoding down as much when the
-    # machine was not that busy (benchmarks/threads.py, docs/train.md); a user's
-    # OMP_WAIT_POLICY applies because nothing imported before this point loads torch
     args = build_parser().parse_args(argv)
+    # nothing imported so far loads torch: the threads and OpenMP's wait are still to choose
+    choice = _choose_threads(args)
     with logging_to_stderr(getattr(args, "quiet", False)):
+        if choice is not None:
+            level = THREADED[args.command] if choice.applied else logging.DEBUG
+            logging.getLogger("qkv.runtime").log(level, "%s", choice.describe())
         try:
             return int(COMMANDS[args.command].run(args) or 0)
         except MissingDependency as e:  # one line, before any work
             print(e, file=sys.stderr)
             return 1
+
+
+def _choose_threads(args: argparse.Namespace) -> ThreadChoice | None:
+    """The threads of a command of :data:`THREADED`, chosen before torch loads (None for the
+    others). Where torch is loaded already (``main`` called by a program that uses torch), its
+    threads are that program's: nothing is looked at or changed."""
+    if args.command not in THREADED:
+        return None
+    threads = getattr(args, "threads", None)
+    given = threads if isinstance(threads, int) and threads > 0 else None
+    return configure_threads(given, look=0 if "torch" in sys.modules else LOOK_S)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -154,7 +155,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="CPU threads torch decodes with (0: torch's default, one per core)",
+        help="CPU threads torch decodes with (0: chosen from the machine's load, and followed)",
     )
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
@@ -247,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.threads)
         models = _registry(args) if several else _one_model(args)
         app = create_app(models, cfg)
+        _follow_load(app, fixed=bool(args.threads))
         sock = bind(args.host, args.port)
     except user_errors() as e:
         return fail(NAME, named_by_flag(e, _FLAGS))
@@ -286,4 +288,25 @@ def _serving(st: Any, cfg: Any) -> str:
     return (
         f"{len(st.registry.lanes)} models ({pairs}; each loaded when first asked for, "
         f"{memory}; {batching})"
+    )
+
+
+def _follow_load(app: Any, fixed: bool) -> None:
+    """Unless the thread count is the user's, switch it on the batch worker (where decoding
+    runs) when the machine's load changes for good (:class:`qkv.runtime.LoadWatch`)."""
+    import torch
+
+    from ..runtime import LoadWatch, follow_in_background
+
+    st = app.state.qkv
+
+    def switch(n: int) -> None:  # on every loaded model's worker (several models: their lanes)
+        lanes = [st.batcher] if st.batcher is not None else [x.batcher for x in st.registry.lanes]
+        for worker in lanes:
+            if worker is not None:
+                worker.call(functools.partial(torch.set_num_threads, n))
+
+    follow_in_background(
+        LoadWatch.for_this_process(fixed),
+        switch,
     )

@@ -88,7 +88,7 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--patience": ("patience", int, "early stopping: evaluations without a better BLEU (0: off)"),
     "--log-every": ("log_every", int, "progress line every N updates"),
     "--device": ("device", str, "auto, cpu, cuda, cuda:N"),
-    "--threads": ("threads", int, "CPU threads for torch (0: torch's default)"),
+    "--threads": ("threads", int, "CPU threads for torch (0: chosen from the load)"),
 }
 
 #: the flags other than TRAIN_FLAGS that give a setting train() names in its errors

@@ -39,6 +39,7 @@ from ..data import Batch, TokenBatcher
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
 from ..inference.saved import MANIFEST
+from ..runtime import LoadWatch, follow
 from . import distributed as D
 from .checkpoint import (
     best_checkpoint,
@@ -317,6 +318,8 @@ class _Run:
                 setup.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         self.writer = _tensorboard(setup, layout, info)
+        # the thread count follows the machine's load when it is qkv's choice (not --threads)
+        self.watch = LoadWatch.for_this_process(bool(config.threads) or info.distributed)
         # the tokens trained on since the last progress line, and since when (not counting
         # evaluations and checkpoint writes)
         self.window_tokens, self.window_t0 = 0, time.monotonic()
@@ -342,6 +345,7 @@ class _Run:
             final = self._out_of_time(elapsed)
             evaluated, final = self._evaluate_if_due(final)
             self._checkpoint_if_due(evaluated, final)
+            follow(self.watch, self.say)
             if self.stop_signal is not None:
                 self._stop_for_signal()
             if final:
@@ -435,9 +439,12 @@ class _Run:
         """A time-bounded run re-plans its length from the measured speed (rank 0 decides)."""
         plan, schedule, step = self.setup.plan, self.setup.schedule, self.setup.state.step
         done_steps = step - self.start_step
-        if not (plan.timed and plan.due(done_steps)):
-            return
         current = schedule.total_steps or self.limit
+        # an update that reaches the plan re-plans at once (every rank: the step is theirs all):
+        # when the machine sped up, a linear schedule past its planned end would train at its
+        # floor rate until the next re-plan; at the true end the estimate stays where it is
+        if not (plan.timed and (plan.due(done_steps) or step >= current)):
+            return
         total = plan.estimate(step, done_steps, elapsed, self.budget_s, self.clock, current)
         mine = torch.tensor([float(total if self.info.is_main else 0)], device=self.device)
         total = int(D.all_reduce_sum(mine).item())
@@ -454,10 +461,12 @@ class _Run:
 
     def _log(self, stats: StepStats, elapsed: float) -> None:
         """The progress line, and every ``log_every`` updates the history and TensorBoard."""
-        state, planned = self.setup.state, self._planned
+        state = self.setup.state
         step = state.step
+        # a timed run may pass its plan before the next re-plan: it shows as due now
+        planned = max(self._planned, step)
         self.bar.total = planned
-        log_now = step % self.setup.config.log_every == 0 or step >= planned
+        log_now = step % self.setup.config.log_every == 0 or step >= self._planned
         eta = elapsed / (step - self.start_step) * (planned - step)
         if self.setup.plan.timed:
             eta = min(eta, max(self.budget_s - elapsed, 0.0))

@@ -36,13 +36,17 @@ class Progress:
         self._last_draw = 0.0
         self._open = False
 
-    def _fmt(self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float):
-        width = 20
-        done = int(width * step / self.total)
+    def _fmt(
+        self, step: int, loss: float, lr: float, tps: float, elapsed: float, eta: float
+    ) -> str:
+        """The line; a plan that ``step`` overran (re-planned soon) shows as done, never as
+        ``138/137`` with a negative eta."""
+        width, total = 20, max(self.total, step, 1)
+        done = int(width * step / total)
         bar = "#" * done + "-" * (width - done)
         return (
-            f"[{bar}] {step}/{self.total} loss {loss:.3f} lr {lr:.2e} "
-            f"{tps / 1000:.1f}k tok/s {_clock(elapsed)} eta {_clock(eta)}"
+            f"[{bar}] {step}/{total} loss {loss:.3f} lr {lr:.2e} "
+            f"{tps / 1000:.1f}k tok/s {_clock(elapsed)} eta {_clock(max(eta, 0.0))}"
         )
 
     def update(

@@ -1,0 +1,610 @@
+"""torch's CPU threads chosen from the machine's state, before torch starts its OpenMP runtime.
+
+torch's CPU threads are OpenMP threads (GNU libgomp in the CPU wheels). A thread that waits for
+work spins for a while before it sleeps, which is fast on an idle machine and ruinous beside
+other busy processes: the spinning threads take the cores the thread they wait for needs, and a
+loop of small operations (decoding, a small model's training) runs 3-5x slower
+(``benchmarks/threads.py``). qkv therefore looks at the machine once, before torch loads:
+
+* **the CPUs this process may use**: its affinity mask (``os.sched_getaffinity``), the physical
+  cores among them (``/sys/devices/system/cpu``), and the cgroup CPU quota (v2 ``cpu.max``, v1
+  ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), not ``os.cpu_count()``;
+* **how busy the others keep them**: a short look (:data:`LOOK_S`) at ``/proc/stat``, the CPU
+  time spent on those CPUs minus this process's own.
+
+On a quiet machine nothing changes (torch's own thread count, libgomp's wait). When others keep
+CPUs busy, torch gets one thread per CPU left free (at least one): threads that have a core each
+can spin without stealing one, and a single thread never waits for another. A thread count that
+is the user's (``--threads``, ``OMP_NUM_THREADS``) and does not fit in the free CPUs gets passive
+waiting instead (``OMP_WAIT_POLICY=PASSIVE``). Whatever the user set wins: ``OMP_WAIT_POLICY``,
+``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` (the wait), ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` or
+``--threads`` (the count); ``QKV_AUTO_THREADS=0`` turns the whole choice off.
+
+The ``qkv`` command (and ``python -m qkv``) calls :func:`configure_threads` before anything loads
+torch, and logs :meth:`ThreadChoice.describe`. In a program of your own, call it before the
+first ``import torch`` (``import qkv`` does not load torch)::
+
+    import qkv.runtime
+    choice = qkv.runtime.configure_threads()   # reads the machine, sets the environment
+    import torch                               # starts OpenMP with that choice
+    print(choice.describe())
+
+A long run follows the machine afterwards: :class:`LoadWatch` re-reads the load every
+:attr:`LoadWatch.EVERY_S` seconds and asks for another thread count (``torch.set_num_threads``,
+which clears oneDNN's cache of primitives, so only after two checks agree); the wait policy
+cannot change in a running process.
+
+This module imports nothing of qkv and never imports torch at module level (floor 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "LOOK_S",
+    "Cpus",
+    "Load",
+    "LoadWatch",
+    "StatSample",
+    "ThreadChoice",
+    "auto_threads",
+    "cgroup_cpu_quota",
+    "choose",
+    "configure_threads",
+    "current_choice",
+    "follow",
+    "follow_in_background",
+    "machine_cpus",
+    "others_load",
+    "physical_cores",
+    "read_stat",
+]
+
+log = logging.getLogger(__name__)
+
+#: the look at ``/proc/stat`` before torch loads, in seconds
+LOOK_S = 0.2
+#: other processes' use (in CPUs) that counts as one busy CPU: 0.5 and up rounds to one
+BUSY_CPU = 0.5
+#: the variables that set how OpenMP's threads wait: the standard one, libgomp's, LLVM/Intel's
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+#: the variables that set torch's thread count (read in this order by torch)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: ``QKV_AUTO_THREADS=0`` leaves threads and waiting to torch and OpenMP
+OFF_VAR = "QKV_AUTO_THREADS"
+#: what qkv set itself (``NAME=VALUE`` pairs, ``;``-separated): a child ``qkv`` decides again
+MARK_VAR = "QKV_THREADS_SET"
+
+
+# ---------------------------------------------------------------------------- the CPUs
+@dataclass(frozen=True)
+class Cpus:
+    """The CPUs this process may use.
+
+    Attributes:
+        ids: the logical CPUs of its affinity mask.
+        cores: the physical cores among them (hyperthreads of one core count once).
+        quota: the cgroup CPU quota in CPUs (``1.5``: 150 ms per 100 ms), None without one.
+        online: the logical CPUs of the machine (``os.cpu_count()``).
+    """
+
+    ids: tuple[int, ...]
+    cores: int
+    quota: float | None = None
+    online: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ids:
+            raise ValueError("ids: expected at least one CPU, got none")
+        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
+            raise ValueError(f"cores: expected an int >= 1, got {self.cores!r}")
+        if self.quota is not None and not (self.quota > 0 and math.isfinite(self.quota)):
+            raise ValueError(
+                f"quota: expected a positive number of CPUs or None, got {self.quota!r}"
+            )
+
+    @property
+    def capacity(self) -> float:
+        """How many CPUs' worth of time this process may use: its CPUs, or its quota if less."""
+        n = float(len(self.ids))
+        return min(n, self.quota) if self.quota is not None else n
+
+    @property
+    def threads(self) -> int:
+        """Threads for a quiet machine: one per physical core, within the quota (at least one)."""
+        return max(1, min(self.cores, math.floor(self.capacity)))
+
+    @property
+    def restricted(self) -> bool:
+        """Does the affinity mask or the quota leave this process fewer threads than torch's
+        default (one per physical core of the whole machine) would take?"""
+        whole = self.online is None or len(self.ids) >= self.online
+        return not whole or (self.quota is not None and self.quota < self.cores)
+
+    def describe(self) -> str:
+        """``2 CPUs`` / ``4 CPUs (2 cores), quota 1.5``."""
+        text = f"{len(self.ids)} CPU{'s' if len(self.ids) != 1 else ''}"
+        if self.cores != len(self.ids):
+            text += f" ({self.cores} core{'s' if self.cores != 1 else ''})"
+        if self.online is not None and len(self.ids) < self.online:
+            text += f" of {self.online}"
+        if self.quota is not None:
+            text += f", cgroup quota {self.quota:g} CPUs"
+        return text
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _quota_v2(text: str | None) -> float | None:
+    """A cgroup v2 ``cpu.max`` (``"max 100000"`` or ``"150000 100000"``) in CPUs."""
+    parts = (text or "").split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _quota_v1(quota: str | None, period: str | None) -> float | None:
+    """cgroup v1's ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us``, in CPUs."""
+    try:
+        q, p = int(quota or ""), int(period or "")
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def _ancestors(base: Path, rel: str) -> list[Path]:
+    """``base/rel`` and each folder above it up to ``base`` (a quota anywhere above applies)."""
+    parts = [p for p in rel.split("/") if p]
+    return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
+
+
+def cgroup_cpu_quota(
+    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
+) -> float | None:
+    """The CPU quota of this process's cgroup, in CPUs (the smallest on its way up), or None.
+
+    Reads ``proc_cgroup`` (``/proc/self/cgroup``) for the cgroup's path, then cgroup v2's
+    ``cpu.max`` under ``root`` or cgroup v1's ``cpu.cfs_quota_us``/``cpu.cfs_period_us`` under
+    ``root/cpu`` (or ``root/cpu,cpuacct``), in that folder and each one above it. In a container
+    the path may name the host's hierarchy, so ``root`` itself is read as well.
+    """
+    root = Path(root)
+    lines = (_read(Path(proc_cgroup)) or "").splitlines()
+    found: list[float] = []
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if hid == "0" and controllers == "":  # the v2 hierarchy
+            for d in _ancestors(root, rel):
+                q = _quota_v2(_read(d / "cpu.max"))
+                if q is not None:
+                    found.append(q)
+        elif "cpu" in controllers.split(","):
+            for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                base = root / name
+                for d in _ancestors(base, rel):
+                    q = _quota_v1(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us"))
+                    if q is not None:
+                        found.append(q)
+    return min(found) if found else None
+
+
+def physical_cores(
+    ids: Iterable[int], sys_cpu: str | os.PathLike = "/sys/devices/system/cpu"
+) -> int:
+    """How many physical cores the logical CPUs ``ids`` are on (their package and core ids in
+    ``sys_cpu/cpuN/topology``); ``len(ids)`` where the topology cannot be read."""
+    ids = list(ids)
+    cores = set()
+    for i in ids:
+        topo = Path(sys_cpu) / f"cpu{i}" / "topology"
+        core, package = _read(topo / "core_id"), _read(topo / "physical_package_id")
+        if core is None:
+            return len(ids)
+        cores.add((package, core))
+    return max(1, len(cores))
+
+
+def machine_cpus() -> Cpus:
+    """The CPUs this process may use on this machine (affinity, physical cores, cgroup quota)."""
+    try:
+        ids = tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        ids = tuple(range(os.cpu_count() or 1))
+    return Cpus(ids, physical_cores(ids), cgroup_cpu_quota(), os.cpu_count())
+
+
+# ---------------------------------------------------------------------------- the load
+@dataclass(frozen=True)
+class StatSample:
+    """One reading of ``/proc/stat`` for some CPUs, and this process's CPU time then.
+
+    Attributes:
+        t: when (``time.monotonic()`` seconds).
+        busy: seconds those CPUs spent on anything but idling and waiting for I/O.
+        own: seconds of CPU this process used (all its threads).
+    """
+
+    t: float
+    busy: float
+    own: float
+
+
+def read_stat(
+    cpus: Iterable[int] | None,
+    stat: str | os.PathLike = "/proc/stat",
+    *,
+    now: float | None = None,
+    own: float | None = None,
+) -> StatSample | None:
+    """Read ``stat`` (``/proc/stat``'s format) for the CPUs ``cpus`` (None: the ``cpu`` line of
+    all). ``now`` and ``own`` (this process's CPU seconds) are read from the clock and
+    ``os.times()`` unless given. None where the file cannot be read."""
+    text = _read(Path(stat))
+    if text is None:
+        return None
+    wanted = None if cpus is None else {f"cpu{i}" for i in cpus}
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    ticks, seen = 0, 0
+    for line in text.splitlines():
+        name, *values = line.split()
+        if not name.startswith("cpu") or (wanted is None) != (name == "cpu"):
+            continue
+        if wanted is not None and name not in wanted:
+            continue
+        try:
+            v = [int(x) for x in values[:8]]
+        except ValueError:
+            return None
+        # user nice system idle iowait irq softirq steal: busy is all but idle and iowait
+        ticks += sum(v) - v[3] - (v[4] if len(v) > 4 else 0)
+        seen += 1
+    if not seen:
+        return None
+    if own is None:
+        t = os.times()
+        own = t.user + t.system
+    return StatSample(time.monotonic() if now is None else now, ticks / hz, own)
+
+
+@dataclass(frozen=True)
+class Load:
+    """What other processes kept busy over a while.
+
+    Attributes:
+        others: CPUs' worth of time the others used (1.0: one CPU busy all along).
+        seconds: how long the look was.
+    """
+
+    others: float
+    seconds: float
+
+    @staticmethod
+    def between(before: StatSample, after: StatSample) -> Load:
+        """The others' load from two readings: the CPUs' busy time minus this process's own."""
+        dt = after.t - before.t
+        if dt <= 0:
+            raise ValueError(f"after: expected a reading later than before, got dt={dt:g} s")
+        others = (after.busy - before.busy) - (after.own - before.own)
+        return Load(max(others / dt, 0.0), dt)
+
+    @property
+    def busy_cpus(self) -> int:
+        """The others' load in whole CPUs (:data:`BUSY_CPU` and up counts as one)."""
+        return math.floor(self.others + 1.0 - BUSY_CPU)
+
+
+def others_load(cpus: Iterable[int] | None, look: float = LOOK_S) -> Load | None:
+    """The others' load on ``cpus`` over ``look`` seconds of sleep (None without /proc/stat)."""
+    cpus = None if cpus is None else list(cpus)
+    before = read_stat(cpus)
+    if before is None:
+        return None
+    time.sleep(look)
+    after = read_stat(cpus)
+    return Load.between(before, after) if after is not None else None
+
+
+# ---------------------------------------------------------------------------- the choice
+@dataclass(frozen=True)
+class ThreadChoice:
+    """How torch's CPU threads run in this process, and why.
+
+    Attributes:
+        threads: torch's intra-op threads (None: torch's default, one per physical core).
+        wait_policy: ``OMP_WAIT_POLICY`` (None: libgomp's default, spin a while then sleep).
+        reason: why, in words.
+        automatic: the thread count is qkv's to follow (a long run's :class:`LoadWatch` may
+            change it); False when the user set it, or the choice was turned off.
+        env: the variables to set before torch loads.
+        cpus: the CPUs it was chosen for; ``load`` the load it saw (None: not measured).
+        applied: the environment was set before torch loaded (see :func:`configure_threads`).
+    """
+
+    threads: int | None
+    wait_policy: str | None
+    reason: str
+    automatic: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpus: Cpus | None = None
+    load: Load | None = None
+    applied: bool = True
+
+    def describe(self) -> str:
+        """One line: the thread count, the wait, and why."""
+        count = "torch's default" if self.threads is None else str(self.threads)
+        if self.cpus is not None:
+            count += f" {'on' if self.threads is None else 'of'} {self.cpus.describe()}"
+        wait = self.wait_policy or "the default (spin a while, then sleep)"
+        return f"threads: {count}, OpenMP wait: {wait} ({self.reason})"
+
+
+def _user_vars(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    """The variables of ``names`` set in ``env`` by the user (not by qkv: :data:`MARK_VAR`)."""
+    ours = dict(item.split("=", 1) for item in env.get(MARK_VAR, "").split(";") if "=" in item)
+    return {n: env[n] for n in names if n in env and ours.get(n) != env[n]}
+
+
+def _count(value: str, name: str) -> int | None:
+    try:
+        n = int(value)
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+def auto_threads(cpus: Cpus, load: Load | None) -> int:
+    """One thread per CPU the others leave free (of :attr:`Cpus.threads`), at least one."""
+    if load is None:
+        return cpus.threads
+    free = math.floor(cpus.capacity + 1.0 - BUSY_CPU - load.others)  # rounded, 0.5 up
+    return max(1, min(cpus.threads, free))
+
+
+def choose(
+    cpus: Cpus, load: Load | None, env: Mapping[str, str], threads: int | None = None
+) -> ThreadChoice:
+    """The thread count and wait policy for ``cpus`` under ``load`` (pure: nothing is timed,
+    read or set).
+
+    Args:
+        cpus: the CPUs this process may use.
+        load: the others' load on them (None: unknown, taken as quiet).
+        env: the environment (the user's ``OMP_*``/``GOMP_*``/``KMP_*``/``MKL_*`` win).
+        threads: a thread count the user gave (``--threads``; None or 0: none).
+    """
+    if env.get(OFF_VAR, "").strip().lower() in ("0", "off", "no", "false"):
+        return ThreadChoice(None, None, f"{OFF_VAR}={env[OFF_VAR]}: left to torch and OpenMP")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise TypeError(f"threads: expected an int or None, got {threads!r}")
+    user_wait = _user_vars(env, WAIT_VARS)
+    user_threads = _user_vars(env, THREAD_VARS)
+    given = threads if threads else None
+    for name, value in user_threads.items():
+        if given is None:
+            given = _count(value, name)
+    busy = load is not None and load.busy_cpus > 0
+    seen = (
+        f"others kept {load.others:.1f} CPUs busy over {load.seconds:.1f} s"
+        if load is not None
+        else "the load could not be read"
+    )
+    new_env: dict[str, str] = {}
+    if given is not None:
+        n, automatic = given, False
+        why = f"{'--threads' if threads else next(iter(user_threads))} given"
+    else:
+        n, automatic = auto_threads(cpus, load), True
+        if busy:
+            why = f"{seen}: one thread per free CPU"
+        elif cpus.restricted:
+            why = f"{seen}, quiet: one thread per core this process may use"
+        else:
+            why = f"{seen}, quiet: torch's default"
+        if busy or cpus.restricted:
+            new_env["OMP_NUM_THREADS"] = str(n)
+        else:
+            n = None  # torch's own default: today's behaviour on a quiet machine
+    wait = None
+    if user_wait:
+        name, value = next(iter(user_wait.items()))
+        wait = value if name == "OMP_WAIT_POLICY" else f"as {name}={value} says"
+        why += f"; {name}={value} given"
+    elif busy and n is not None and n > auto_threads(cpus, load):
+        wait = "PASSIVE"
+        new_env["OMP_WAIT_POLICY"] = wait
+        why += f"; {seen}, fewer CPUs free than threads: they sleep while they wait"
+    return ThreadChoice(n, wait, why, automatic, new_env, cpus, load)
+
+
+_CHOSEN: ThreadChoice | None = None
+
+
+def current_choice() -> ThreadChoice | None:
+    """What :func:`configure_threads` chose in this process (None before it ran)."""
+    return _CHOSEN
+
+
+def configure_threads(
+    threads: int | None = None,
+    *,
+    look: float = LOOK_S,
+    environ: MutableMapping[str, str] | None = None,
+) -> ThreadChoice:
+    """Choose torch's threads from this machine's state and set the environment for it.
+
+    Reads the CPUs this process may use (:func:`machine_cpus`) and the others' load over
+    ``look`` seconds (:func:`others_load`), chooses (:func:`choose`) and sets the variables
+    of the choice in ``environ`` (``os.environ``), where OpenMP reads them when torch loads.
+    Once torch is loaded nothing is set (``applied`` is False): call it before ``import torch``.
+
+    Args:
+        threads: a thread count the user gave (``--threads``), which wins; None or 0: none.
+        look: seconds to watch the load for (0: do not look; taken as quiet).
+        environ: the environment to read and set (``os.environ``).
+
+    Returns:
+        The :class:`ThreadChoice`, also kept for :func:`current_choice`.
+    """
+    global _CHOSEN
+    if isinstance(look, bool) or not isinstance(look, (int, float)) or not 0 <= look <= 10:
+        raise ValueError(f"look: expected seconds in [0, 10], got {look!r}")
+    env = os.environ if environ is None else environ
+    cpus = machine_cpus()
+    if env.get(OFF_VAR, "").strip().lower() in ("0", "off", "no", "false"):
+        load = None
+    else:
+        load = others_load(cpus.ids, look) if look > 0 else None
+    choice = choose(cpus, load, env, threads)
+    if "torch" in sys.modules:
+        why = "torch was loaded before qkv could choose: threads and waiting left as they are"
+        choice = ThreadChoice(None, None, why, cpus=cpus, load=load, applied=False)
+    elif choice.env:
+        env.update(choice.env)
+        env[MARK_VAR] = ";".join(f"{k}={v}" for k, v in choice.env.items())
+    _CHOSEN = choice
+    return choice
+
+
+# ---------------------------------------------------------------------------- long runs
+class LoadWatch:
+    """Re-reads the others' load now and then, for a long run whose thread count is automatic.
+
+    :meth:`poll` is cheap between checks (a clock reading); every :attr:`EVERY_S` seconds it
+    reads ``/proc/stat`` (the load since the last check, this process's own time taken out) and
+    returns a new thread count when two checks in a row agree on one that differs from the
+    current (``torch.set_num_threads`` clears oneDNN's primitive cache: rarely, not on a blip).
+
+    Args:
+        cpus: the CPUs this process may use.
+        threads: the thread count now.
+        every: seconds between checks.
+        stat: ``/proc/stat``'s path; ``clock``: the time source (for tests).
+    """
+
+    EVERY_S = 30.0
+
+    def __init__(
+        self,
+        cpus: Cpus,
+        threads: int,
+        *,
+        every: float = EVERY_S,
+        stat: str | os.PathLike = "/proc/stat",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
+        if not every > 0:
+            raise ValueError(f"every: expected seconds > 0, got {every!r}")
+        self.cpus, self.threads, self.every = cpus, threads, every
+        self.stat, self.clock = stat, clock
+        self.pending: int | None = None
+        self.last = read_stat(cpus.ids, stat, now=clock())
+        self.last_load: Load | None = None
+
+    def poll(self) -> int | None:
+        """The thread count to switch to now, or None (most calls: not time to check yet)."""
+        now = self.clock()
+        if self.last is None or now - self.last.t < self.every:
+            return None
+        sample = read_stat(self.cpus.ids, self.stat, now=now)
+        if sample is None:
+            return None
+        return self.observe(Load.between(self.last, sample), sample)
+
+    def observe(self, load: Load, sample: StatSample | None = None) -> int | None:
+        """Take ``load`` as the latest check's; the new thread count once two checks agree."""
+        if sample is not None:
+            self.last = sample
+        self.last_load = load
+        target = auto_threads(self.cpus, load)
+        if target == self.threads:
+            self.pending = None
+            return None
+        if self.pending != target:
+            self.pending = target
+            return None
+        self.threads, self.pending = target, None
+        return target
+
+    @classmethod
+    def for_this_process(cls, threads_fixed: bool = False, **kwargs: object) -> LoadWatch | None:
+        """A watch when this process's thread count is qkv's automatic choice (see
+        :func:`configure_threads`) and ``threads_fixed`` is False; else None."""
+        choice = _CHOSEN
+        if threads_fixed or choice is None or not choice.automatic or choice.cpus is None:
+            return None
+        if not choice.applied:
+            return None
+        import torch
+
+        return cls(choice.cpus, torch.get_num_threads(), **kwargs)  # type: ignore[arg-type]
+
+
+def _switch(before: int, after: int, load: Load | None) -> str:
+    busy = f": others keep {load.others:.1f} CPUs busy" if load is not None else ""
+    return f"threads: {before} -> {after}{busy}"
+
+
+def follow(watch: LoadWatch | None, say: Callable[[str], None] | None = None) -> None:
+    """Poll ``watch`` (None: nothing) and switch torch's thread count in this thread when it
+    says so; ``say`` (``log.info``) tells why."""
+    if watch is None:
+        return
+    n = watch.poll()
+    if n is None:
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    (say or log.info)(_switch(before, n, watch.last_load))
+
+
+def follow_in_background(
+    watch: LoadWatch | None, apply: Callable[[int], object]
+) -> threading.Thread | None:
+    """Poll ``watch`` from a daemon thread every ``watch.every`` seconds, and call ``apply(n)``
+    to switch to ``n`` threads in the thread that computes (``torch.set_num_threads`` sets the
+    calling thread's count: a server hands it to its worker). Returns the thread (None for no
+    ``watch``)."""
+    if watch is None:
+        return None
+
+    def loop() -> None:
+        while True:
+            time.sleep(watch.every)
+            before = watch.threads
+            n = watch.poll()
+            if n is None:
+                continue
+            try:
+                apply(n)
+            except Exception as e:  # the worker is stopping, or its queue full: next time
+                watch.threads = before
+                log.debug("threads: could not switch to %d: %s", n, e)
+                continue
+            log.info("%s", _switch(before, n, watch.last_load))
+
+    thread = threading.Thread(target=loop, name="qkv-threads", daemon=True)
+    thread.start()
+    return thread
