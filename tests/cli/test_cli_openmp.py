@@ -43,8 +43,15 @@ ON_A_GIVEN_MACHINE = (
     "import qkv.runtime as r\n"
     "r.machine_cpus = lambda: r.Cpus((0, 1), cores=2, online=2)\n"
     "r.others_load = lambda cpus, look: r.Load(float(os.environ['LOAD']), look)\n"
-    "from qkv.cli import main\n"
-    "sys.exit(main())\n"
+    "import logging, qkv.cli as c\n"
+    "def started(run):\n"  # the command's first message: the choice is said just before it
+    "    def logged(args):\n"
+    "        logging.getLogger('qkv.cli').info('started')\n"
+    "        return run(args)\n"
+    "    return logged\n"
+    "for m in c.COMMANDS.values():\n"
+    "    m.run = started(m.run)\n"
+    "sys.exit(c.main())\n"
 )
 CLEARED = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "QKV_AUTO_THREADS")
 
@@ -131,6 +138,8 @@ def test_the_choice_reaches_torch_and_is_logged(
     assert res.returncode == 2, res.stderr
     assert f"OMP_WAIT_POLICY when torch loads: {policy}" in res.stderr, res.stderr
     assert f"OMP_NUM_THREADS when torch loads: {threads}" in res.stderr, res.stderr
-    # one line, before the command's own output
-    logged = [x for x in res.stderr.splitlines() if x.startswith("qkv: threads: ")]
-    assert len(logged) == 1 and line in logged[0], res.stderr
+    # one line, just before the command's first message
+    lines = res.stderr.splitlines()
+    logged = [i for i, x in enumerate(lines) if x.startswith("qkv: threads: ")]
+    assert len(logged) == 1 and line in lines[logged[0]], res.stderr
+    assert lines[logged[0] + 1] == "qkv: started", res.stderr

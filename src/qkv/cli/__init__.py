@@ -59,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # nothing imported so far loads torch: the threads and OpenMP's wait are still to choose
     choice = _choose_threads(args)
-    with logging_to_stderr(getattr(args, "quiet", False)):
-        if choice is not None:
-            level = THREADED[args.command] if choice.applied else logging.DEBUG
-            logging.getLogger("qkv.runtime").log(level, "%s", choice.describe())
+    first = None
+    if choice is not None:  # said with the command's first message: an error stays one line
+        first = (THREADED[args.command] if choice.applied else logging.DEBUG, choice.describe())
+    with logging_to_stderr(getattr(args, "quiet", False), first):
         try:
             return int(COMMANDS[args.command].run(args) or 0)
         except MissingDependency as e:  # one line, before any work

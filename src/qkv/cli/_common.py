@@ -278,11 +278,16 @@ class _CliHandler(logging.StreamHandler):
 
 
 @contextlib.contextmanager
-def logging_to_stderr(quiet: bool) -> Iterator[None]:
+def logging_to_stderr(quiet: bool, first: tuple[int, str] | None = None) -> Iterator[None]:
     """While a command runs: the library's messages (the ``qkv`` loggers) on stderr, INFO and
-    up (``--quiet``: WARNING); the logger is left as it was afterwards."""
+    up (``--quiet``: WARNING); the logger is left as it was afterwards. ``first``: a
+    ``(level, message)`` shown just before the command's first message (when its level is
+    shown), so that a command that fails before any work (a missing package, a bad flag) still
+    prints its one line only."""
     top = logging.getLogger("qkv")
     handler, level = _CliHandler(), top.level
+    if first is not None:
+        handler.addFilter(_FirstLine(handler, *first))
     top.addHandler(handler)
     top.setLevel(logging.WARNING if quiet else logging.INFO)
     try:
@@ -290,3 +295,21 @@ def logging_to_stderr(quiet: bool) -> Iterator[None]:
     finally:
         top.removeHandler(handler)
         top.setLevel(level)
+
+
+class _FirstLine(logging.Filter):
+    """Shows ``message`` (at ``level``, logger ``qkv.runtime``) once, just before the first
+    record its handler shows."""
+
+    def __init__(self, handler: logging.Handler, level: int, message: str) -> None:
+        super().__init__()
+        self.handler, self.pending = handler, (level, message)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.pending is not None:
+            level, message = self.pending
+            self.pending = None
+            if logging.getLogger("qkv.runtime").isEnabledFor(level):
+                line = logging.LogRecord("qkv.runtime", level, __file__, 0, message, None, None)
+                self.handler.emit(line)
+        return True
