@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import torch
 from _tiny_models import tiny_translator
 
 from qkv.data import bundled_pairs
@@ -24,11 +25,27 @@ PAIRS = bundled_pairs()[:600]
 SOURCES = [s for s, _ in PAIRS[:60]]
 
 
-def tiny_model_folder(out: Path) -> Path:
+def tiny_model_folder(
+    out: Path,
+    languages: tuple[str, str] | None = None,
+    *,
+    seed: int | None = None,
+    reverse: bool = False,
+) -> Path:
     """Save a 1+1-layer, 2-head Transformer (random weights, seeded) to ``out``: a model folder
-    as ``qkv export`` writes, which ``Translator.load`` and ``qkv serve`` read."""
-    model, src, tgt = tiny_translator(PAIRS, eos_boost=1.8)
-    return save_model(model, src, tgt, out)
+    as ``qkv export`` writes, which ``Translator.load`` and ``qkv serve`` read.
+
+    ``languages``: recorded in its model.json as ``qkv train`` records them (None: none);
+    ``seed``: its weights moved by a seeded nudge, so models of several pairs differ;
+    ``reverse``: tokenizers trained French -> English (the bundled pairs reversed)."""
+    pairs = [(t, s) for s, t in PAIRS] if reverse else PAIRS
+    model, src, tgt = tiny_translator(pairs, eos_boost=1.8)
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    return save_model(model, src, tgt, out, languages=languages)
 
 
 @dataclass
@@ -56,7 +73,14 @@ def live_server(translator: Translator, **settings: Any) -> Iterator[Live]:
     """Serve ``translator`` with ``ServeConfig(source_lang="en", target_lang="fr", **settings)``
     on 127.0.0.1 (any free port) until the block ends; the server is stopped gracefully."""
     cfg = ServeConfig(**{"source_lang": "en", "target_lang": "fr", **settings})
-    app = create_app(translator, cfg)
+    with live_app(create_app(translator, cfg)) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def live_app(app: Any) -> Iterator[Live]:
+    """Serve the app ``create_app`` made on 127.0.0.1 (any free port) until the block ends;
+    the server is stopped gracefully."""
     sock = bind("127.0.0.1", 0)
     ready = threading.Event()
     server = make_server(app, log_level="warning", on_ready=ready.set)

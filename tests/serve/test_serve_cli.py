@@ -104,13 +104,17 @@ def test_without_the_serve_extra_one_line_before_loading(tmp_path):
 
 # ---------------------------------------------------------------------------- a real process
 def start(model_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``qkv serve`` of ``model_dir`` (en -> fr) in a process: it and its URL once ready."""
+    more = ("--source-lang", "en", "--target-lang", "fr", *extra)
+    return start_process("--model-dir", str(model_dir), *more)
+
+
+def start_process(*argv: str) -> tuple[subprocess.Popen, str]:
+    """``qkv serve ARGV --port 0 --quiet`` in a process: it and its URL once ready."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "qkv.cli", "serve", "--model-dir", str(model_dir)),
-            *("--port", "0", "--source-lang", "en", "--target-lang", "fr", "--quiet", *extra),
-        ],
+        [sys.executable, "-m", "qkv.cli", "serve", *argv, "--port", "0", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,6 +12,7 @@ from _serve_helpers import SOURCES, live_server
 from qkv.export import export_model
 from qkv.inference import find_checkpoints
 from qkv.serve import ServeConfig, create_app, model_languages
+from qkv.serve.registry import inspect_folder
 from qkv.translate import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
@@ -36,6 +37,8 @@ def test_run_checkpoint_and_export_folders(run, tmp_path):
     for folder in (run, checkpoint, exported):
         tr = Translator.load(folder)
         assert model_languages(tr) == ("en", "fr"), folder
+        found = inspect_folder(folder)  # what a server of several models reads of it
+        assert (found.pair, found.engine) == ("en-fr", "qkv") and found.size > 0
         app = create_app(tr, ServeConfig(model_dir=str(folder)))  # no languages given
         st = app.state.qkv
         assert (st.source, st.target) == ("en", "fr")

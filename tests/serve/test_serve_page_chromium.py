@@ -1,11 +1,16 @@
 """The page at / in real headless Chromium: type a sentence, submit, read the translation from
 the DOM, open its attention in the viewer, and a sentence of HTML shows as text, running
-nothing."""
+nothing; with several models, the source and target menus come from /languages, and the page
+says the language detected and the pivot taken."""
 
 from __future__ import annotations
 
 import pytest
-from _serve_helpers import SOURCES, live_server
+from _serve_helpers import PAIRS, SOURCES, live_app, live_server, tiny_model_folder
+
+from qkv.serve import ServeConfig, create_app
+from qkv.serve.registry import ModelRegistry, inspect_folder
+from qkv.translate import Translator
 
 PIXELS = """(() => {
   const c = document.getElementById('heat');
@@ -120,3 +125,62 @@ def test_html_in_a_sentence_is_shown_as_text_and_runs_nothing(browser, site, tra
     err = browser.eval("document.getElementById('status').textContent")
     assert err.startswith("error: q: 3,003 characters, over the limit")
     assert browser.eval("document.querySelectorAll('i').length") == 0
+
+
+# ---------------------------------------------------------------------------- several models
+@pytest.fixture(scope="module")
+def pairs_site(tmp_path_factory):
+    """A server of en-fr, fr-en and en-de, and each model loaded alone (the references)."""
+    root = tmp_path_factory.mktemp("page-pairs")
+    folders = {
+        pair: tiny_model_folder(root / pair, (pair[:2], pair[3:]), seed=i, reverse=pair == "fr-en")
+        for i, pair in enumerate(("en-fr", "fr-en", "en-de"), 1)
+    }
+    reg = ModelRegistry.from_folders([inspect_folder(f) for f in folders.values()])
+    with live_app(create_app(reg, ServeConfig(max_wait_ms=0))) as s:
+        yield s, {pair: Translator.load(f) for pair, f in folders.items()}
+
+
+def choose(browser, select: str, value: str) -> None:
+    browser.eval(
+        f"(() => {{ const s = document.getElementById('{select}'); s.value = '{value}';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
+
+
+def options(browser, select: str) -> list[str]:
+    return browser.eval(
+        f"Array.from(document.getElementById('{select}').options).map(o => o.value)"
+    )
+
+
+def test_the_menus_come_from_languages_and_a_pivot_is_said(browser, pairs_site):
+    site, ref = pairs_site
+    browser.goto(site.url + "/", ready="document.body.dataset.page === 'ready'")
+    assert options(browser, "source") == ["auto", "en", "fr"]  # de reaches only itself
+    assert options(browser, "target") == ["de", "en", "fr"]
+    assert browser.eval("document.getElementById('pair').textContent") == "(en \u2192 de)"
+    choose(browser, "source", "fr")
+    assert browser.eval("document.getElementById('target').value") == "de"
+    text = PAIRS[3][1]
+    submit(browser, text)
+    want = ref["en-de"].translate(ref["fr-en"].translate(text))
+    assert translations(browser) == [want]
+    route = browser.eval("document.getElementById('route').textContent")
+    assert route.startswith("through English (en): no model translates fr to de"), route
+    assert browser.eval("document.getElementById('hint').hidden") is True  # two models
+
+
+def test_detect_language_says_what_it_found_and_shows_that_models_attention(browser, pairs_site):
+    site, ref = pairs_site
+    pytest.importorskip("py3langid")
+    browser.goto(site.url + "/", ready="document.body.dataset.page === 'ready'")
+    choose(browser, "source", "auto")
+    choose(browser, "target", "en")
+    text = "Le médecin lui a conseillé de se reposer quelques jours."
+    submit(browser, text)
+    assert translations(browser) == [ref["fr-en"].translate(text)]
+    route = browser.eval("document.getElementById('route').textContent")
+    assert route.startswith("detected French (fr), ") and route.endswith("% sure"), route
+    open_attention(browser, 0)
+    assert browser.eval("qkvViewer.data.kinds[0].q") == ref["fr-en"].attention(text).src_tokens

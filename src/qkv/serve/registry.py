@@ -645,7 +645,8 @@ class ModelRegistry:
                         _mb(self.resident_bytes),
                     )
                 return
-            await self.unload(min(idle, key=lambda x: x.last_used))
+            if not await self.unload(min(idle, key=lambda x: x.last_used)):
+                return  # never spin: an idle lane that does not unload ends the search
 
     async def unload(self, lane: Lane) -> bool:
         """Unload ``lane`` if it is idle (no request holds it) and not pinned; its batcher
