@@ -498,7 +498,11 @@ def _number(x: Any) -> str:
 
 
 def model_card(
-    card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: Decoding | None
+    card: Mapping[str, Any] | None,
+    model: EncoderDecoder,
+    decoding: Decoding | None,
+    *,
+    use: list[str] | None = None,
 ) -> str:
     """The ``README.md`` of a model folder (Markdown).
 
@@ -510,6 +514,8 @@ def model_card(
             (``[source, target]`` codes); every key optional.
         model: the model (its architecture is listed from its config).
         decoding: the default decoding, or None.
+        use: the lines of its "Use" section (Markdown; ``THIS_FOLDER`` for the folder); None:
+            ``qkv translate`` and ``qkv evaluate`` of a qkv model folder.
 
     When the languages or scores are known, the card starts with Hugging Face's model-card
     front matter (YAML between ``---`` lines): ``language:`` (source and target),
@@ -571,16 +577,14 @@ def model_card(
         lines += ["", "## Training settings", ""] + [f"* {k}: {v}" for k, v in settings.items()]
     for note in card.get("notes") or ():
         lines += ["", str(note)]
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```text",
-        "qkv translate --model-dir THIS_FOLDER 'Go.'",
-        "qkv evaluate --model-dir THIS_FOLDER --data PAIRS.tsv",
-        "```",
-        "",
-    ]
+    if use is None:
+        use = [
+            "```text",
+            "qkv translate --model-dir THIS_FOLDER 'Go.'",
+            "qkv evaluate --model-dir THIS_FOLDER --data PAIRS.tsv",
+            "```",
+        ]
+    lines += ["", "## Use", "", *use, ""]
     return "\n".join(lines)
 
 
@@ -588,9 +592,10 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     """The model card of a saved model folder (see :func:`model_card`): a folder saved by
     :func:`save_model` keeps its card in ``card.json``; else it is gathered from what the
     folder's run recorded: ``train.json`` (data, settings) and ``trainer.json`` (validation
-    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
+    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified
+    (a qkv model folder, or an exported CTranslate2 or ONNX one).
     """
-    v = VerifiedFolder(folder)
+    v = VerifiedFolder(folder, formats=(CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT))
     langs = model_languages(v.json("model.json"), folder) if "model.json" in v.files else None
     if "card.json" in v.files:
         kept = v.json("card.json")
