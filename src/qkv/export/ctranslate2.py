@@ -45,6 +45,7 @@ from ..inference import (
     verify_checkpoint,
 )
 from ..inference.bounds import LIMITS, check_decoding
+from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
 from ..inference.saved import CT2_FOLDER_FORMAT, MANIFEST, VerifiedFolder
 from ..inference.writing import write_manifest
 from ..nn.position import sinusoidal_encoding
@@ -382,22 +383,25 @@ class Ct2Translator(TranslatorBase, CardDisplay):
     def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
         """Target ids (without ``<bos>``/``<eos>``) per text; ``decoding.max_output_len``
         (tokens, ``<eos>`` counted) defaults to each sentence's own decode length rule, as
-        qkv's; a text that normalises to nothing translates to ``[]`` without decoding."""
+        qkv's; a text that normalises to nothing translates to ``[]`` without decoding.
+
+        The model's positional table bounds both sides, as a learned table bounds qkv's: a text
+        longer than it is not translated (``[]``, a warning naming it), the others are; a
+        translation the table stops before it ends is named in a warning."""
         if decoding.n_best != 1:
             raise ValueError(
                 f"n_best: the ctranslate2 engine gives one translation per text, got "
                 f"{decoding.n_best}"
             )
         tokens = [self.source_tokens(t) for t in texts]
-        for i, toks in enumerate(tokens):
-            if len(toks) + 1 > self.positions:
-                raise ValueError(
-                    f"texts: text {i} has {len(toks)} tokens; the exported model reads at most "
-                    f"{self.positions - 1} (its positional table)"
-                )
-        limits = [decoding.output_limit(len(toks) + 1, self.positions) for toks in tokens]
+        lengths = [len(toks) + 1 for toks in tokens]  # <eos> counted
+        positions = f"the CTranslate2 model's {self.positions} positions (its positional table)"
+        skip = set(skip_too_long(lengths, self.positions, positions))
+        limits = [decoding.output_limit(n, self.positions) for n in lengths]
         out: list[Any] = [[] for _ in texts]
-        todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
+        todo = sorted(
+            (i for i, t in enumerate(tokens) if t and i not in skip), key=lambda i: len(tokens[i])
+        )
         # greedy: a shorter limit only cuts the output, so a batch decodes to its longest limit
         # and each row is cut to its own; a beam's result depends on the limit: equal limits
         # only in one call
@@ -425,6 +429,8 @@ class Ct2Translator(TranslatorBase, CardDisplay):
             )
             for i, r in zip(g, res):
                 out[i] = [self._tgt_ids[t] for t in r.hypotheses[0]][: limits[i]]
+        cut = [i for i in sorted(todo) if cut_by_positions(out[i], lengths[i], limits[i], decoding)]
+        warn_cut(cut, self.positions, positions)
         if progress is not None:
             progress(len(texts))
         return out

@@ -52,6 +52,7 @@ from ..inference import (
     verify_checkpoint,
 )
 from ..inference.bounds import LIMITS
+from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
 from ..inference.saved import MANIFEST, ONNX_FOLDER_FORMAT, VerifiedFolder
 from ..inference.writing import check_out, model_card, run_card, write_folder
 from ..viz.display import CardDisplay
@@ -386,9 +387,15 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         )
 
     def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
-        """Greedy target ids per text; a text that normalises to nothing gives ``[]``."""
+        """Greedy target ids per text; a text that normalises to nothing gives ``[]``. The
+        graphs' positions (the model's ``max_len``) bound both sides: a text longer than them
+        is not translated (``[]``, a warning naming it), the others are; a translation they
+        stop before it ends is named in a warning."""
         src = [self.encode(t) for t in texts]
-        todo = [i for i, ids in enumerate(src) if len(ids) > 1]
+        P = self.meta["max_positions"]
+        positions = f"the ONNX graphs' {P} positions (the model's max_len)"
+        skip = set(skip_too_long([len(ids) for ids in src], P, positions))
+        todo = [i for i, ids in enumerate(src) if len(ids) > 1 and i not in skip]
         undone = len(src) - len(todo)
         ids = self.generate_ids(
             [src[i] for i in todo],
@@ -396,8 +403,12 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
             progress=None if progress is None else (lambda k: progress(undone + k)),
         )
         out: list[Any] = [[] for _ in texts]
+        cut = []
         for i, row in zip(todo, ids):
             out[i] = row
+            if cut_by_positions(row, len(src[i]), decoding.output_limit(len(src[i]), P), decoding):
+                cut.append(i)
+        warn_cut(cut, P, positions)
         return out
 
     def generate_ids(
