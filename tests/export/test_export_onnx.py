@@ -346,5 +346,6 @@ def test_export_onnx_and_the_runner_name_bad_arguments(tmp_path):
         OnnxTranslator(tmp_path, threads=0)
     for f in ONNX_FILES:
         (tmp_path / f).write_text("{}")
-    with pytest.raises(CheckpointError, match=r"has no manifest\.json"):  # an export of an older qkv
+    # graphs an older qkv exported, without a manifest
+    with pytest.raises(CheckpointError, match=r"has no manifest\.json"):
         OnnxTranslator(tmp_path)
