@@ -209,3 +209,12 @@ def test_force_replaces_an_earlier_export_of_any_format(exports, onnx, tmp_path)
                       "--force")  # fmt: skip
     assert rc == 2 and "not a model folder" in err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+
+
+def test_a_ctranslate2_vocabulary_that_is_not_the_tokenizers_is_refused(exports, tmp_path):
+    d = _copy(exports["ct2"], tmp_path)
+    rel = "ctranslate2/target_vocabulary.json"
+    words = json.loads((d / rel).read_text())
+    words[4], words[5] = words[5], words[4]  # two ids swapped, the manifest rewritten
+    tamper(d, rel, json.dumps(words).encode())
+    _refused("ct2", d, "target_vocabulary.json", "not the target tokenizer's vocabulary")

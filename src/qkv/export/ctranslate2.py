@@ -352,6 +352,10 @@ class Ct2Translator(TranslatorBase, CardDisplay):
             raise v.invalid(prefix + "tokenizers", e) from None
         self.src_tokenizer: Tokenizer = src
         self.tgt_tokenizer: Tokenizer = tgt
+        for side, tok in (("source", src), ("target", tgt)):  # CTranslate2's, qkv's: one list
+            rel = f"{prefix}{side}_vocabulary.json"
+            if rel in v.files and v.json(rel) != tok.tokens():
+                raise v.invalid(rel, ValueError(f"not the {side} tokenizer's vocabulary"))
         self._tgt_ids = {t: i for i, t in enumerate(tgt.tokens())}
         self._device = device
         try:
