@@ -134,6 +134,9 @@ def test_weights_replaced_with_the_manifest_rewritten_are_one_line(fmt, exports,
         ("ct2", "ctranslate2/qkv.json", {"decoding": {"beam_size": 10**6}}, "beam_size"),
         pytest.param("onnx", "onnx.json", {"layers": 10**9}, "layers", marks=pytest.mark.slow),
         pytest.param("onnx", "onnx.json", {"eos_id": "2"}, "eos_id", marks=pytest.mark.slow),
+        pytest.param(
+            "onnx", "onnx.json", {"tgt_vocab_size": 7}, "vocabularies", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_sizes_out_of_bounds_name_the_file(fmt, rel, change, key, exports, request, tmp_path):

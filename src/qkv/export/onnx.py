@@ -381,6 +381,15 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
             self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(v.tree("tokenizers"))
         except (OSError, ValueError, KeyError) as e:
             raise v.invalid("tokenizers", e) from None
+        sizes = (self.src_tokenizer.vocab_size, self.tgt_tokenizer.vocab_size)
+        if sizes != (meta.get("src_vocab_size"), meta["tgt_vocab_size"]):
+            raise v.invalid(
+                "onnx.json",
+                ValueError(
+                    f"vocabularies of {meta.get('src_vocab_size')} and {meta['tgt_vocab_size']} "
+                    f"ids, the tokenizers have {sizes[0]} and {sizes[1]}"
+                ),
+            )
         eos = meta["eos_id"]
         self._banned = sorted(
             {i for i in (meta["pad_id"], meta["bos_id"], *meta["suppress"]) if i != eos}
