@@ -317,7 +317,11 @@ class Ct2Translator(TranslatorBase, CardDisplay):
     Raises:
         MissingDependency: ctranslate2 is not installed (the ``ct2`` extra).
         FileNotFoundError: ``path`` holds no exported CTranslate2 model.
-        ValueError: an unreadable ``qkv.json``, or a device CTranslate2 does not run on (a
+        CheckpointError: one line naming the file (see :func:`verify_ct2`): no manifest, a
+            file missing, altered, unlisted or reached through a link; ``qkv.json`` out of
+            bounds, vocabularies that are not the tokenizers', a ``model.bin`` CTranslate2
+            cannot load.
+        ValueError: a device CTranslate2 does not run on (a
             :class:`~qkv._errors.SettingError` keyed ``device``).
     """
 

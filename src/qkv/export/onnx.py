@@ -345,7 +345,11 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
 
     Raises:
         MissingDependency: onnxruntime is not installed.
-        ValueError: ``folder`` holds no ONNX model written by :func:`export_onnx`.
+        ValueError: ``folder`` holds no ONNX model written by :func:`export_onnx`, or a bad
+            ``threads``.
+        CheckpointError: one line naming the file: no manifest (graphs an older qkv exported),
+            a file missing, altered, unlisted or reached through a link, sizes out of bounds in
+            ``onnx.json``, a graph onnxruntime cannot load, unreadable tokenizers.
     """
 
     engine = "onnx"
