@@ -162,6 +162,20 @@ def test_cli_export_flags_are_checked(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("fmt", ["qkv", "onnx"])
+def test_an_out_under_a_file_is_one_line(python_model, tmp_path, fmt):
+    model, src, tgt = python_model
+    folder = save_model(model, src, tgt, tmp_path / "m")
+    (tmp_path / "file").write_text("not a folder")
+    rc, _, err = _cli("export", "--model-dir", str(folder), "--out", str(tmp_path / "file" / "sub"),
+                      "--format", fmt)  # fmt: skip
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("qkv export: error: --out: ") and "is a file, not a folder" in err
+    with pytest.raises(ValueError, match=r"out: .* is a file, not a folder"):
+        save_model(model, src, tgt, tmp_path / "file" / "sub" / "deeper")
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
 # ---------------------------------------------------------------------------- a trained run
 @pytest.mark.slow
 def test_export_of_a_run_translates_as_the_run_and_is_a_fraction_of_its_size(run, tmp_path):

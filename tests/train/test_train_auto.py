@@ -403,7 +403,9 @@ def test_average_refuses_to_overwrite_what_it_did_not_write(trained, tmp_path):
     with pytest.raises(ValueError, match="choose a new folder"):
         average_checkpoints(folders, tmp_path / "notes")
     out = average_checkpoints(folders, tmp_path / "avg")
-    assert average_checkpoints(folders, out) == out  # its own output may be replaced
+    with pytest.raises(ValueError, match="force"):  # not without being asked (issue 27)
+        average_checkpoints(folders, out)
+    assert average_checkpoints(folders, out, force=True) == out  # its own output, with force
 
 
 def test_resume_of_a_run_written_before_settings_were_automatic(tmp_path, corpus_file):

@@ -117,6 +117,20 @@ def test_cli_reports_bad_settings(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("minutes", ["inf", "1e400"])
+def test_a_time_budget_must_be_finite(tmp_path, capsys, minutes):
+    from qkv.cli import main
+
+    data = tmp_path / "pairs.tsv"
+    data.write_text("go .\tva !\n")
+    argv = ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--max-minutes", minutes]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv train: error: --max-minutes: expected a positive finite number")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------- schedule and loss
 def test_inverse_sqrt_schedule():
     assert inverse_sqrt_lr(1, peak_lr=1.0, warmup_steps=4) == 0.25

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .._deps import require
-from ._common import check_positive, fail, user_errors
+from ._common import check_positive, fail, named_by_prefix, user_errors
 
 NAME = "average"
 
@@ -24,7 +24,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--model-dir", help="a qkv train --out folder (or its checkpoints/)")
     p.add_argument("--last", type=int, default=3, help="how many newest checkpoints (default 3)")
-    p.add_argument("--out", required=True, help="the folder to write")
+    p.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a model folder qkv wrote to --out before (an average, an export); never "
+        "a run, a checkpoint or a run's final/",
+    )
     p.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --model-dir)")
     p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     return p
@@ -51,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
             if not found:
                 raise CheckpointError(f"--model-dir: no checkpoints in {str(root)!r}")
             folders = found[-args.last :]
-        path = average_checkpoints(folders, args.out)
+        path = average_checkpoints(folders, args.out, force=args.force)
     except user_errors() as e:
-        return fail(NAME, e)
+        return fail(NAME, named_by_prefix(e, {"out": "--out"}))
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0

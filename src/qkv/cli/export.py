@@ -40,25 +40,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="with --format ctranslate2: the weight type of model.bin (default: float32)",
     )
     p.add_argument(
-        "--force", action="store_true", help="replace a model folder exported to --out before"
+        "--force",
+        action="store_true",
+        help="replace a model folder exported to --out before (of any format); never a run, a "
+        "checkpoint or files qkv did not write",
     )
     p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
     return p
 
 
 def _check_out(args: argparse.Namespace) -> Path:
-    """``--out`` as a folder to write: new, empty, or (``--force``) one exported before."""
+    """``--out`` as a folder to write: new, empty, or (``--force``) one exported before, of any
+    format (:func:`qkv.inference.writing.check_out`), checked before the model is read."""
+    from ..inference.writing import check_out
+
     if args.quantize is not None and args.format != "ctranslate2":
         raise ValueError(f"--quantize: only for --format ctranslate2 (got --format {args.format})")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out: {str(out)!r} is a file; expected a folder to write")
-    if out.is_dir() and any(out.iterdir()) and not args.force:
-        raise ValueError(
-            f"--out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
-            "--force to replace a model folder exported before"
-        )
-    return out
+    return check_out(args.out, args.force, (Path(args.model_dir),))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.format == "onnx":
             from ..export.onnx import export_onnx
 
-            path = export_onnx(saved, out)
+            path = export_onnx(saved, out, force=args.force)
         else:
             from ..export import export_model
 

@@ -9,7 +9,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,23 +134,16 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], bool]:
 @contextlib.contextmanager
 def _output(path: str | None) -> Iterator[TextIO]:
     """Where translations go: stdout, or ``path`` written atomically (a temporary file in its
-    folder, renamed over it when every line is written; removed on an error)."""
+    folder, renamed over it when every line is written; removed on an error; the mode the
+    user's umask gives: :func:`qkv.inference.writing.atomic_file`)."""
     if path is None:
         yield sys.stdout
         sys.stdout.flush()
         return
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    from ..inference.writing import atomic_file
+
+    with atomic_file(path, "w", encoding="utf-8", newline="\n") as f:
+        yield f  # type: ignore[misc]
 
 
 class _Progress:

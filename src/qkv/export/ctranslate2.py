@@ -35,7 +35,19 @@ from torch import nn
 from .._deps import require
 from .._errors import SettingError
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
-from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
+from ..inference import (
+    CheckpointError,
+    Decoding,
+    SavedModel,
+    TranslatorBase,
+    load_model,
+    never_generated,
+    verify_checkpoint,
+)
+from ..inference.bounds import LIMITS, check_decoding
+from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
+from ..inference.saved import CT2_FOLDER_FORMAT, MANIFEST, VerifiedFolder
+from ..inference.writing import write_manifest
 from ..nn.position import sinusoidal_encoding
 from ..viz.display import CardDisplay
 from . import export_model
@@ -180,6 +192,10 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
     if saved.languages is not None:  # the languages travel with the CTranslate2 model too
         options["languages"] = list(saved.languages)
     (folder / _OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
+    # its own manifest: the folder checks itself when copied out alone (the manifest of the
+    # qkv model folder around it lists it too)
+    step = int(verify_checkpoint(saved.path, files=[]).get("step") or 0) if saved.path else 0
+    write_manifest(folder, CT2_FOLDER_FORMAT, step)
 
 
 def export_ctranslate2(
@@ -233,6 +249,56 @@ def find_ct2(path: str | Path) -> Path:
     )
 
 
+def verify_ct2(folder: Path) -> tuple[VerifiedFolder, str]:
+    """Every file of the CTranslate2 model folder ``folder`` verified before one is read: by
+    the manifest of the qkv model folder around it (``OUT/ctranslate2``), else by its own
+    (a copy of ``ctranslate2/`` alone); none unlisted, missing, altered, or reached through a
+    link. Returns the verified folder and the prefix of the model's files in it.
+
+    Raises:
+        CheckpointError: one line naming the file (or the folder without a manifest).
+    """
+    outer = folder.parent
+    if folder.name == CT2_DIR and (outer / MANIFEST).is_file():
+        v = VerifiedFolder(outer)
+        if not any(rel.startswith(f"{CT2_DIR}/") for rel in v.files):
+            raise CheckpointError(
+                f"checkpoint: {CT2_DIR}/ in {str(outer)!r} is not listed in its {MANIFEST}, so "
+                "it cannot be verified; qkv reads no file unchecked (export it again with qkv "
+                "export --format ctranslate2)"
+            )
+        v.tree(CT2_DIR)
+        return v, f"{CT2_DIR}/"
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(
+            f"model dir: {str(folder)!r} has no {MANIFEST}: a CTranslate2 model qkv exports has "
+            "one (the size and SHA-256 of every file, checked before loading); export it again "
+            "with qkv export --format ctranslate2"
+        )
+    v = VerifiedFolder(folder, formats=(CT2_FOLDER_FORMAT,))
+    v.whole()
+    return v, ""
+
+
+def _read_options(v: VerifiedFolder, rel: str) -> tuple[dict, Decoding, int]:
+    """``qkv.json`` (verified): the options, the model's decoding and its positions, each in
+    bounds (a one-line error naming the file otherwise)."""
+    options = v.json(rel)
+    if not isinstance(options, dict):
+        raise v.invalid(rel, ValueError("expected a JSON object"))
+    try:
+        decoding = check_decoding(Decoding.from_dict(options.get("decoding")))
+    except (ValueError, TypeError) as e:
+        raise v.invalid(rel, e) from None
+    positions = options.get("positions")
+    top = LIMITS["max_len"]
+    if isinstance(positions, bool) or not isinstance(positions, int) or not 2 <= positions <= top:
+        raise v.invalid(
+            rel, ValueError(f"positions: expected an int in [2, {top:,}], got {positions!r}")
+        )
+    return options, decoding, positions
+
+
 class Ct2Translator(TranslatorBase, CardDisplay):
     """Translate text through a CTranslate2 model exported by :func:`export_ctranslate2`, with
     qkv's tokenizers and the options that make its search equal qkv's: the ``ctranslate2``
@@ -251,7 +317,11 @@ class Ct2Translator(TranslatorBase, CardDisplay):
     Raises:
         MissingDependency: ctranslate2 is not installed (the ``ct2`` extra).
         FileNotFoundError: ``path`` holds no exported CTranslate2 model.
-        ValueError: an unreadable ``qkv.json``, or a device CTranslate2 does not run on (a
+        CheckpointError: one line naming the file (see :func:`verify_ct2`): no manifest, a
+            file missing, altered, unlisted or reached through a link; ``qkv.json`` out of
+            bounds, vocabularies that are not the tokenizers', a ``model.bin`` CTranslate2
+            cannot load.
+        ValueError: a device CTranslate2 does not run on (a
             :class:`~qkv._errors.SettingError` keyed ``device``).
     """
 
@@ -275,30 +345,35 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         self.path = find_ct2(path)
-        try:
-            self.options = json.loads((self.path / _OPTIONS).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"model dir: {self.path / _OPTIONS} is unreadable: {e}") from None
-        try:
-            self._decoding = Decoding.from_dict(self.options.get("decoding"))
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"model dir: {self.path / _OPTIONS}: decoding: {e}") from None
-        self.positions = int(self.options["positions"])
+        v, prefix = verify_ct2(self.path)
+        self.options, self._decoding, self.positions = _read_options(v, prefix + _OPTIONS)
         langs = self.options.get("languages")
         if isinstance(langs, list) and len(langs) == 2:
             self._languages = (str(langs[0]), str(langs[1]))
-        src, tgt = load_tokenizers(self.path / "tokenizers")
+        try:
+            src, tgt = load_tokenizers(v.tree(prefix + "tokenizers"))
+        except (OSError, ValueError, KeyError) as e:
+            raise v.invalid(prefix + "tokenizers", e) from None
         self.src_tokenizer: Tokenizer = src
         self.tgt_tokenizer: Tokenizer = tgt
+        for side, tok in (("source", src), ("target", tgt)):  # CTranslate2's, qkv's: one list
+            rel = f"{prefix}{side}_vocabulary.json"
+            if rel in v.files and v.json(rel) != tok.tokens():
+                raise v.invalid(rel, ValueError(f"not the {side} tokenizer's vocabulary"))
         self._tgt_ids = {t: i for i, t in enumerate(tgt.tokens())}
         self._device = device
-        self.translator = ctranslate2.Translator(
-            str(self.path),
-            device=device,
-            compute_type=compute_type,
-            inter_threads=1,
-            intra_threads=threads,
-        )
+        try:
+            self.translator = ctranslate2.Translator(
+                str(self.path),
+                device=device,
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=threads,
+            )
+        except ValueError as e:  # a compute type or device CTranslate2 refuses
+            raise SettingError("compute_type", str(e).splitlines()[0]) from None
+        except RuntimeError as e:  # a model.bin (or vocabulary) it cannot read
+            raise v.invalid(prefix + "model.bin", e) from None
 
     @property
     def device(self) -> str:
@@ -316,22 +391,25 @@ class Ct2Translator(TranslatorBase, CardDisplay):
     def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
         """Target ids (without ``<bos>``/``<eos>``) per text; ``decoding.max_output_len``
         (tokens, ``<eos>`` counted) defaults to each sentence's own decode length rule, as
-        qkv's; a text that normalises to nothing translates to ``[]`` without decoding."""
+        qkv's; a text that normalises to nothing translates to ``[]`` without decoding.
+
+        The model's positional table bounds both sides, as a learned table bounds qkv's: a text
+        longer than it is not translated (``[]``, a warning naming it), the others are; a
+        translation the table stops before it ends is named in a warning."""
         if decoding.n_best != 1:
             raise ValueError(
                 f"n_best: the ctranslate2 engine gives one translation per text, got "
                 f"{decoding.n_best}"
             )
         tokens = [self.source_tokens(t) for t in texts]
-        for i, toks in enumerate(tokens):
-            if len(toks) + 1 > self.positions:
-                raise ValueError(
-                    f"texts: text {i} has {len(toks)} tokens; the exported model reads at most "
-                    f"{self.positions - 1} (its positional table)"
-                )
-        limits = [decoding.output_limit(len(toks) + 1, self.positions) for toks in tokens]
+        lengths = [len(toks) + 1 for toks in tokens]  # <eos> counted
+        positions = f"the CTranslate2 model's {self.positions} positions (its positional table)"
+        skip = set(skip_too_long(lengths, self.positions, positions))
+        limits = [decoding.output_limit(n, self.positions) for n in lengths]
         out: list[Any] = [[] for _ in texts]
-        todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
+        todo = sorted(
+            (i for i, t in enumerate(tokens) if t and i not in skip), key=lambda i: len(tokens[i])
+        )
         # greedy: a shorter limit only cuts the output, so a batch decodes to its longest limit
         # and each row is cut to its own; a beam's result depends on the limit: equal limits
         # only in one call
@@ -359,6 +437,8 @@ class Ct2Translator(TranslatorBase, CardDisplay):
             )
             for i, r in zip(g, res):
                 out[i] = [self._tgt_ids[t] for t in r.hypotheses[0]][: limits[i]]
+        cut = [i for i in sorted(todo) if cut_by_positions(out[i], lengths[i], limits[i], decoding)]
+        warn_cut(cut, self.positions, positions)
         if progress is not None:
             progress(len(texts))
         return out

@@ -11,7 +11,14 @@ folder:
   ``src_len`` ``(B,)``, ``past_k``/``past_v`` ``(layers, B, H, T, d)`` (``T`` tokens decoded so
   far, 0 at the first step), ``cross_k``/``cross_v`` -> ``logits`` ``(B, V)`` of the next token,
   ``new_k``/``new_v`` ``(layers, B, H, T + 1, d)``;
-* ``onnx.json``: the sizes and special ids the runner needs; ``tokenizers/``: the model's own.
+* ``onnx.json``: the sizes and special ids the runner needs; ``tokenizers/``: the model's own;
+* ``README.md`` and ``card.json``: the model card (as a qkv model folder's); ``manifest.json``:
+  the size and SHA-256 of every other file (format ``qkv.onnx``), written last.
+
+The folder is written by qkv's one folder writer (:func:`qkv.inference.writing.write_folder`:
+under a temporary name, renamed when complete, files with the user's umask modes), and
+:class:`OnnxTranslator` verifies every file against the manifest before it reads one: a
+missing, altered, added or linked file is refused in one line naming it.
 
 ``B``, ``Ls`` and ``T`` are dynamic; positions stay inside the model's table (``config.max_len``:
 sources of at most that many tokens, at most that many target tokens).  :class:`OnnxTranslator`
@@ -25,8 +32,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,8 +42,19 @@ from torch import Tensor, nn
 
 from .._deps import require
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
-from ..inference import Decoding, SavedModel, TranslatorBase, load_model, never_generated
-from ..inference.writing import is_no_space, no_space_error
+from ..inference import (
+    CheckpointError,
+    Decoding,
+    SavedModel,
+    TranslatorBase,
+    load_model,
+    never_generated,
+    verify_checkpoint,
+)
+from ..inference.bounds import LIMITS
+from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
+from ..inference.saved import MANIFEST, ONNX_FOLDER_FORMAT, VerifiedFolder
+from ..inference.writing import check_out, model_card, run_card, write_folder
 from ..viz.display import CardDisplay
 
 __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
@@ -169,73 +185,150 @@ def _quiet_exporter() -> Iterator[None]:
         chatter.setLevel(level)
 
 
-def export_onnx(model: SavedModel | str | os.PathLike, out: str | os.PathLike) -> Path:
-    """Write ``model`` as ONNX graphs into the folder ``out`` (see the module's notes).
+def _meta(saved: SavedModel, config: Any) -> dict[str, Any]:
+    """``onnx.json``: the sizes and special ids the runner needs."""
+    H = config.num_heads
+    meta = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "layers": config.num_dec_layers,
+        "heads": H,
+        "head_dim": config.num_hiddens // H,
+        "max_positions": config.max_len,
+        "src_vocab_size": config.src_vocab_size,
+        "tgt_vocab_size": config.tgt_vocab_size,
+        "pad_id": saved.tgt_tokenizer.pad_id,
+        "bos_id": saved.tgt_tokenizer.bos_id,
+        "eos_id": saved.tgt_tokenizer.eos_id,
+        "src_eos_id": saved.src_tokenizer.eos_id,
+        "suppress": never_generated(saved.tgt_tokenizer),
+        "config": config.to_dict(),
+    }
+    if saved.languages is not None:  # (source, target), as model.json records them
+        meta["languages"] = list(saved.languages)
+    return meta
+
+
+#: the model card's "Use" section of an ONNX folder
+_USE = [
+    "ONNX graphs (encoder and one cached decoder step), decoded greedily with onnxruntime:",
+    "",
+    "```python",
+    "from qkv.export.onnx import OnnxTranslator",
+    'OnnxTranslator("THIS_FOLDER").translate(["Go."])',
+    "```",
+    "",
+    "```text",
+    "qkv serve --model-dir THIS_FOLDER",
+    "```",
+]
+
+
+def export_onnx(
+    model: SavedModel | str | os.PathLike, out: str | os.PathLike, *, force: bool = False
+) -> Path:
+    """Write ``model`` as ONNX graphs into the folder ``out`` (see the module's notes), with a
+    ``README.md`` model card (the run's data, scores and settings when ``model`` is read from a
+    folder) and a manifest.
 
     Args:
         model: a :class:`~qkv.inference.SavedModel` or a model folder
             (:func:`~qkv.inference.load_model` reads it).
         out: a folder that does not exist yet, or an empty one.  It is written whole or not at
             all: the files are made in a temporary folder beside it, then moved in.
+        force: replace a model folder exported before, of any format (never a run, a
+            checkpoint, or files qkv did not write).
 
     Returns:
         ``out`` as a :class:`~pathlib.Path`.
 
     Raises:
         MissingDependency: onnx, onnxscript (the ``onnx`` extra) are not installed.
-        ValueError: ``out`` holds files, or the model is not a Transformer translator.
+        ValueError: ``out`` holds files (without ``force``), is not a model folder, or is
+            under a file; the model is not a Transformer translator.
     """
     require("exporting to ONNX", ["onnx", "onnxscript"])
     saved = _as_saved(model)
     config = _check_transformer(saved.model)
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(
-            f"out: expected a new or empty folder for the ONNX model, got {str(out)!r}, which "
-            f"{'is a file' if not out.is_dir() else 'holds files'}"
-        )
+    source = None if saved.path is None else Path(saved.path)
+    out = check_out(out, force, () if source is None else (source,))
+    card = run_card(source) if source is not None else {}
+    if saved.languages is not None:
+        card["languages"] = list(saved.languages)
+    step = int(verify_checkpoint(source, files=[]).get("step") or 0) if source else 0
     net = saved.model
     was_training = net.training
     device = next(net.parameters()).device
     dtype = next(net.parameters()).dtype
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+
+    def fill(folder: Path) -> None:
+        _export_graphs(net, folder)
+        text = json.dumps(_meta(saved, config), indent=1) + "\n"
+        (folder / "onnx.json").write_text(text, encoding="utf-8")
+        save_tokenizers(folder / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
+        # greedy: the model's own decoding (a beam) is not the runner's
+        readme = model_card(card, net, None, use=_USE)
+        (folder / "README.md").write_text(readme, encoding="utf-8")
+        (folder / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+
     try:
         net.to(device="cpu", dtype=torch.float32).eval()
-        _export_graphs(net, tmp)
-        H = config.num_heads
-        meta = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "layers": config.num_dec_layers,
-            "heads": H,
-            "head_dim": config.num_hiddens // H,
-            "max_positions": config.max_len,
-            "src_vocab_size": config.src_vocab_size,
-            "tgt_vocab_size": config.tgt_vocab_size,
-            "pad_id": saved.tgt_tokenizer.pad_id,
-            "bos_id": saved.tgt_tokenizer.bos_id,
-            "eos_id": saved.tgt_tokenizer.eos_id,
-            "src_eos_id": saved.src_tokenizer.eos_id,
-            "suppress": never_generated(saved.tgt_tokenizer),
-            "config": config.to_dict(),
-        }
-        if saved.languages is not None:  # (source, target), as model.json records them
-            meta["languages"] = list(saved.languages)
-        (tmp / "onnx.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        save_tokenizers(tmp / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.replace(tmp, out)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and is_no_space(e):
-            raise no_space_error(e, out.parent, out.name) from None
-        raise
+        write_folder(out, fill, fmt=ONNX_FOLDER_FORMAT, step=step)
     finally:
         net.to(device=device, dtype=dtype).train(was_training)
     logger.info("ONNX model written to %s", out)
     return out
+
+
+def _verified(folder: Path) -> VerifiedFolder:
+    """``folder``'s manifest read and every file of it verified (none unlisted, none a link),
+    before anything is read; a one-line error naming the file otherwise."""
+    if folder.is_dir() and not (folder / MANIFEST).is_file():
+        if not (folder / "onnx.json").is_file():
+            raise ValueError(
+                f"folder: expected an ONNX model written by qkv export --format onnx, but "
+                f"{str(folder)!r} has no onnx.json"
+            )
+        raise CheckpointError(
+            f"folder: {str(folder)!r} has no {MANIFEST}: ONNX graphs qkv exports have one (the "
+            "size and SHA-256 of every file, checked before loading); export them again with "
+            "qkv export --format onnx"
+        )
+    v = VerifiedFolder(folder, formats=(ONNX_FOLDER_FORMAT,))
+    for name in ONNX_FILES:
+        v.file(name)
+    v.whole()
+    return v
+
+
+def _check_meta(v: VerifiedFolder) -> dict[str, Any]:
+    """``onnx.json``, verified, each size the runner uses an int in bounds."""
+    meta = v.json("onnx.json")
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != _FORMAT
+        or meta.get("version") != _VERSION
+    ):
+        raise v.invalid("onnx.json", ValueError(f"not a {_FORMAT} v{_VERSION} file"))
+    bounds = {
+        "layers": LIMITS["num_dec_layers"],
+        "heads": LIMITS["num_heads"],
+        "head_dim": LIMITS["num_hiddens"],
+        "max_positions": LIMITS["max_len"],
+        "tgt_vocab_size": LIMITS["tgt_vocab_size"],
+    }
+    for key in (*bounds, "pad_id", "bos_id", "eos_id", "src_eos_id"):
+        value, top = meta.get(key), bounds.get(key, LIMITS["tgt_vocab_size"])
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise v.invalid(
+                "onnx.json", ValueError(f"{key}: expected an int in [0, {top:,}], got {value!r}")
+            )
+    suppress = meta.get("suppress")
+    if not isinstance(suppress, list) or not all(
+        isinstance(i, int) and 0 <= i < meta["tgt_vocab_size"] for i in suppress
+    ):
+        raise v.invalid("onnx.json", ValueError("suppress: expected a list of target ids"))
+    return meta
 
 
 # ---------------------------------------------------------------------------- the runner
@@ -252,7 +345,11 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
 
     Raises:
         MissingDependency: onnxruntime is not installed.
-        ValueError: ``folder`` holds no ONNX model written by :func:`export_onnx`.
+        ValueError: ``folder`` holds no ONNX model written by :func:`export_onnx`, or a bad
+            ``threads``.
+        CheckpointError: one line naming the file: no manifest (graphs an older qkv exported),
+            a file missing, altered, unlisted or reached through a link, sizes out of bounds in
+            ``onnx.json``, a graph onnxruntime cannot load, unreadable tokenizers.
     """
 
     engine = "onnx"
@@ -261,23 +358,13 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         require("running an ONNX model", ["onnxruntime"])
         import onnxruntime as ort
 
-        self.folder = self.path = Path(folder)
-        absent = [f for f in ONNX_FILES if not (self.folder / f).is_file()]
-        if absent:
-            raise ValueError(
-                f"folder: expected an ONNX model written by qkv export --format onnx, but "
-                f"{str(self.folder)!r} has no {', '.join(absent)}"
-            )
-        meta = json.loads((self.folder / "onnx.json").read_text(encoding="utf-8"))
-        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-            raise ValueError(
-                f"folder: onnx.json in {str(self.folder)!r} is not a {_FORMAT} v{_VERSION} file"
-            )
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ValueError(f"threads: expected an int >= 1 or None, got {threads!r}")
-        self.meta = meta
+        self.folder = self.path = Path(folder)
+        v = _verified(self.folder)
+        self.meta = meta = _check_meta(v)
         langs = meta.get("languages")
         if isinstance(langs, list) and len(langs) == 2:
             self._languages = (str(langs[0]), str(langs[1]))
@@ -285,24 +372,43 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         if threads is not None:
             options.intra_op_num_threads = threads
         cpu = ["CPUExecutionProvider"]
-        self._encoder = ort.InferenceSession(
-            str(self.folder / "encoder.onnx"), options, providers=cpu
-        )
-        self._step = ort.InferenceSession(
-            str(self.folder / "decoder_step.onnx"), options, providers=cpu
-        )
+        sessions = []
+        for name in ("encoder.onnx", "decoder_step.onnx"):
+            try:
+                sessions.append(ort.InferenceSession(str(v.file(name)), options, providers=cpu))
+            except Exception as e:  # onnxruntime's own errors on a graph it cannot load
+                raise v.invalid(name, e) from None
+        self._encoder, self._step = sessions
         self.src_tokenizer: Tokenizer
         self.tgt_tokenizer: Tokenizer
-        self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.folder / "tokenizers")
+        try:
+            self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(v.tree("tokenizers"))
+        except (OSError, ValueError, KeyError) as e:
+            raise v.invalid("tokenizers", e) from None
+        sizes = (self.src_tokenizer.vocab_size, self.tgt_tokenizer.vocab_size)
+        if sizes != (meta.get("src_vocab_size"), meta["tgt_vocab_size"]):
+            raise v.invalid(
+                "onnx.json",
+                ValueError(
+                    f"vocabularies of {meta.get('src_vocab_size')} and {meta['tgt_vocab_size']} "
+                    f"ids, the tokenizers have {sizes[0]} and {sizes[1]}"
+                ),
+            )
         eos = meta["eos_id"]
         self._banned = sorted(
             {i for i in (meta["pad_id"], meta["bos_id"], *meta["suppress"]) if i != eos}
         )
 
     def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
-        """Greedy target ids per text; a text that normalises to nothing gives ``[]``."""
+        """Greedy target ids per text; a text that normalises to nothing gives ``[]``. The
+        graphs' positions (the model's ``max_len``) bound both sides: a text longer than them
+        is not translated (``[]``, a warning naming it), the others are; a translation they
+        stop before it ends is named in a warning."""
         src = [self.encode(t) for t in texts]
-        todo = [i for i, ids in enumerate(src) if len(ids) > 1]
+        P = self.meta["max_positions"]
+        positions = f"the ONNX graphs' {P} positions (the model's max_len)"
+        skip = set(skip_too_long([len(ids) for ids in src], P, positions))
+        todo = [i for i, ids in enumerate(src) if len(ids) > 1 and i not in skip]
         undone = len(src) - len(todo)
         ids = self.generate_ids(
             [src[i] for i in todo],
@@ -310,8 +416,12 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
             progress=None if progress is None else (lambda k: progress(undone + k)),
         )
         out: list[Any] = [[] for _ in texts]
+        cut = []
         for i, row in zip(todo, ids):
             out[i] = row
+            if cut_by_positions(row, len(src[i]), decoding.output_limit(len(src[i]), P), decoding):
+                cut.append(i)
+        warn_cut(cut, P, positions)
         return out
 
     def generate_ids(

@@ -19,7 +19,7 @@ from torch import nn
 from ..data import Tokenizer
 from ..decoding import generate
 from .limits import SETTING as POSITION_SETTING
-from .limits import position_limits, too_long
+from .limits import position_limits, skip_too_long, too_long
 from .options import Decoding, default_max_len
 
 __all__ = ["decode_texts", "default_max_len", "generate_ids", "never_generated"]
@@ -116,15 +116,11 @@ def _fit_positions(
             "positions (%s): translations stop at %d tokens",
             dec.max_output_len, tgt_limit, POSITION_SETTING, tgt_limit,
         )  # fmt: skip
-    skip = too_long([len(ids) for ids in src], src_limit)
-    if warn and skip:
-        shown = ", ".join(str(i + 1) for i in skip[:10]) + (", ..." if len(skip) > 10 else "")
-        log.warning(
-            "input%s %s: more source tokens than the model's %d learned positions (%s): "
-            "not translated (empty)",
-            "s" if len(skip) > 1 else "", shown, src_limit, POSITION_SETTING,
-        )  # fmt: skip
-    return skip, tgt_limit
+    lengths = [len(ids) for ids in src]
+    if not warn:
+        return too_long(lengths, src_limit), tgt_limit
+    positions = f"the model's {src_limit} learned positions ({POSITION_SETTING})"
+    return skip_too_long(lengths, src_limit, positions), tgt_limit
 
 
 def decode_texts(

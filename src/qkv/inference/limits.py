@@ -5,17 +5,33 @@ have no such limit.
 
 Training drops pairs longer than the table before its first update; translating caps each
 translation at the table and leaves a source longer than the table untranslated, saying which.
+
+The same rule holds for every engine whose positions are bounded (a CTranslate2 model's table,
+an ONNX graph's ``max_len``): :func:`skip_too_long` names the lines left untranslated, the
+others are translated as they would be alone, and :func:`warn_cut` names the translations the
+positions stopped before they ended.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from torch import nn
 
 from ..nn.position import LearnedPositionalEncoding
+from .options import Decoding
 
-__all__ = ["SETTING", "position_limits", "too_long"]
+__all__ = [
+    "SETTING",
+    "cut_by_positions",
+    "position_limits",
+    "skip_too_long",
+    "too_long",
+    "warn_cut",
+]
+
+log = logging.getLogger(__name__)
 
 #: the setting that sizes a learned table, as users give it (--set model.max_len=N)
 SETTING = "model.max_len"
@@ -41,3 +57,39 @@ def too_long(lengths: Sequence[int], limit: int | None) -> list[int]:
     if limit is None:
         return []
     return [i for i, n in enumerate(lengths) if n > limit]
+
+
+def _inputs(indices: Sequence[int]) -> str:
+    """``input 3`` or ``inputs 3, 7, ...`` (1-based, at most ten shown)."""
+    shown = ", ".join(str(i + 1) for i in indices[:10]) + (", ..." if len(indices) > 10 else "")
+    return f"input{'s' if len(indices) > 1 else ''} {shown}"
+
+
+def skip_too_long(lengths: Sequence[int], limit: int | None, positions: str) -> list[int]:
+    """The indices of ``lengths`` (source ids, ``<eos>`` counted) over ``limit``: sources an
+    engine cannot read, left untranslated (empty) with one warning naming them and
+    ``positions`` (what bounds them: ``"the model's 12 learned positions (model.max_len)"``)."""
+    skip = too_long(lengths, limit)
+    if skip:
+        log.warning(
+            "%s: more source tokens than %s: not translated (empty)", _inputs(skip), positions
+        )
+    return skip
+
+
+def warn_cut(cut: Sequence[int], limit: int, positions: str) -> None:
+    """One warning naming the translations (indices) that ``positions`` stopped at ``limit``
+    tokens before they ended, where the length rule allowed more."""
+    if cut:
+        log.warning(
+            "%s: translation stopped at %d tokens, %s, before it ended (the length rule allows "
+            "more)",
+            _inputs(cut), limit, positions,
+        )  # fmt: skip
+
+
+def cut_by_positions(ids: Sequence[int], src_len: int, limit: int, decoding: Decoding) -> bool:
+    """Did the positions stop translation ``ids`` (without ``<eos>``) of a ``src_len``-token
+    source: it reached ``limit`` (its cap with the positions) without ending, and the length
+    rule alone (:meth:`Decoding.output_limit`) allows more?"""
+    return len(ids) >= limit and decoding.output_limit(src_len) > limit

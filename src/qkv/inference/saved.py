@@ -56,6 +56,7 @@ from .options import Decoding
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "CT2_FOLDER_FORMAT",
     "MANIFEST",
     "ONNX_FOLDER_FORMAT",
     "CheckpointError",
@@ -82,6 +83,9 @@ MANIFEST = "manifest.json"
 #: the manifest format of a folder of ONNX graphs (``qkv export --format onnx``), which qkv's
 #: own engine does not read
 ONNX_FOLDER_FORMAT = "qkv.onnx"
+#: the manifest format of a CTranslate2 model folder (``OUT/ctranslate2`` of ``qkv export
+#: --format ctranslate2``, which the manifest of ``OUT`` lists too)
+CT2_FOLDER_FORMAT = "qkv.ctranslate2"
 
 
 class CheckpointError(ValueError):

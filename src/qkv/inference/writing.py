@@ -20,15 +20,18 @@ folder it was exported from.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
+import secrets
 import shutil
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -36,12 +39,14 @@ from .. import __version__
 from ..data import Tokenizer, save_tokenizers
 from ..data.languages import language_name
 from ..nn.seq2seq import EncoderDecoder
-from .layout import CHECKPOINTS_DIR
+from .layout import CHECKPOINTS_DIR, FINAL_DIR
 from .options import Decoding
 from .saved import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
+    CT2_FOLDER_FORMAT,
     MANIFEST,
+    ONNX_FOLDER_FORMAT,
     VerifiedFolder,
     languages_record,
     model_languages,
@@ -53,12 +58,18 @@ __all__ = [
     "BUNDLED_LANGUAGES",
     "TMP_PREFIX",
     "NoSpaceError",
+    "atomic_file",
+    "check_out",
+    "current_umask",
     "fsync_dir",
+    "give_umask_modes",
     "is_model_folder",
     "model_card",
     "remove_stale_folders",
     "run_card",
     "save_model",
+    "write_folder",
+    "write_manifest",
     "write_model_folder",
 ]
 
@@ -86,8 +97,11 @@ FOLDER_NAMES = frozenset(
         "README.md",
         "card.json",
         "ctranslate2",
+        *("encoder.onnx", "decoder_step.onnx", "onnx.json"),
     }
 )
+#: what an ONNX export written before ONNX folders had a manifest holds (replaced by --force)
+_OLD_ONNX_NAMES = frozenset({"encoder.onnx", "decoder_step.onnx", "onnx.json", "tokenizers"})
 
 
 class NoSpaceError(OSError):
@@ -166,6 +180,71 @@ def remove_stale_folders(
     return removed
 
 
+# ---------------------------------------------------------------------------- modes
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the kernel says it (Linux 4.7+:
+    ``Umask:`` in ``/proc/self/status``); elsewhere set and put back at once, under a lock
+    (another thread creating a file in between would get umask 022)."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as f,
+    ):
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def give_umask_modes(root: Path) -> None:
+    """Give ``root`` and everything under it the modes the user's umask gives a new file
+    (``0o666 & ~umask``) and folder (``0o777 & ~umask``), as ``open()`` and ``mkdir`` do:
+    libraries that write files 0600 (safetensors, ``mkstemp``) do not decide who may read a
+    model. Links are left alone."""
+    mask = current_umask()
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: str | Path,
+    mode: str = "wb",
+    *,
+    encoding: str | None = None,
+    newline: str | None = None,
+    temp: str | None = None,
+) -> Iterator[IO[Any]]:
+    """Write the file ``path`` atomically: ``with atomic_file(p) as f: f.write(...)`` writes a
+    temporary file in the same folder (named ``temp``, else ``.NAME.PID-RANDOM.tmp``), created
+    with the mode the user's umask gives, flushed and fsynced, then renamed over ``path``.
+    Readers see the old content or the new, never a part; on an error (or an exception in the
+    block) the temporary file is removed and ``path`` is left as it was; a full disk is a
+    :class:`NoSpaceError`. ``mode``: ``"wb"`` or ``"w"`` (with ``encoding`` and ``newline``)."""
+    p = Path(path)
+    tmp = p.with_name(temp or f".{p.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)  # a stale one of this name: never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and is_no_space(e):
+            raise no_space_error(e, p.parent, p.name) from None
+        raise
+    fsync_dir(p.parent)
+
+
 # ---------------------------------------------------------------------------- the writer
 def fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
@@ -188,6 +267,86 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def write_manifest(folder: Path, fmt: str, step: int = 0) -> dict[str, Any]:
+    """Write ``folder/manifest.json`` (format ``fmt``, :data:`~qkv.inference.saved.
+    CHECKPOINT_VERSION`, ``step``, the size and SHA-256 of every other file under ``folder``)
+    after fsyncing those files and giving them the umask's modes (:func:`give_umask_modes`);
+    what :class:`~qkv.inference.saved.VerifiedFolder` checks. Returns the manifest."""
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_file() and rel != MANIFEST:
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+            files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    give_umask_modes(folder)
+    manifest = {
+        "format": fmt,
+        "version": CHECKPOINT_VERSION,
+        "qkv_version": __version__,
+        "step": step,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": files,
+    }
+    _write_synced(folder / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+    return manifest
+
+
+def write_folder(
+    final: str | Path,
+    fill: Callable[[Path], None],
+    *,
+    fmt: str = CHECKPOINT_FORMAT,
+    step: int = 0,
+    in_use: Callable[[int], bool] | None = None,
+    remedy: str = "",
+) -> Path:
+    """Write a folder atomically: ``fill(folder)`` writes its files into a temporary folder
+    beside ``final`` (``.qkv-tmp-NAME-PID``), then the manifest (:func:`write_manifest`,
+    format ``fmt``) goes last, every file and folder is fsynced and given the user's umask
+    modes, and the folder is renamed to ``final`` (an existing ``final`` is replaced: set aside
+    first, removed once the new one is in place). The one writer of every folder qkv writes:
+    checkpoints, final models, averages, exports of every format.
+
+    Temporary folders a killed writer left beside it are removed first
+    (:func:`remove_stale_folders` with ``in_use``). On any error the temporary folder is
+    removed and an existing ``final`` stays as it was; a full disk is a :class:`NoSpaceError`
+    ("no space left", the folder, ``remedy``). Returns ``final``.
+    """
+    final = Path(final)
+    root, name = final.parent, final.name
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if is_no_space(e):
+            raise no_space_error(e, root, name, remedy) from None
+        raise
+    remove_stale_folders(root, in_use)  # what a killed writer left, on the next write
+    tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
+    old = root / f"{_OLD}{name}-{os.getpid()}"
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        fill(tmp)
+        write_manifest(tmp, fmt, step)
+        for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
+            fsync_dir(d)
+        if final.exists():  # replaced: set aside until the new one is in place
+            os.replace(final, old)
+        os.replace(tmp, final)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left
+        if old.exists() and not final.exists():  # the old folder goes back where it was
+            os.replace(old, final)
+        if isinstance(e, Exception) and is_no_space(e):
+            raise no_space_error(e, root, name, remedy) from None
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(root)
+    return final
+
+
 def write_model_folder(
     final: str | Path,
     *,
@@ -203,69 +362,40 @@ def write_model_folder(
     remedy: str = "",
     languages: tuple[str, str] | None = None,
 ) -> Path:
-    """Write a model folder atomically: ``model.safetensors`` (``state_dict``, shared tensors
-    once), ``model.json`` (with the model's ``(source, target)`` ``languages`` when known), each ``documents`` entry as a JSON file of that name, the tokenizers,
-    ``trainer.pt`` when ``tensors`` is given, each ``texts`` entry as a UTF-8 file of that name
-    (a model card), what ``extra(folder)`` writes (another engine's model), and the manifest
-    last (see :mod:`qkv.inference.saved`).
+    """Write a model folder atomically (:func:`write_folder`): ``model.safetensors``
+    (``state_dict``, shared tensors once), ``model.json`` (with the model's ``(source, target)``
+    ``languages`` when known), each ``documents`` entry as a JSON file of that name, the
+    tokenizers, ``trainer.pt`` when ``tensors`` is given, each ``texts`` entry as a UTF-8 file
+    of that name (a model card), what ``extra(folder)`` writes (another engine's model), and
+    the manifest last (see :mod:`qkv.inference.saved`).
 
-    The folder is built beside ``final`` under a temporary name and renamed into place; an
-    existing ``final`` is replaced. Returns ``final``. Temporary folders a killed writer left
-    beside it are removed first (:func:`remove_stale_folders` with ``in_use``). On any error the
-    temporary folder is removed and an existing ``final`` stays as it was; a full disk is a
-    :class:`NoSpaceError` ("no space left", the folder, ``remedy``).
+    An existing ``final`` is replaced. Returns ``final``. On any error an existing ``final``
+    stays as it was; a full disk is a :class:`NoSpaceError` ("no space left", the folder,
+    ``remedy``).
     """
-    final = Path(final)
-    root, name = final.parent, final.name
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        if is_no_space(e):
-            raise no_space_error(e, root, name, remedy) from None
-        raise
-    remove_stale_folders(root, in_use)  # what a killed writer left, on the next write
-    tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
-    old = root / f"{_OLD}{name}-{os.getpid()}"
     meta: dict[str, Any] = {"config": model_config}
     if languages is not None:
         meta["languages"] = languages_record(languages)
-    try:
-        _write_folder(
-            tmp, final, old, step, state_dict, meta, write_tokenizers, documents,
-            tensors, texts, extra,
-        )  # fmt: skip
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left
-        if old.exists() and not final.exists():  # the old folder goes back where it was
-            os.replace(old, final)
-        if isinstance(e, Exception) and is_no_space(e):
-            raise no_space_error(e, root, name, remedy) from None
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(root)
-    return final
+
+    def fill(tmp: Path) -> None:
+        _model_files(tmp, state_dict, meta, documents, tensors, texts)
+        write_tokenizers(tmp / "tokenizers")
+        if extra is not None:
+            extra(tmp)
+
+    return write_folder(final, fill, step=step, in_use=in_use, remedy=remedy)
 
 
-def _write_folder(
+def _model_files(
     tmp: Path,
-    final: Path,
-    old: Path,
-    step: int,
     state_dict: dict[str, torch.Tensor],
     meta: dict[str, Any],
-    write_tokenizers: Callable[[Path], None],
     documents: dict[str, Any],
     tensors: dict | None,
     texts: dict[str, str] | None,
-    extra: Callable[[Path], None] | None,
 ) -> None:
-    """:func:`write_model_folder`'s work: ``tmp`` written, then renamed to ``final`` (an
-    existing ``final`` set aside as ``old`` first)."""
+    """:func:`write_model_folder`'s files but the tokenizers and another engine's, in ``tmp``."""
     from safetensors.torch import save_file
-
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
 
     # safetensors refuses shared storage: save each tensor once, remember the aliases
     state = state_dict
@@ -280,8 +410,6 @@ def _write_folder(
         seen[ident] = key
         unique[key] = value.detach().to("cpu").contiguous()
     save_file(unique, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    with open(tmp / "model.safetensors", "rb+") as f:
-        os.fsync(f.fileno())
 
     def dump(fname: str, obj: Any) -> None:
         _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
@@ -298,69 +426,71 @@ def _write_folder(
             torch.save(tensors, f)
             f.flush()
             os.fsync(f.fileno())
-    write_tokenizers(tmp / "tokenizers")
-    if extra is not None:
-        extra(tmp)
-    files = {}
-    for p in sorted(tmp.rglob("*")):
-        if p.is_file():
-            if p.parent != tmp:
-                with open(p, "rb+") as f:
-                    os.fsync(f.fileno())
-            rel = p.relative_to(tmp).as_posix()
-            files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-    dump(
-        MANIFEST,
-        {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "qkv_version": __version__,
-            "step": step,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": files,
-        },
-    )
-    for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
-        fsync_dir(d)
-    if final.exists():  # the same step written again (a resumed run that stopped right here)
-        os.replace(final, old)
-    os.replace(tmp, final)
 
 
 # ---------------------------------------------------------------------------- an inference-only folder
-def _check_out(out: Path, force: bool, sources: tuple[Path, ...]) -> None:
-    """Refuse an ``out`` that would lose something: a non-empty folder without ``force``; with
-    it, anything but a model folder qkv wrote (never a run, a checkpoint, or the source)."""
+def check_out(out: str | Path, force: bool, sources: tuple[Path, ...] = ()) -> Path:
+    """``out`` as a folder a model may be written to, else a one-line ValueError naming
+    ``out``: not a file nor under one; not one of ``sources`` (the models being read) nor
+    holding them; new or empty, or (``force``) a model folder qkv exported before, of any
+    format (never a run, a checkpoint, a run's own ``final/``, or files qkv did not write)."""
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {str(out)!r} is a file; expected a folder to write the model to")
+    for above in out.absolute().parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ValueError(
+                    f"out: {str(above)!r} is a file, not a folder (in {str(out)!r}); expected "
+                    "a folder to write the model to"
+                )
+            break
     for src in sources:
         if src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve()):
             raise ValueError(
                 f"out: {str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder"
             )
     if not out.exists() or not any(out.iterdir()):
-        return
+        return out
     if not force:
         raise ValueError(
             f"out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
             "force=True (--force) to replace a model folder written before"
+        )
+    if _run_final(out):
+        raise ValueError(
+            f"out: {str(out)!r} is the final model of the run {str(out.parent)!r} (its chosen "
+            "weights and decoding): it is never replaced, even with --force; choose a new folder"
         )
     if not is_model_folder(out):
         raise ValueError(
             f"out: {str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
             "files qkv did not write): it is never replaced, even with --force; choose a new folder"
         )
+    return out
+
+
+def _run_final(folder: Path) -> bool:
+    """Is ``folder`` a run's own ``OUT/final`` (a ``checkpoints/`` folder beside it)?"""
+    return folder.name == FINAL_DIR and (folder.parent / CHECKPOINTS_DIR).is_dir()
 
 
 def is_model_folder(folder: Path) -> bool:
-    """Is ``folder`` a model folder qkv wrote, without training state: its manifest there, no
-    ``trainer.pt`` (a checkpoint) and no ``checkpoints/`` (a run)? Only such a folder is ever
-    replaced by a new model (``save_model(force=True)``, ``qkv average --out``)."""
-    return (
-        (folder / MANIFEST).is_file()
-        and not (folder / "trainer.pt").exists()
-        and not (folder / CHECKPOINTS_DIR).exists()
-    )
+    """Is ``folder`` a model folder qkv wrote, without training state: its manifest there (a
+    model folder's, a CTranslate2 model's or ONNX graphs'), no ``trainer.pt`` (a checkpoint), no
+    ``checkpoints/`` (a run), not a run's ``final/``; or ONNX graphs qkv exported before they
+    had a manifest? Only such a folder is ever replaced by a new model
+    (``save_model(force=True)``, ``qkv export --force``, ``qkv average --force``)."""
+    if (folder / "trainer.pt").exists() or (folder / CHECKPOINTS_DIR).exists():
+        return False
+    if _run_final(folder):
+        return False
+    try:
+        fmt = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        return "onnx.json" in names and names <= _OLD_ONNX_NAMES
+    return fmt in (CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT)
 
 
 def _number(x: Any) -> str:
@@ -368,7 +498,11 @@ def _number(x: Any) -> str:
 
 
 def model_card(
-    card: Mapping[str, Any] | None, model: EncoderDecoder, decoding: Decoding | None
+    card: Mapping[str, Any] | None,
+    model: EncoderDecoder,
+    decoding: Decoding | None,
+    *,
+    use: list[str] | None = None,
 ) -> str:
     """The ``README.md`` of a model folder (Markdown).
 
@@ -380,6 +514,8 @@ def model_card(
             (``[source, target]`` codes); every key optional.
         model: the model (its architecture is listed from its config).
         decoding: the default decoding, or None.
+        use: the lines of its "Use" section (Markdown; ``THIS_FOLDER`` for the folder); None:
+            ``qkv translate`` and ``qkv evaluate`` of a qkv model folder.
 
     When the languages or scores are known, the card starts with Hugging Face's model-card
     front matter (YAML between ``---`` lines): ``language:`` (source and target),
@@ -441,16 +577,14 @@ def model_card(
         lines += ["", "## Training settings", ""] + [f"* {k}: {v}" for k, v in settings.items()]
     for note in card.get("notes") or ():
         lines += ["", str(note)]
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```text",
-        "qkv translate --model-dir THIS_FOLDER 'Go.'",
-        "qkv evaluate --model-dir THIS_FOLDER --data PAIRS.tsv",
-        "```",
-        "",
-    ]
+    if use is None:
+        use = [
+            "```text",
+            "qkv translate --model-dir THIS_FOLDER 'Go.'",
+            "qkv evaluate --model-dir THIS_FOLDER --data PAIRS.tsv",
+            "```",
+        ]
+    lines += ["", "## Use", "", *use, ""]
     return "\n".join(lines)
 
 
@@ -458,9 +592,10 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     """The model card of a saved model folder (see :func:`model_card`): a folder saved by
     :func:`save_model` keeps its card in ``card.json``; else it is gathered from what the
     folder's run recorded: ``train.json`` (data, settings) and ``trainer.json`` (validation
-    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified.
+    BLEU and chrF, updates). What the folder lacks is left out; every file read is verified
+    (a qkv model folder, or an exported CTranslate2 or ONNX one).
     """
-    v = VerifiedFolder(folder)
+    v = VerifiedFolder(folder, formats=(CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT))
     langs = model_languages(v.json("model.json"), folder) if "model.json" in v.files else None
     if "card.json" in v.files:
         kept = v.json("card.json")
@@ -575,7 +710,7 @@ def save_model(
     except (TypeError, ValueError) as e:
         raise ValueError(f"card: expected JSON-serialisable values (text, numbers): {e}") from None
     out = Path(out)
-    _check_out(out, force, () if source is None else (Path(source),))
+    check_out(out, force, () if source is None else (Path(source),))
     try:
         return write_model_folder(
             out,

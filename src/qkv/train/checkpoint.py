@@ -50,6 +50,7 @@ from ..inference.saved import (
     MANIFEST,
     CheckpointError,
     LoadedCheckpoint,
+    VerifiedFolder,
     best_checkpoint,
     find_checkpoints,
     latest_checkpoint,
@@ -65,10 +66,8 @@ from ..inference.saved import (
 from ..inference.writing import (
     TMP_PREFIX,
     NoSpaceError,
-    fsync_dir,
-    is_model_folder,
-    is_no_space,
-    no_space_error,
+    atomic_file,
+    check_out,
     remove_stale_folders,
     write_model_folder,
 )
@@ -129,23 +128,13 @@ def run_lock_in_use(folder: str | Path) -> Callable[[int], bool] | None:
 
 # ---------------------------------------------------------------------------- atomic files
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync,
-    ``os.replace``. Readers see the old content or the new one, never a part; on an error the
+    """Write ``data`` to ``path`` atomically (:func:`qkv.inference.writing.atomic_file`: a
+    temporary file in the same folder, fsync, ``os.replace``, the mode the user's umask
+    gives). Readers see the old content or the new one, never a part; on an error the
     temporary file is removed (a full disk: :class:`NoSpaceError`)."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}{TMP_PREFIX}{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and is_no_space(e):
-            raise no_space_error(e, p.parent, p.name) from None
-        raise
-    fsync_dir(p.parent)
+    with atomic_file(p, temp=f".{p.name}{TMP_PREFIX}{os.getpid()}") as f:
+        f.write(data)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -209,6 +198,26 @@ def save_checkpoint(
     return final
 
 
+#: why checkpoints cannot be averaged, per part of :func:`_model_identity` that differs
+_IDENTITY = (
+    "model.json differs",
+    "other tokenizers: the same ids stand for other words",
+    "other languages",
+)
+
+
+def _model_identity(folder: Path) -> tuple[Any, ...]:
+    """What makes ``folder``'s weights mean what they mean: its model config, its tokenizers
+    (the SHA-256 of each file, verified) and its languages. Two runs of one architecture with
+    other vocabularies (fr and zh) have equal configs and other tokenizers."""
+    v = VerifiedFolder(folder)
+    meta = v.json("model.json")
+    config = meta.get("config") if isinstance(meta, dict) else None
+    v.tree("tokenizers")
+    tokenizers = {k: m.get("sha256") for k, m in v.files.items() if k.startswith("tokenizers/")}
+    return config, tokenizers, model_languages(meta, folder)
+
+
 def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the weights of several checkpoint folders of one model
     (fairseq's checkpoint averaging), accumulated in float64 and returned in each tensor's own
@@ -216,22 +225,24 @@ def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
 
     Raises:
         ValueError: fewer than one folder.
-        CheckpointError: a corrupt folder, or folders of different models.
+        CheckpointError: a corrupt folder, or folders of different models: another
+            ``model.json``, other tokenizers (the same ids for other words), other languages.
     """
     paths = [Path(f) for f in folders]
     if not paths:
         raise ValueError("folders: expected at least one checkpoint folder, got none")
-    first_config = None
     acc: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
-    for p in paths:  # what is read is verified (model.json, model.safetensors)
-        config = read_json(p, "model.json").get("config")
-        if first_config is None:
-            first_config = config
-        elif config != first_config:
+    first: tuple[Any, ...] | None = None
+    for p in paths:  # what is read is verified (model.json, model.safetensors, tokenizers)
+        this = _model_identity(p)
+        if first is None:
+            first = this
+        elif this != first:
+            what = next(why for why, a, b in zip(_IDENTITY, this, first) if a != b)
             raise CheckpointError(
-                f"checkpoint: {str(p)!r} holds another model than {str(paths[0])!r} "
-                "(model.json differs); only checkpoints of one run can be averaged"
+                f"checkpoint: {str(p)!r} holds another model than {str(paths[0])!r} ({what}); "
+                "only checkpoints of one run can be averaged"
             )
         tensors = read_weights(p)
         if acc and set(tensors) != set(acc):
@@ -483,25 +494,27 @@ def resumed_settings(
     return None
 
 
-def average_checkpoints(folders: list[Path] | list[str], out: str | Path) -> Path:
+def average_checkpoints(
+    folders: list[Path] | list[str], out: str | Path, *, force: bool = False
+) -> Path:
     """Write the average of checkpoint ``folders`` (one run's) as a model folder ``out`` that
     ``Translator.load``/``qkv translate``/``qkv evaluate`` accept (no training state: it
     cannot be resumed). Configs, split and tokenizers come from the newest folder.
 
+    ``out`` must be new or empty; ``force`` replaces a model folder qkv wrote before (an
+    average, an export), never a run, a checkpoint or a run's own ``final/`` (see
+    :func:`qkv.inference.writing.check_out`).
+
     Raises:
-        ValueError: no folders, or ``out`` is one of them.
-        CheckpointError: a corrupt folder, or folders of different models.
+        ValueError: no folders, or an ``out`` that would lose something (one of the folders,
+            a non-empty folder without ``force``, a folder that is not a model folder).
+        CheckpointError: a corrupt folder, or folders of different models (another
+            ``model.json``, other tokenizers or languages).
     """
     paths = sorted((Path(f) for f in folders), key=lambda p: _manifest_step(p))
     if not paths:
         raise ValueError("checkpoints: expected at least one checkpoint folder, got none")
-    out = Path(out)
-    inside = any(p.resolve().is_relative_to(out.resolve()) for p in paths)
-    if inside or (out.exists() and not is_model_folder(out)):
-        raise ValueError(
-            f"--out: {str(out)!r} holds other things (a run, a checkpoint, or files qkv did not "
-            "write); it would be replaced: choose a new folder"
-        )
+    out = check_out(out, force, tuple(paths))
     weights = average_weights(paths)
     newest = paths[-1]
     meta = read_json(newest, "model.json")

@@ -383,9 +383,10 @@ class TrainConfig:
         """The real-valued fields (optimisation, time limits) and the device."""
         need = self._need
         need(
-            self.max_minutes is None or (_is_num(self.max_minutes) and self.max_minutes > 0),
+            self.max_minutes is None
+            or (_is_num(self.max_minutes) and 0 < self.max_minutes < math.inf),
             "max_minutes",
-            "a positive number of minutes or None",
+            "a positive finite number of minutes, or None (no time limit)",
         )
         need(
             self.lr is None or (_is_num(self.lr) and 0 < self.lr < math.inf),
