@@ -207,3 +207,56 @@ def test_a_sentence_that_fails_fails_only_its_request(translator):
         for t in ("go .", "i lost .", "hello .", "warm ."):
             assert results[t].json() == {"translatedText": translator.translate(t)}
         assert sorted(map(len, calls[2:])) == [1, 1, 1, 1]  # then each job alone
+
+
+@pytest.mark.parametrize(
+    ("route", "field"),
+    [
+        ("/translate", "beam"),
+        ("/translate", "alternatives"),
+        ("/attention", "choice"),
+        ("/attention", "decimals"),
+    ],
+)
+def test_integers_are_ascii_digits_or_422(live, route, field):
+    """``int()`` takes Unicode digits ("²" passed ``isdigit`` and failed ``int``: a 500 and a
+    traceback); a field is an integer of ASCII digits, as JSON or as a form's text."""
+    for value in ["²", "③", "+-1", "١", "1_0", " ٣ ", "9" * 5000]:
+        said = error(live.post(route, json={"q": "go .", field: value}), 422, field)
+        assert "expected an integer" in said, value
+        r = live.post(route, data={"q": "go .", field: value})  # a form: every field a string
+        assert "expected an integer" in error(r, 422, field), value
+
+
+def test_an_internal_error_is_one_log_line_not_a_traceback(translator):
+    """A 500 is answered as JSON and logged in one line: Starlette raised it on to uvicorn,
+    which logged its traceback too."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "qkv.serve.app", "asyncio")]
+    with live_server(translator) as s:
+        for logger in loggers:
+            logger.addHandler(keep)
+        try:
+
+            def boom(**kw):
+                raise RuntimeError("a bug")
+
+            s.state.metrics.render = boom
+            r = s.get("/metrics")
+            assert r.status_code == 500 and r.json() == {"error": "internal error: RuntimeError"}
+            assert s.get("/health").status_code == 200
+        finally:
+            for logger in loggers:
+                logger.removeHandler(keep)
+    assert [r.getMessage() for r in records] == [
+        "qkv serve: GET /metrics failed: RuntimeError('a bug')"
+    ]
+    assert not any(r.exc_info for r in records)

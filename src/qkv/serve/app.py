@@ -30,6 +30,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import secrets
 import time
 import urllib.parse
@@ -156,11 +157,17 @@ def _describe(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- reading a body
+#: an integer as the docs promise it: ASCII digits, an optional sign (``str.isdigit`` and ``int``
+#: accept Unicode digits such as "²" or "③", which must be refused as such); at most 18 digits,
+#: so ``int`` never meets a string over its digit limit
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
     length = request.headers.get("content-length")
     if length is not None:
-        if not length.strip().isdigit():
+        if not re.fullmatch(r"[0-9]{1,18}", length.strip(), re.ASCII):
             raise ApiError(400, f"Content-Length: expected a number of bytes, got {length!r}")
         if int(length) > limit:
             raise ApiError(413, f"body: {int(length):,} bytes, {over}")
@@ -234,7 +241,7 @@ def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
     v = data.get(name)
     if v is None or v == "":
         return None
-    if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+    if isinstance(v, str) and _INTEGER.fullmatch(v.strip()):
         v = int(v.strip())
     elif isinstance(v, float) and v.is_integer():
         v = int(v)
@@ -966,7 +973,7 @@ def create_app(
                     "served (recorded in its model.json)",
                 )
     st = _State(translator, cfg)
-    app = Starlette(
+    app = _App(
         routes=_Routes(st).routes(),
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal},
         lifespan=st.lifespan,
@@ -974,6 +981,21 @@ def create_app(
     app.state.qkv = st
     app.add_middleware(_Observe, state=st)
     return app
+
+
+class _App(Starlette):
+    """Starlette, but an error it answered with a 500 (logged in one line by :func:`_internal`)
+    is not raised on to the server, which would log its traceback as well: no client input
+    puts a traceback in the server's log."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            if scope["type"] != "http":
+                raise
+            # Starlette's ServerErrorMiddleware called _internal (one line logged, 500 sent)
+            # and raises again "so that servers may log it": logged already
 
 
 class _Observe:
