@@ -332,7 +332,7 @@ class _State:
 
     def __init__(self, models: TextTranslator | ModelRegistry, cfg: ServeConfig) -> None:
         self.cfg = cfg
-        self.metrics = Metrics()
+        self.metrics = Metrics(ROUTES)
         self.pairs: dict[tuple[str, str, str], list[int]] = {}  # (src, tgt, pivot) -> [req, sent]
         self.source: str | None = None
         self.target: str | None = None
