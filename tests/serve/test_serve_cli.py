@@ -54,6 +54,7 @@ def test_languages_the_model_does_not_record_must_be_given(model_dir, capsys):
         (["--threads", "-1"], "--threads"),
         (["--api-key", ""], "--api-key"),
         (["--quantize", "int8", "--device", "cuda"], "--quantize"),
+        (["--allowed-hosts", "translate.example.org:8000"], "--allowed-hosts"),
     ],
 )
 def test_bad_flags_are_one_line(model_dir, capsys, args, flag):
@@ -100,6 +101,22 @@ def test_without_the_serve_extra_one_line_before_loading(tmp_path):
     )
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip() == ("qkv serve needs starlette, uvicorn: pip install 'qkv[serve]'")
+
+
+def test_allowed_hosts_comma_separated_repeated_and_the_host_name():
+    import argparse
+
+    from qkv.cli.serve import add_parser, serve_config
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    argv = ["serve", "--allowed-hosts", "a.example,*.b.example", "--allowed-hosts", "C.example"]
+    args = parser.parse_args(argv)
+    assert serve_config(args, None).allowed_hosts == ("a.example", "*.b.example", "c.example")
+    args = parser.parse_args([*argv, "--host", "myhost.lan"])  # a name to listen on: allowed
+    assert serve_config(args, None).allowed_hosts[-1] == "myhost.lan"
+    args = parser.parse_args(["serve", "--host", "0.0.0.0"])  # an address: as reached
+    assert serve_config(args, None).allowed_hosts == ()
 
 
 # ---------------------------------------------------------------------------- a real process

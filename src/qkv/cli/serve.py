@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import ipaddress
 import logging
 import os
 import sys
@@ -52,7 +53,9 @@ _LIMITS: dict[str, tuple[type, str, str]] = {
 _FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells", "memory_cap_mb")
 
 #: library key -> flag, for the errors of ServeConfig, the app, the models and the socket
-_FLAGS = {key: flag(key) for key in (*_FIELDS, "host", "port", "model_dir", "models_dir")}
+_FLAGS = {
+    key: flag(key) for key in (*_FIELDS, "allowed_hosts", "host", "port", "model_dir", "models_dir")
+}
 
 
 def _config_default(name: str) -> Any:
@@ -98,6 +101,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
+    p.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=None,
+        metavar="HOST[,HOST...]",
+        help="the names a request's Host header may give besides localhost and the address it "
+        "reached (and --host when it is a name); *.example.org: its subdomains; *: any. Others "
+        "get 400, so a web page that rebinds its DNS name to this server cannot use it. "
+        "Repeatable",
+    )
     add_decoding_flags(
         p,
         beam="default beam size of a request (default: the model's, chosen on validation by "
@@ -174,7 +187,26 @@ def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name, None) is not None}
     folders = args.model_dir or []
     one = str(folders[0]) if len(folders) == 1 and args.models_dir is None else None
-    return ServeConfig(**given, api_key=api_key, batching=not args.no_batching, model_dir=one)
+    return ServeConfig(
+        **given,
+        api_key=api_key,
+        batching=not args.no_batching,
+        model_dir=one,
+        allowed_hosts=_allowed_hosts(args),
+    )
+
+
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--allowed-hosts`` (comma-separated, repeatable), and ``--host`` when it is a name
+    (an address is allowed as the address a request reaches)."""
+    names = [n.strip() for given in args.allowed_hosts or [] for n in given.split(",")]
+    host = (args.host or "").strip().strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host:
+            names.append(host)
+    return tuple(n for n in names if n)
 
 
 def _registry(args: argparse.Namespace) -> Any:

@@ -50,7 +50,7 @@ from ..inference import TextTranslator
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
-from .config import ServeConfig
+from .config import LOOPBACK_HOSTS, ServeConfig
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
@@ -180,6 +180,21 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _form_utf8(name: str, value: str) -> None:
+    """400 for a form field whose %-escapes decode to bytes that are not UTF-8 (``q=caf%E9``
+    is Latin-1), rather than a translation of U+FFFD."""
+    for what, text in (("body", name), (name, value)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            shown = "a field name" if what == "body" else "its value"
+            raise ApiError(
+                400,
+                f"{what[:40]}: {shown} is not UTF-8 once its %-escapes are decoded (character "
+                f"{e.start}); send the text as UTF-8 (q=caf%C3%A9 for café)",
+            ) from None
+
+
 def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
     """The request's fields and whether they came from a form (strings everywhere)."""
     ctype = content_type.split(";")[0].strip().lower()
@@ -190,12 +205,18 @@ def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
             raise ApiError(
                 400, f"body: the form is not UTF-8 ({e.reason} at byte {e.start})"
             ) from None
-        try:
+        try:  # %-escapes decoded to bytes kept as surrogates, so that invalid UTF-8 is found
             pairs = urllib.parse.parse_qsl(
-                text, keep_blank_values=True, strict_parsing=False, max_num_fields=10_000
+                text,
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=10_000,
+                errors="surrogateescape",
             )
         except ValueError as e:
             raise ApiError(413, f"body: {e}") from None
+        for k, v in pairs:
+            _form_utf8(k, v)
         data: dict[str, Any] = {}
         qs = [v for k, v in pairs if k in ("q", "q[]")]
         for k, v in pairs:
@@ -210,7 +231,8 @@ def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
             "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
             "form (application/x-www-form-urlencoded)",
         )
-    if ctype not in ("", "application/json", "text/plain") and not ctype.endswith("+json"):
+    # text/plain is not JSON: a web page may send it anywhere without asking (no CORS preflight)
+    if ctype not in ("", "application/json") and not ctype.endswith("+json"):
         raise ApiError(
             415,
             f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
@@ -468,10 +490,11 @@ class _State:
         key = self.cfg.api_key
         if key is None:
             return
-        given = request.headers.get("x-api-key")
+        # an empty header says nothing: it must not hide the key given another way
+        given = request.headers.get("x-api-key", "").strip() or None
         auth = request.headers.get("authorization", "")
         if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
+            given = auth[7:].strip() or None
         if given is None and data is not None:
             given = data.get("api_key")
         challenge = {"WWW-Authenticate": 'Bearer realm="qkv"'}
@@ -979,8 +1002,64 @@ def create_app(
         lifespan=st.lifespan,
     )
     app.state.qkv = st
-    app.add_middleware(_Observe, state=st)
+    app.add_middleware(_TrustedHost, allowed=cfg.allowed_hosts)
+    app.add_middleware(_Observe, state=st)  # outermost: counts the refusals too
     return app
+
+
+def _host_name(header: str) -> str:
+    """The host name of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercase,
+    without a trailing dot."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        value = value[1:].partition("]")[0]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+class _TrustedHost:
+    """Pure ASGI middleware: a request whose ``Host`` names neither the loopback
+    (:data:`~qkv.serve.config.LOOPBACK_HOSTS`), nor the address the request reached, nor one
+    of ``allowed`` (``*.domain``: its subdomains; ``*``: any) is answered 400 before routing,
+    as Starlette's TrustedHostMiddleware answers it. So a web page whose DNS name is rebound
+    to the server's address cannot use it, and the trailing-slash redirect only ever points
+    at a name the server answers to. A request with no ``Host`` (HTTP/1.0; no browser sends
+    one) is served."""
+
+    def __init__(self, app: Any, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.any = "*" in allowed
+        self.names = frozenset((*LOOPBACK_HOSTS, *allowed))
+        self.suffixes = tuple(name[1:] for name in allowed if name.startswith("*."))
+
+    def allows(self, host: str, scope: dict) -> bool:
+        """Whether a request to ``host`` (a name from :func:`_host_name`) is served."""
+        if self.any or host in self.names or host.endswith(self.suffixes):
+            return True
+        server = scope.get("server")
+        return bool(server) and host == str(server[0]).lower()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name != b"host":
+                continue
+            header = value.decode("latin-1")
+            if not self.allows(_host_name(header), scope):
+                shown = _describe(header).removeprefix("the string ")
+                refusal = _error(
+                    400,
+                    f"Host: {shown} is not a name this server answers to; it answers to "
+                    "localhost and the address it is reached at, and to the names given with "
+                    "--allowed-hosts",
+                    {"Connection": "close"},
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _App(Starlette):
