@@ -47,6 +47,7 @@ from starlette.routing import Route
 from .._deps import MissingDependency, require
 from .._errors import SettingError
 from ..inference import TextTranslator
+from ..inference.limits import position_limits
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
@@ -462,6 +463,9 @@ class _State:
             ids, score = hyps[choice]
             if score == -math.inf:
                 raise ApiError(422, f"choice: there is no translation {choice} of this text")
+        # the picture's size is known once the translation is: refused before it is drawn
+        # (the teacher-forced pass and the payload cost 7x the cap's memory at 7x the cap)
+        self.check_cells(lane, len(tr.encode(text)), len(ids) + 1)
         sa = tr.attention(text, ids=ids)
         kinds = sa.kinds()
         cells = attention_cells(kinds)
@@ -695,15 +699,29 @@ class _State:
             raise ApiError(422, f"q: cannot be translated: {e}") from None
 
     def check_encoder_cells(self, lane: Lane, text: str) -> None:
-        """413 before decoding when the encoder's attention alone is over the cap (a
-        Transformer of the qkv engine; the whole picture is checked once decoded)."""
+        """413 before decoding when the encoder's attention alone is over the cap."""
+        self.check_cells(lane, len(lane.translator.encode(text)), 0)  # type: ignore[union-attr]
+
+    def check_cells(self, lane: Lane, src_len: int, tgt_len: int) -> None:
+        """413 when the attention of a Transformer of the qkv engine over ``src_len`` source
+        and ``tgt_len`` decoder positions (``<bos>`` and the translation; 0: the encoder's
+        alone) holds more weights than the cap: per layer ``(H + 1) * Lq * Lk``, the heads
+        and their mean, as :func:`qkv.viz.attention_cells` counts them. Other models are
+        checked once drawn (a Bahdanau model's one ``(T, S)`` picture is small)."""
         tr = lane.translator
-        mc = tr.model.config  # type: ignore[union-attr]  # the qkv engine's model
-        if mc is not None and tr.kind == "transformer":  # type: ignore[union-attr]
-            S, H = len(tr.encode(text)), mc.num_heads  # type: ignore[union-attr]
-            enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
-            if enc > self.cfg.max_attention_cells:
-                raise ApiError(413, self._too_many_cells(enc))
+        model = getattr(tr, "model", None)  # the qkv engine's
+        mc = getattr(model, "config", None)
+        if tr is None or mc is None or tr.kind != "transformer":
+            return
+        S, T, H = src_len, tgt_len, mc.num_heads
+        # a translation cut at the learned positions is drawn without its last row
+        tgt_limit = position_limits(model)[1]  # type: ignore[arg-type]
+        if tgt_limit is not None and tgt_len > tgt_limit:
+            T = tgt_limit
+        heads = H + (1 if H > 1 else 0)
+        cells = heads * (mc.num_enc_layers * S * S + mc.num_dec_layers * (T * T + T * S))
+        if cells > self.cfg.max_attention_cells:
+            raise ApiError(413, self._too_many_cells(cells))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
