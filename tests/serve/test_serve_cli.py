@@ -190,7 +190,7 @@ def test_a_signal_finishes_the_requests_in_flight_then_exits_0(model_dir, transl
         slow = socket.create_connection(("127.0.0.1", port), timeout=60)
         body = json.dumps({"q": "hello ."}).encode()
         slow.sendall(
-            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body[:5]
         )

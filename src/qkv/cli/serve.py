@@ -54,7 +54,17 @@ _FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells"
 
 #: library key -> flag, for the errors of ServeConfig, the app, the models and the socket
 _FLAGS = {
-    key: flag(key) for key in (*_FIELDS, "allowed_hosts", "host", "port", "model_dir", "models_dir")
+    key: flag(key)
+    for key in (
+        *_FIELDS,
+        "allowed_hosts",
+        "header_timeout",
+        "max_connections",
+        "host",
+        "port",
+        "model_dir",
+        "models_dir",
+    )
 }
 
 
@@ -161,7 +171,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         metavar="S",
-        help="on SIGTERM, how long to wait for requests in flight (default: 60)",
+        help="on SIGTERM, how long to wait for requests in flight; those still waiting then get "
+        "503 and the exit status is 1 (default: 60)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send a request's headers, else it is closed "
+        "(slowloris clients; default: 10)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most connections open at once; beyond, 503 and closed (default: the open-file "
+        "limit, ulimit -n, less 100)",
     )
     p.add_argument(
         "--threads",
@@ -258,10 +285,11 @@ def _one_model(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered."""
+    """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered, 1 when
+    the shutdown timeout cut some off (each answered 503)."""
     require(f"qkv {NAME}", [*engine_needs(args), "starlette", "uvicorn"])
     from ..serve import create_app
-    from ..serve.server import bind
+    from ..serve.server import bind, check_limits
     from ..serve.server import run as serve_on
 
     api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
@@ -272,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.model_dir and args.models_dir is None:
             raise ValueError("--model-dir: expected a model folder (or --models-dir DIR)")
         cfg = serve_config(args, api_key)
+        check_limits(args.header_timeout, args.max_connections)
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
         if args.threads:
@@ -289,16 +318,26 @@ def run(args: argparse.Namespace) -> int:
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
     ready = f"qkv serve: {_serving(app.state.qkv, cfg)} on {url}"
-    started = serve_on(
+    stopped = serve_on(
         app,
         sock,
         log_level="warning" if args.quiet else "info",
         access_log=args.access_log,
         shutdown_timeout=args.shutdown_timeout,
+        header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
         on_ready=lambda: print(ready, file=sys.stderr, flush=True),
     )
-    if not started:
+    if not stopped.started:
         print("qkv serve: error: the server did not start (see above)", file=sys.stderr)
+        return 1
+    if stopped.cut_off:
+        print(
+            f"qkv serve: error: stopped with {stopped.cut_off} request(s) unanswered when "
+            f"--shutdown-timeout ({args.shutdown_timeout:g} s) ran out (each got a 503)",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     print("qkv serve: stopped", file=sys.stderr, flush=True)
     return 0
