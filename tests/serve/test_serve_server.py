@@ -129,3 +129,22 @@ def test_connections_beyond_the_cap_get_503(translator, logs):
 def test_limits_are_checked(translator, options, key):
     with pytest.raises(SettingError, match=f"^{key}: expected"):
         make_server(create_app(translator, ServeConfig("en", "fr")), **options)
+
+
+def test_a_body_refused_early_closes_a_kept_alive_connection(translator):
+    """Without ``Connection: close`` the connection stayed open after the 413 and took the
+    rest of the body (any size, for as long as it came); now the answer closes it."""
+    with serve(translator) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\n\r\n" + b"a" * 100_000
+        )
+        data = b""
+        while not data.endswith(b"}"):
+            data += sock.recv(65536)
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), head
+        assert json.loads(body)["error"].startswith("body: 50,000,000 bytes")

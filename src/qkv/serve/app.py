@@ -165,18 +165,24 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, up to ``limit`` bytes; refused before the rest is read, with the connection
+    closed after the answer (the server reads and drops what is still coming, a bounded while:
+    :mod:`qkv.serve.server`), so that a kept-alive connection does not carry it on."""
     over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
+    close = {"Connection": "close"}
     length = request.headers.get("content-length")
     if length is not None:
         if not re.fullmatch(r"[0-9]{1,18}", length.strip(), re.ASCII):
-            raise ApiError(400, f"Content-Length: expected a number of bytes, got {length!r}")
+            raise ApiError(
+                400, f"Content-Length: expected a number of bytes, got {length!r}", close
+            )
         if int(length) > limit:
-            raise ApiError(413, f"body: {int(length):,} bytes, {over}")
+            raise ApiError(413, f"body: {int(length):,} bytes, {over}", close)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"body: more than {limit:,} bytes, {over}")
+            raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
         chunks.append(chunk)
     return b"".join(chunks)
 
