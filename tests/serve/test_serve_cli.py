@@ -232,3 +232,48 @@ def test_a_signal_finishes_the_requests_in_flight_then_exits_0(model_dir, transl
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_shutdown_timeout_answers_503_and_exits_1(model_dir):
+    """When --shutdown-timeout ran out, each request still waiting got uvicorn's 500 with a
+    traceback in the log, and the exit status was 0. Now: a 503 saying why, one log line
+    counting them, exit 1. (The queued request waits up to 5 s for the company of the one
+    whose body is still coming; the timeout is 0.5 s.)"""
+    proc, url = start(model_dir, "--max-wait-ms", "5000", "--shutdown-timeout", "0.5")
+    try:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=60)
+        slow.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 20\r\n\r\n{"q": '
+        )
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(r=post(url + "translate", {"q": "go ."})))
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url + "health", timeout=10) as r:
+                if json.loads(r.read())["queue_depth"] == 1:
+                    break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the request never reached the queue")
+        proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        status, body = out["r"]
+        assert status == 503, body
+        assert body["error"].startswith("server: shutting down; this request was not answered")
+        answer = b""
+        while chunk := slow.recv(65536):
+            answer += chunk
+        slow.close()
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert proc.wait(60) == 1
+        err = proc.stderr.read()
+        assert "Traceback" not in err, err
+        assert "ran out: 2 request(s) still waiting were answered 503" in err, err
+        assert err.rstrip().endswith("ran out (each got a 503)"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
