@@ -3,6 +3,7 @@ process that stops on SIGTERM or Ctrl-C after answering what was in flight, exit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -126,16 +127,25 @@ def start(model_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     return start_process("--model-dir", str(model_dir), *more)
 
 
-def start_process(*argv: str) -> tuple[subprocess.Popen, str]:
-    """``qkv serve ARGV --port 0 --quiet`` in a process: it and its URL once ready."""
+def start_process(*argv: str, open_files: int | None = None) -> tuple[subprocess.Popen, str]:
+    """``qkv serve ARGV --port 0 --quiet`` in a process: it and its URL once ready.
+    ``open_files``: its open-file limit (``ulimit -n``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+
+    def limit() -> None:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "qkv.cli", "serve", *argv, "--port", "0", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=None if open_files is None else limit,
     )
     lines = []
     deadline = time.monotonic() + 90
@@ -273,6 +283,43 @@ def test_the_shutdown_timeout_answers_503_and_exits_1(model_dir):
         assert "Traceback" not in err, err
         assert "ran out: 2 request(s) still waiting were answered 503" in err, err
         assert err.rstrip().endswith("ran out (each got a 503)"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.slow
+def test_more_slow_connections_than_open_files(model_dir):
+    """The issue's case: more half-open sockets than the open-file limit blocked /health and
+    /translate, and the log grew by a traceback per socket. Now the connections over the cap
+    are refused, the slow ones are cut at --header-timeout, the server answers again, and the
+    log holds a line per kind of event."""
+    more = ("--model-dir", str(model_dir), "--source-lang", "en", "--target-lang", "fr")
+    proc, url = start_process(*more, "--header-timeout", "1", open_files=300)  # a cap of 100
+    try:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        slow = []
+        for _ in range(400):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            with contextlib.suppress(OSError):  # refused beyond the cap: closed at once
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Wait: ")
+            slow.append(sock)
+        deadline = time.monotonic() + 30
+        while True:  # the slow ones are cut within a second: the server answers again
+            with contextlib.suppress(urllib.error.HTTPError, OSError):
+                if post(url + "translate", {"q": "go ."}, timeout=5)[0] == 200:
+                    break
+            assert time.monotonic() < deadline, "the server never answered again"
+            time.sleep(0.1)
+        for sock in slow:
+            sock.close()
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        err = proc.stderr.read()
+        assert "Traceback" not in err and len(err.splitlines()) <= 4, err
+        assert "qkv serve: stopped" in err
     finally:
         if proc.poll() is None:
             proc.kill()
