@@ -188,7 +188,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="most connections open at once; beyond, 503 and closed (default: the open-file "
-        "limit, ulimit -n, less 100)",
+        "limit, ulimit -n, less 200)",
     )
     p.add_argument(
         "--threads",

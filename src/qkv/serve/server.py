@@ -51,6 +51,7 @@ __all__ = [
     "HEADER_TIMEOUT",
     "LINGER_BYTES",
     "LINGER_SECONDS",
+    "LISTEN_BACKLOG",
     "Stopped",
     "bind",
     "check_limits",
@@ -81,13 +82,19 @@ _CLIENT_WARNINGS = frozenset(
 )
 
 
+#: the listening socket's backlog, and so the most connections asyncio accepts at once (uvicorn's
+#: default, 2,048, let a burst take 2,048 file descriptors before any refused one was closed)
+LISTEN_BACKLOG = 128
+
+
 def default_max_connections() -> int:
-    """The connection cap when none is given: the open-file limit (``ulimit -n``) less 100 for
-    the process's own files, between 8 and 10,000."""
+    """The connection cap when none is given: the open-file limit (``ulimit -n``) less 200 (a
+    burst of :data:`LISTEN_BACKLOG` accepted at once, and the process's own files), between 8
+    and 10,000."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return 10_000
-    return max(8, min(10_000, soft - 100))
+    return max(8, min(10_000, soft - 200))
 
 
 def _answer(status: int, reason: str, message: str) -> bytes:
@@ -465,6 +472,7 @@ def make_server(
         interface="asgi3",
         timeout_graceful_shutdown=shutdown_timeout,
         server_header=False,
+        backlog=LISTEN_BACKLOG,
     )
     return _Server(config, on_ready, cut_off, limits)
 
