@@ -4,9 +4,11 @@ reset, a hang or a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -148,3 +150,43 @@ def test_a_body_refused_early_closes_a_kept_alive_connection(translator):
         head, _, body = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), head
         assert json.loads(body)["error"].startswith("body: 50,000,000 bytes")
+
+
+def test_a_client_gone_before_its_body_is_not_a_server_error(translator, logs):
+    """A client that closed before sending all its body was logged as a failure of the
+    server, with uvicorn's traceback; it is the client's doing: nothing is logged."""
+    with serve(translator) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        for _ in range(3):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: localhost\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"q"'
+            )
+            time.sleep(0.2)  # the request is read, its body awaited
+            sock.close()
+        wait_until(lambda: s.state.in_flight == 0, what="the requests to end")
+        assert s.get("/health").status_code == 200
+    assert [r.getMessage() for r in logs.records] == []
+
+
+def test_upgrades_and_malformed_requests_are_a_line_a_minute(translator):
+    """uvicorn warned once per such request (two lines per upgrade asked)."""
+    with serve(translator) as s:
+        logs = contextlib.contextmanager(kept_logs)()  # once uvicorn configured its loggers
+        with logs as kept:
+            port = int(s.url.rsplit(":", 1)[1])
+            for _ in range(5):
+                for raw in (
+                    b"\x00garbage\r\n\r\n",
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, close\r\n"
+                    b"Upgrade: websocket\r\n\r\n",
+                ):
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+                    sock.sendall(raw)
+                    while sock.recv(65536):
+                        pass
+                    sock.close()
+    lines = [r.getMessage() for r in kept.records]
+    assert len(lines) == 3, lines  # invalid, an upgrade, no WebSocket library: once each
+    assert not any(r.exc_info for r in kept.records)

@@ -40,7 +40,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -179,11 +179,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if int(length) > limit:
             raise ApiError(413, f"body: {int(length):,} bytes, {over}", close)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client's doing, not an error of the server's: not logged
+        raise ApiError(
+            400, f"body: the connection closed after {size:,} bytes, before the end of it"
+        ) from None
     return b"".join(chunks)
 
 
@@ -958,15 +963,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         return await _internal(request, exc)
     if exc.status_code == 404:
+        path = _describe(request.url.path).removeprefix("the string ")
         return _error(
-            404,
-            f"path: no route {request.method} {request.url.path}; the routes are "
-            + ", ".join(ROUTES),
+            404, f"path: no route {request.method} {path}; the routes are {', '.join(ROUTES)}"
         )
     if exc.status_code == 405:
         return _error(
             405,
-            f"method: {request.method} is not allowed on {request.url.path}",
+            f"method: {request.method[:40]} is not allowed on {request.url.path}",
             dict(exc.headers or {}),
         )
     return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))

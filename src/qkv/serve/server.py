@@ -72,13 +72,13 @@ LINGER_BYTES = 64 * 2**20
 LINGER_SECONDS = 10.0
 #: how often a kind of event is logged at most, seconds
 LOG_EVERY = 60.0
-#: uvicorn's warnings that clients cause one per request: rate-limited like the others
-_CLIENT_WARNINGS = frozenset(
-    {
-        "Invalid HTTP request received.",
-        "Exceeded concurrency limit.",
-        "Unsupported upgrade request.",
-    }
+#: uvicorn's warnings that clients cause one per request (how they begin): rate-limited like the
+#: others
+_CLIENT_WARNINGS = (
+    "Invalid HTTP request received.",
+    "Exceeded concurrency limit.",
+    "Unsupported upgrade request.",
+    "No supported WebSocket library detected.",
 )
 
 
@@ -138,9 +138,10 @@ class _Events:
     def filter(self, record: logging.LogRecord) -> bool:
         """A :class:`logging.Filter`'s test for uvicorn's log: its per-request warnings that
         clients cause, rate-limited like the others."""
-        if record.msg not in _CLIENT_WARNINGS:
+        kind = next((w for w in _CLIENT_WARNINGS if str(record.msg).startswith(w)), None)
+        if kind is None:
             return True
-        suffix = self.due(f"uvicorn: {record.msg}")
+        suffix = self.due(f"uvicorn: {kind}")
         if suffix is None:
             return False
         record.msg = f"{record.msg}{suffix}"
