@@ -56,6 +56,9 @@ def test_languages_the_model_does_not_record_must_be_given(model_dir, capsys):
         (["--api-key", ""], "--api-key"),
         (["--quantize", "int8", "--device", "cuda"], "--quantize"),
         (["--allowed-hosts", "translate.example.org:8000"], "--allowed-hosts"),
+        (["--header-timeout", "0"], "--header-timeout"),
+        (["--max-connections", "0"], "--max-connections"),
+        (["--shutdown-timeout", "nan"], "--shutdown-timeout"),
     ],
 )
 def test_bad_flags_are_one_line(model_dir, capsys, args, flag):

@@ -126,6 +126,8 @@ def test_connections_beyond_the_cap_get_503(translator, logs):
         ({"header_timeout": float("inf")}, "header_timeout"),
         ({"max_connections": 0}, "max_connections"),
         ({"max_connections": 2.5}, "max_connections"),
+        ({"shutdown_timeout": float("nan")}, "shutdown_timeout"),
+        ({"shutdown_timeout": -1}, "shutdown_timeout"),
     ],
 )
 def test_limits_are_checked(translator, options, key):

@@ -60,6 +60,7 @@ _FLAGS = {
         "allowed_hosts",
         "header_timeout",
         "max_connections",
+        "shutdown_timeout",
         "host",
         "port",
         "model_dir",
@@ -300,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.model_dir and args.models_dir is None:
             raise ValueError("--model-dir: expected a model folder (or --models-dir DIR)")
         cfg = serve_config(args, api_key)
-        check_limits(args.header_timeout, args.max_connections)
+        check_limits(args.header_timeout, args.max_connections, args.shutdown_timeout)
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
         if args.threads:

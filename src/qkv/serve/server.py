@@ -155,18 +155,31 @@ class _Limits:
     events: _Events
 
 
-def _limits(header_timeout: float | None, max_connections: int | None) -> _Limits:
+def _seconds(key: str, value: object, *, zero: bool) -> None:
+    """Refuse ``value`` unless it is None or a finite number of seconds > 0 (``zero``: >= 0)."""
+    if value is None:
+        return
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and (value >= 0 if zero else value > 0)
+        and value < math.inf
+    )
+    if not ok:
+        raise SettingError(key, f"expected seconds {'>=' if zero else '>'} 0, got {value!r}")
+
+
+def _limits(
+    header_timeout: float | None, max_connections: int | None, shutdown_timeout: float | None
+) -> _Limits:
     """The connection limits, checked.
 
     Raises:
-        SettingError: keyed ``header_timeout`` or ``max_connections``, naming what came.
+        SettingError: keyed ``header_timeout``, ``max_connections`` or ``shutdown_timeout``,
+            naming what came.
     """
-    if header_timeout is not None and (
-        isinstance(header_timeout, bool)
-        or not isinstance(header_timeout, (int, float))
-        or not 0 < header_timeout < math.inf
-    ):
-        raise SettingError("header_timeout", f"expected seconds > 0, got {header_timeout!r}")
+    _seconds("header_timeout", header_timeout, zero=False)
+    _seconds("shutdown_timeout", shutdown_timeout, zero=True)
     if max_connections is None:
         max_connections = default_max_connections()
     if (
@@ -457,9 +470,10 @@ def make_server(
     :func:`default_max_connections`). ``on_ready()`` is called once the server accepts requests.
 
     Raises:
-        SettingError: (a ``ValueError``) keyed ``header_timeout`` or ``max_connections``.
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
+            ``shutdown_timeout``.
     """
-    limits = _limits(header_timeout, max_connections)
+    limits = _limits(header_timeout, max_connections, shutdown_timeout)
     protocol = type("_ServerProtocol", (_Protocol,), {"limits": limits})
     cut_off = _CutOff(app, shutdown_timeout)
     config = uvicorn.Config(
@@ -478,13 +492,18 @@ def make_server(
     return _Server(config, on_ready, cut_off, limits)
 
 
-def check_limits(header_timeout: float | None, max_connections: int | None) -> None:
-    """Check :func:`make_server`'s connection limits before serving.
+def check_limits(
+    header_timeout: float | None,
+    max_connections: int | None,
+    shutdown_timeout: float | None = 60.0,
+) -> None:
+    """Check :func:`make_server`'s limits before serving.
 
     Raises:
-        SettingError: (a ``ValueError``) keyed ``header_timeout`` or ``max_connections``.
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
+            ``shutdown_timeout``.
     """
-    _limits(header_timeout, max_connections)
+    _limits(header_timeout, max_connections, shutdown_timeout)
 
 
 def run(app: Any, sock: socket.socket, **options: Any) -> Stopped:
