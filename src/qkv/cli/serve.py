@@ -318,6 +318,11 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
+    if args.host in ("0.0.0.0", "::", "") and not args.allowed_hosts:
+        log.info(
+            "answering requests whose Host is localhost or the address they reach; name the "
+            "others (a DNS name, a proxy's) with --allowed-hosts"
+        )
     ready = f"qkv serve: {_serving(app.state.qkv, cfg)} on {url}"
     stopped = serve_on(
         app,
