@@ -50,3 +50,34 @@ def test_allowed_hosts_are_names(bad):
         ServeConfig(allowed_hosts=(bad,))
     with pytest.raises(SettingError, match=r"^allowed_hosts: expected a list"):
         ServeConfig(allowed_hosts="a.example")  # type: ignore[arg-type]
+
+
+def test_the_address_a_request_reached_is_allowed(translator):
+    """On a server listening on every address, a client on the network names the address it
+    typed; a dual-stack socket reports IPv4 ones as ::ffff:a.b.c.d."""
+    import asyncio
+
+    import httpx
+
+    from qkv.serve import create_app
+
+    app = create_app(translator, ServeConfig("en", "fr"))
+
+    async def ask(server: tuple[str, int], host: str) -> int:
+        async def reached(scope, receive, send):  # as uvicorn says where a request arrived
+            await app({**scope, "server": server}, receive, send)
+
+        transport = httpx.ASGITransport(app=reached)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            r = await client.get("/openapi.json", headers={"Host": host})
+            return r.status_code
+
+    async def main() -> list[int]:
+        return [
+            await ask(("192.168.1.20", 8000), "192.168.1.20:8000"),
+            await ask(("::ffff:192.168.1.20", 8000), "192.168.1.20:8000"),
+            await ask(("fe80::1", 8000), "[fe80::1]:8000"),
+            await ask(("192.168.1.20", 8000), "192.168.1.21:8000"),
+        ]
+
+    assert asyncio.run(main()) == [200, 200, 200, 400]

@@ -1066,7 +1066,10 @@ class _TrustedHost:
         if self.any or host in self.names or host.endswith(self.suffixes):
             return True
         server = scope.get("server")
-        return bool(server) and host == str(server[0]).lower()
+        if not server:
+            return False
+        reached = str(server[0]).lower()  # on a dual-stack socket, IPv4 as ::ffff:a.b.c.d
+        return host in (reached, reached.removeprefix("::ffff:"))
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
