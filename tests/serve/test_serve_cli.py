@@ -285,7 +285,8 @@ def test_the_shutdown_timeout_answers_503_and_exits_1(model_dir):
         err = proc.stderr.read()
         assert "Traceback" not in err, err
         assert "ran out: 2 request(s) still waiting were answered 503" in err, err
-        assert err.rstrip().endswith("ran out (each got a 503)"), err
+        assert err.rstrip().endswith("ran out, and each got a 503"), err
+        assert "Cancel 2 running task(s)" not in err  # said once, by qkv
     finally:
         if proc.poll() is None:
             proc.kill()

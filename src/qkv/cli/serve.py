@@ -339,8 +339,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if stopped.cut_off:
         print(
-            f"qkv serve: error: stopped with {stopped.cut_off} request(s) unanswered when "
-            f"--shutdown-timeout ({args.shutdown_timeout:g} s) ran out (each got a 503)",
+            f"qkv serve: error: stopped before answering {stopped.cut_off} request(s): "
+            f"--shutdown-timeout ({args.shutdown_timeout:g} s) ran out, and each got a 503",
             file=sys.stderr,
             flush=True,
         )

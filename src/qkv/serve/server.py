@@ -138,6 +138,8 @@ class _Events:
     def filter(self, record: logging.LogRecord) -> bool:
         """A :class:`logging.Filter`'s test for uvicorn's log: its per-request warnings that
         clients cause, rate-limited like the others."""
+        if str(record.msg).startswith("Cancel %s running task(s)"):
+            return False  # the shutdown timeout: _Server.shutdown says it, with the 503s
         kind = next((w for w in _CLIENT_WARNINGS if str(record.msg).startswith(w)), None)
         if kind is None:
             return True
