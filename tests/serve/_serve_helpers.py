@@ -78,12 +78,12 @@ def live_server(translator: Translator, **settings: Any) -> Iterator[Live]:
 
 
 @contextlib.contextmanager
-def live_app(app: Any) -> Iterator[Live]:
+def live_app(app: Any, **server_options: Any) -> Iterator[Live]:
     """Serve the app ``create_app`` made on 127.0.0.1 (any free port) until the block ends;
-    the server is stopped gracefully."""
+    the server is stopped gracefully. ``server_options``: :func:`make_server`'s."""
     sock = bind("127.0.0.1", 0)
     ready = threading.Event()
-    server = make_server(app, log_level="warning", on_ready=ready.set)
+    server = make_server(app, log_level="warning", on_ready=ready.set, **server_options)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     if not ready.wait(30):

@@ -37,6 +37,28 @@ def started(dec, **kw) -> Batcher:
     return b
 
 
+def test_jobs_given_up_on_are_dropped_not_decoded():
+    """A request cancelled while its job waits (the shutdown timeout ran out) cancels the job's
+    future; the worker decoded it anyway, delaying the stop. Now it is dropped."""
+    dec = Recorder()
+    dec.gate.clear()
+    b = started(dec, max_batch_tokens=100, max_wait_ms=0)
+    try:
+        first = b.submit(["a"], beam=1, n_best=1, tokens=1)
+        assert dec.entered.wait(10)
+        gone = b.submit(["b", "c"], beam=1, n_best=1, tokens=2)
+        kept = b.submit(["d"], beam=2, n_best=1, tokens=1)
+        assert b.queue_depth == 3 and gone.future.cancel()
+        dec.gate.set()
+        assert first.future.result(10) == ["a|b1|n1"]
+        assert kept.future.result(10) == ["d|b2|n1"]
+        assert dec.batches == [["a"], ["d"]]
+        assert b.queue_depth == 0
+    finally:
+        dec.gate.set()
+        b.stop()
+
+
 def test_jobs_queued_during_a_decode_go_together_within_the_budget():
     dec = Recorder()
     b = started(dec, max_batch_tokens=10, max_wait_ms=0)

@@ -207,3 +207,94 @@ def test_a_sentence_that_fails_fails_only_its_request(translator):
         for t in ("go .", "i lost .", "hello .", "warm ."):
             assert results[t].json() == {"translatedText": translator.translate(t)}
         assert sorted(map(len, calls[2:])) == [1, 1, 1, 1]  # then each job alone
+
+
+@pytest.mark.parametrize(
+    ("route", "field"),
+    [
+        ("/translate", "beam"),
+        ("/translate", "alternatives"),
+        ("/attention", "choice"),
+        ("/attention", "decimals"),
+    ],
+)
+def test_integers_are_ascii_digits_or_422(live, route, field):
+    """``int()`` takes Unicode digits ("²" passed ``isdigit`` and failed ``int``: a 500 and a
+    traceback); a field is an integer of ASCII digits, as JSON or as a form's text."""
+    for value in ["²", "③", "+-1", "١", "1_0", " ٣ ", "9" * 5000]:
+        said = error(live.post(route, json={"q": "go .", field: value}), 422, field)
+        assert "expected an integer" in said, value
+        r = live.post(route, data={"q": "go .", field: value})  # a form: every field a string
+        assert "expected an integer" in error(r, 422, field), value
+
+
+def test_an_internal_error_is_one_log_line_not_a_traceback(translator):
+    """A 500 is answered as JSON and logged in one line: Starlette raised it on to uvicorn,
+    which logged its traceback too."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "qkv.serve.app", "asyncio")]
+    with live_server(translator) as s:
+        for logger in loggers:
+            logger.addHandler(keep)
+        try:
+
+            def boom(**kw):
+                raise RuntimeError("a bug")
+
+            s.state.metrics.render = boom
+            r = s.get("/metrics")
+            assert r.status_code == 500 and r.json() == {"error": "internal error: RuntimeError"}
+            assert s.get("/health").status_code == 200
+        finally:
+            for logger in loggers:
+                logger.removeHandler(keep)
+    assert [r.getMessage() for r in records] == [
+        "qkv serve: GET /metrics failed: RuntimeError('a bug')"
+    ]
+    assert not any(r.exc_info for r in records)
+
+
+def test_text_plain_is_not_json(live):
+    """A body sent as text/plain (what a web page may send anywhere without a CORS preflight)
+    was parsed as JSON; it is 415 like any type not read."""
+    body = b'{"q": "go .", "source": "en", "target": "fr"}'
+    for ctype in ("text/plain", "text/plain; charset=utf-8"):
+        r = live.post("/translate", content=body, headers={"Content-Type": ctype})
+        assert "'text/plain' is not read" in error(r, 415, "Content-Type")
+    r = live.post("/translate", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_a_form_that_is_not_utf8_is_400(live):
+    """``q=caf%E9`` (Latin-1 escaped) was translated with U+FFFD in place of the é."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    for body, field in (
+        (b"q=caf%E9&source=en&target=fr", "q"),
+        (b"q=go+.&source=e%FFn", "source"),
+        (b"q=go+.&q=%C3%28", "q"),  # a repeated q: each checked
+        (b"q=go+.&%FF=1", "body"),
+    ):
+        said = error(live.post("/translate", content=body, headers=form), 400, field)
+        assert "not UTF-8" in said, body
+    r = live.post("/translate", content=b"q=caf%C3%A9&source=en&target=fr", headers=form)
+    assert r.status_code == 200, r.text
+
+
+def test_an_empty_key_header_does_not_hide_the_key_in_the_body(translator):
+    with live_server(translator, api_key="s3cret-key") as s:
+        ok = {"q": SOURCES[0], "source": "en", "target": "fr", "api_key": "s3cret-key"}
+        empty = {"X-API-Key": ""}  # (h11 sends no header value with spaces around it)
+        assert s.post("/translate", json=ok, headers=empty).status_code == 200
+        assert s.post("/translate", data=ok, headers=empty).status_code == 200  # a form
+        r = s.post("/translate", json={**ok, "api_key": ""}, headers={"X-API-Key": ""})
+        assert "missing" in error(r, 401, "api_key")
+        r = s.post("/translate", json=ok, headers={"X-API-Key": "wrong"})  # a header first
+        assert "wrong" in error(r, 401, "api_key")

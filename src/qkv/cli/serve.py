@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import ipaddress
 import logging
 import os
 import sys
@@ -52,7 +53,20 @@ _LIMITS: dict[str, tuple[type, str, str]] = {
 _FIELDS = ("source_lang", "target_lang", "beam", *_LIMITS, "max_attention_cells", "memory_cap_mb")
 
 #: library key -> flag, for the errors of ServeConfig, the app, the models and the socket
-_FLAGS = {key: flag(key) for key in (*_FIELDS, "host", "port", "model_dir", "models_dir")}
+_FLAGS = {
+    key: flag(key)
+    for key in (
+        *_FIELDS,
+        "allowed_hosts",
+        "header_timeout",
+        "max_connections",
+        "shutdown_timeout",
+        "host",
+        "port",
+        "model_dir",
+        "models_dir",
+    )
+}
 
 
 def _config_default(name: str) -> Any:
@@ -98,6 +112,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
+    p.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=None,
+        metavar="HOST[,HOST...]",
+        help="the names a request's Host header may give besides localhost and the address it "
+        "reached (and --host when it is a name); *.example.org: its subdomains; *: any. Others "
+        "get 400, so a web page that rebinds its DNS name to this server cannot use it. "
+        "Repeatable",
+    )
     add_decoding_flags(
         p,
         beam="default beam size of a request (default: the model's, chosen on validation by "
@@ -148,7 +172,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         metavar="S",
-        help="on SIGTERM, how long to wait for requests in flight (default: 60)",
+        help="on SIGTERM, how long to wait for requests in flight; those still waiting then get "
+        "503 and the exit status is 1 (default: 60)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send a request's headers, else it is closed "
+        "(slowloris clients; default: 10)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most connections open at once; beyond, 503 and closed (default: the open-file "
+        "limit, ulimit -n, less 200)",
     )
     p.add_argument(
         "--threads",
@@ -174,7 +215,26 @@ def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name, None) is not None}
     folders = args.model_dir or []
     one = str(folders[0]) if len(folders) == 1 and args.models_dir is None else None
-    return ServeConfig(**given, api_key=api_key, batching=not args.no_batching, model_dir=one)
+    return ServeConfig(
+        **given,
+        api_key=api_key,
+        batching=not args.no_batching,
+        model_dir=one,
+        allowed_hosts=_allowed_hosts(args),
+    )
+
+
+def _allowed_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--allowed-hosts`` (comma-separated, repeatable), and ``--host`` when it is a name
+    (an address is allowed as the address a request reaches)."""
+    names = [n.strip() for given in args.allowed_hosts or [] for n in given.split(",")]
+    host = (args.host or "").strip().strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host:
+            names.append(host)
+    return tuple(n for n in names if n)
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -226,10 +286,11 @@ def _one_model(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered."""
+    """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered, 1 when
+    the shutdown timeout cut some off (each answered 503)."""
     require(f"qkv {NAME}", [*engine_needs(args), "starlette", "uvicorn"])
     from ..serve import create_app
-    from ..serve.server import bind
+    from ..serve.server import bind, check_limits
     from ..serve.server import run as serve_on
 
     api_key = args.api_key if args.api_key is not None else os.environ.get("QKV_SERVE_API_KEY")
@@ -240,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.model_dir and args.models_dir is None:
             raise ValueError("--model-dir: expected a model folder (or --models-dir DIR)")
         cfg = serve_config(args, api_key)
+        check_limits(args.header_timeout, args.max_connections, args.shutdown_timeout)
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
         if args.threads:
@@ -256,17 +318,32 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s with no --api-key: anyone who reaches it can use it", args.host)
+    if args.host in ("0.0.0.0", "::", "") and not args.allowed_hosts:
+        log.info(
+            "answering requests whose Host is localhost or the address they reach; name the "
+            "others (a DNS name, a proxy's) with --allowed-hosts"
+        )
     ready = f"qkv serve: {_serving(app.state.qkv, cfg)} on {url}"
-    started = serve_on(
+    stopped = serve_on(
         app,
         sock,
         log_level="warning" if args.quiet else "info",
         access_log=args.access_log,
         shutdown_timeout=args.shutdown_timeout,
+        header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
         on_ready=lambda: print(ready, file=sys.stderr, flush=True),
     )
-    if not started:
+    if not stopped.started:
         print("qkv serve: error: the server did not start (see above)", file=sys.stderr)
+        return 1
+    if stopped.cut_off:
+        print(
+            f"qkv serve: error: stopped before answering {stopped.cut_off} request(s): "
+            f"--shutdown-timeout ({args.shutdown_timeout:g} s) ran out, and each got a 503",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     print("qkv serve: stopped", file=sys.stderr, flush=True)
     return 0

@@ -30,6 +30,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import secrets
 import time
 import urllib.parse
@@ -39,17 +40,18 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .._deps import MissingDependency, require
 from .._errors import SettingError
 from ..inference import TextTranslator
+from ..inference.limits import position_limits
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
-from .config import ServeConfig
+from .config import LOOPBACK_HOSTS, ServeConfig
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
@@ -156,21 +158,53 @@ def _describe(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- reading a body
+#: an integer as the docs promise it: ASCII digits, an optional sign (``str.isdigit`` and ``int``
+#: accept Unicode digits such as "²" or "③", which must be refused as such); at most 18 digits,
+#: so ``int`` never meets a string over its digit limit
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, up to ``limit`` bytes; refused before the rest is read, with the connection
+    closed after the answer (the server reads and drops what is still coming, a bounded while:
+    :mod:`qkv.serve.server`), so that a kept-alive connection does not carry it on."""
     over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
+    close = {"Connection": "close"}
     length = request.headers.get("content-length")
     if length is not None:
-        if not length.strip().isdigit():
-            raise ApiError(400, f"Content-Length: expected a number of bytes, got {length!r}")
+        if not re.fullmatch(r"[0-9]{1,18}", length.strip(), re.ASCII):
+            raise ApiError(
+                400, f"Content-Length: expected a number of bytes, got {length!r}", close
+            )
         if int(length) > limit:
-            raise ApiError(413, f"body: {int(length):,} bytes, {over}")
+            raise ApiError(413, f"body: {int(length):,} bytes, {over}", close)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"body: more than {limit:,} bytes, {over}")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client's doing, not an error of the server's: not logged
+        raise ApiError(
+            400, f"body: the connection closed after {size:,} bytes, before the end of it"
+        ) from None
     return b"".join(chunks)
+
+
+def _form_utf8(name: str, value: str) -> None:
+    """400 for a form field whose %-escapes decode to bytes that are not UTF-8 (``q=caf%E9``
+    is Latin-1), rather than a translation of U+FFFD."""
+    for what, text in (("body", name), (name, value)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            shown = "a field name" if what == "body" else "its value"
+            raise ApiError(
+                400,
+                f"{what[:40]}: {shown} is not UTF-8 once its %-escapes are decoded (character "
+                f"{e.start}); send the text as UTF-8 (q=caf%C3%A9 for café)",
+            ) from None
 
 
 def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
@@ -183,12 +217,18 @@ def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
             raise ApiError(
                 400, f"body: the form is not UTF-8 ({e.reason} at byte {e.start})"
             ) from None
-        try:
+        try:  # %-escapes decoded to bytes kept as surrogates, so that invalid UTF-8 is found
             pairs = urllib.parse.parse_qsl(
-                text, keep_blank_values=True, strict_parsing=False, max_num_fields=10_000
+                text,
+                keep_blank_values=True,
+                strict_parsing=False,
+                max_num_fields=10_000,
+                errors="surrogateescape",
             )
         except ValueError as e:
             raise ApiError(413, f"body: {e}") from None
+        for k, v in pairs:
+            _form_utf8(k, v)
         data: dict[str, Any] = {}
         qs = [v for k, v in pairs if k in ("q", "q[]")]
         for k, v in pairs:
@@ -203,7 +243,8 @@ def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
             "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
             "form (application/x-www-form-urlencoded)",
         )
-    if ctype not in ("", "application/json", "text/plain") and not ctype.endswith("+json"):
+    # text/plain is not JSON: a web page may send it anywhere without asking (no CORS preflight)
+    if ctype not in ("", "application/json") and not ctype.endswith("+json"):
         raise ApiError(
             415,
             f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
@@ -234,7 +275,7 @@ def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
     v = data.get(name)
     if v is None or v == "":
         return None
-    if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+    if isinstance(v, str) and _INTEGER.fullmatch(v.strip()):
         v = int(v.strip())
     elif isinstance(v, float) and v.is_integer():
         v = int(v)
@@ -325,7 +366,7 @@ class _State:
 
     def __init__(self, models: TextTranslator | ModelRegistry, cfg: ServeConfig) -> None:
         self.cfg = cfg
-        self.metrics = Metrics()
+        self.metrics = Metrics(ROUTES)
         self.pairs: dict[tuple[str, str, str], list[int]] = {}  # (src, tgt, pivot) -> [req, sent]
         self.source: str | None = None
         self.target: str | None = None
@@ -433,6 +474,9 @@ class _State:
             ids, score = hyps[choice]
             if score == -math.inf:
                 raise ApiError(422, f"choice: there is no translation {choice} of this text")
+        # the picture's size is known once the translation is: refused before it is drawn
+        # (the teacher-forced pass and the payload cost 7x the cap's memory at 7x the cap)
+        self.check_cells(lane, len(tr.encode(text)), len(ids) + 1)
         sa = tr.attention(text, ids=ids)
         kinds = sa.kinds()
         cells = attention_cells(kinds)
@@ -461,10 +505,11 @@ class _State:
         key = self.cfg.api_key
         if key is None:
             return
-        given = request.headers.get("x-api-key")
+        # an empty header says nothing: it must not hide the key given another way
+        given = request.headers.get("x-api-key", "").strip() or None
         auth = request.headers.get("authorization", "")
         if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
+            given = auth[7:].strip() or None
         if given is None and data is not None:
             given = data.get("api_key")
         challenge = {"WWW-Authenticate": 'Bearer realm="qkv"'}
@@ -665,15 +710,29 @@ class _State:
             raise ApiError(422, f"q: cannot be translated: {e}") from None
 
     def check_encoder_cells(self, lane: Lane, text: str) -> None:
-        """413 before decoding when the encoder's attention alone is over the cap (a
-        Transformer of the qkv engine; the whole picture is checked once decoded)."""
+        """413 before decoding when the encoder's attention alone is over the cap."""
+        self.check_cells(lane, len(lane.translator.encode(text)), 0)  # type: ignore[union-attr]
+
+    def check_cells(self, lane: Lane, src_len: int, tgt_len: int) -> None:
+        """413 when the attention of a Transformer of the qkv engine over ``src_len`` source
+        and ``tgt_len`` decoder positions (``<bos>`` and the translation; 0: the encoder's
+        alone) holds more weights than the cap: per layer ``(H + 1) * Lq * Lk``, the heads
+        and their mean, as :func:`qkv.viz.attention_cells` counts them. Other models are
+        checked once drawn (a Bahdanau model's one ``(T, S)`` picture is small)."""
         tr = lane.translator
-        mc = tr.model.config  # type: ignore[union-attr]  # the qkv engine's model
-        if mc is not None and tr.kind == "transformer":  # type: ignore[union-attr]
-            S, H = len(tr.encode(text)), mc.num_heads  # type: ignore[union-attr]
-            enc = mc.num_enc_layers * (H + (1 if H > 1 else 0)) * S * S
-            if enc > self.cfg.max_attention_cells:
-                raise ApiError(413, self._too_many_cells(enc))
+        model = getattr(tr, "model", None)  # the qkv engine's
+        mc = getattr(model, "config", None)
+        if tr is None or mc is None or tr.kind != "transformer":
+            return
+        S, T, H = src_len, tgt_len, mc.num_heads
+        # a translation cut at the learned positions is drawn without its last row
+        tgt_limit = position_limits(model)[1]  # type: ignore[arg-type]
+        if tgt_limit is not None and tgt_len > tgt_limit:
+            T = tgt_limit
+        heads = H + (1 if H > 1 else 0)
+        cells = heads * (mc.num_enc_layers * S * S + mc.num_dec_layers * (T * T + T * S))
+        if cells > self.cfg.max_attention_cells:
+            raise ApiError(413, self._too_many_cells(cells))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -904,15 +963,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         return await _internal(request, exc)
     if exc.status_code == 404:
+        path = _describe(request.url.path).removeprefix("the string ")
         return _error(
-            404,
-            f"path: no route {request.method} {request.url.path}; the routes are "
-            + ", ".join(ROUTES),
+            404, f"path: no route {request.method} {path}; the routes are {', '.join(ROUTES)}"
         )
     if exc.status_code == 405:
         return _error(
             405,
-            f"method: {request.method} is not allowed on {request.url.path}",
+            f"method: {request.method[:40]} is not allowed on {request.url.path}",
             dict(exc.headers or {}),
         )
     return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
@@ -966,14 +1024,88 @@ def create_app(
                     "served (recorded in its model.json)",
                 )
     st = _State(translator, cfg)
-    app = Starlette(
+    app = _App(
         routes=_Routes(st).routes(),
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal},
         lifespan=st.lifespan,
     )
     app.state.qkv = st
-    app.add_middleware(_Observe, state=st)
+    app.add_middleware(_TrustedHost, allowed=cfg.allowed_hosts)
+    app.add_middleware(_Observe, state=st)  # outermost: counts the refusals too
     return app
+
+
+def _host_name(header: str) -> str:
+    """The host name of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercase,
+    without a trailing dot."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        value = value[1:].partition("]")[0]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+class _TrustedHost:
+    """Pure ASGI middleware: a request whose ``Host`` names neither the loopback
+    (:data:`~qkv.serve.config.LOOPBACK_HOSTS`), nor the address the request reached, nor one
+    of ``allowed`` (``*.domain``: its subdomains; ``*``: any) is answered 400 before routing,
+    as Starlette's TrustedHostMiddleware answers it. So a web page whose DNS name is rebound
+    to the server's address cannot use it, and the trailing-slash redirect only ever points
+    at a name the server answers to. A request with no ``Host`` (HTTP/1.0; no browser sends
+    one) is served."""
+
+    def __init__(self, app: Any, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.any = "*" in allowed
+        self.names = frozenset((*LOOPBACK_HOSTS, *allowed))
+        self.suffixes = tuple(name[1:] for name in allowed if name.startswith("*."))
+
+    def allows(self, host: str, scope: dict) -> bool:
+        """Whether a request to ``host`` (a name from :func:`_host_name`) is served."""
+        if self.any or host in self.names or host.endswith(self.suffixes):
+            return True
+        server = scope.get("server")
+        if not server:
+            return False
+        reached = str(server[0]).lower()  # on a dual-stack socket, IPv4 as ::ffff:a.b.c.d
+        return host in (reached, reached.removeprefix("::ffff:"))
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name != b"host":
+                continue
+            header = value.decode("latin-1")
+            if not self.allows(_host_name(header), scope):
+                shown = _describe(header).removeprefix("the string ")
+                refusal = _error(
+                    400,
+                    f"Host: {shown} is not a name this server answers to; it answers to "
+                    "localhost and the address it is reached at, and to the names given with "
+                    "--allowed-hosts",
+                    {"Connection": "close"},
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _App(Starlette):
+    """Starlette, but an error it answered with a 500 (logged in one line by :func:`_internal`)
+    is not raised on to the server, which would log its traceback as well: no client input
+    puts a traceback in the server's log."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            if scope["type"] != "http":
+                raise
+            # Starlette's ServerErrorMiddleware called _internal (one line logged, 500 sent)
+            # and raises again "so that servers may log it": logged already
 
 
 class _Observe:

@@ -195,41 +195,59 @@ class Batcher:
         return max(len(job.texts), 1 if job.call else 0)
 
     def _take(self) -> list[Job] | None:
-        """The next batch, or None when stopping with nothing queued."""
+        """The next batch, or None when stopping with nothing queued. Jobs whose request
+        gave up waiting (a cancelled future: the shutdown timeout ran out) are dropped."""
         with self._cond:
-            while not self._queue:
-                if self._stopping:
+            while True:
+                batch = self._gather()
+                if batch is None:
                     return None
-                self._cond.wait()
-            first = self._queue.popleft()
-            batch, used = [first], first.tokens
-            company = self._arrived_busy > 0  # busy times bring company; a lone client does not
-            self._arrived_busy = 0
-            if first.key is not None and self.batching:
-                deadline = first.enqueued + self.max_wait
-                while True:
-                    full = False
-                    for job in list(self._queue):
-                        if job.key != first.key:
-                            continue
-                        if used + job.tokens > self.max_batch_tokens:
-                            full = True
-                            break
-                        self._queue.remove(job)
-                        batch.append(job)
-                        used += job.tokens
-                    left = deadline - time.monotonic()
-                    if full or left <= 0 or self._stopping:
+                n = sum(self._size(j) for j in batch)
+                self._queued_sentences -= n
+                batch = [j for j in batch if not j.future.cancelled()]
+                if batch:
+                    self._busy = sum(self._size(j) for j in batch)
+                    return batch
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self._queue if j.future.cancelled()]:
+            self._queue.remove(job)
+            self._queued_sentences -= self._size(job)
+
+    def _gather(self) -> list[Job] | None:
+        """(Under the lock.) The oldest job and those that may join it; None: stopping."""
+        self._drop_cancelled()
+        while not self._queue:
+            if self._stopping:
+                return None
+            self._cond.wait()
+            self._drop_cancelled()
+        first = self._queue.popleft()
+        batch, used = [first], first.tokens
+        company = self._arrived_busy > 0  # busy times bring company; a lone client does not
+        self._arrived_busy = 0
+        if first.key is not None and self.batching:
+            deadline = first.enqueued + self.max_wait
+            while True:
+                full = False
+                for job in list(self._queue):
+                    if job.key != first.key:
+                        continue
+                    if used + job.tokens > self.max_batch_tokens:
+                        full = True
                         break
-                    coming = self.pending() if self.pending is not None else 0
-                    if not company and coming <= 0:
-                        break  # nobody else is on the way: decode now
-                    # a request being read is submitted within a moment: look again soon
-                    self._cond.wait(min(left, 0.001) if coming > 0 else left)
-            n = sum(self._size(j) for j in batch)
-            self._queued_sentences -= n
-            self._busy = n
-            return batch
+                    self._queue.remove(job)
+                    batch.append(job)
+                    used += job.tokens
+                left = deadline - time.monotonic()
+                if full or left <= 0 or self._stopping:
+                    break
+                coming = self.pending() if self.pending is not None else 0
+                if not company and coming <= 0:
+                    break  # nobody else is on the way: decode now
+                # a request being read is submitted within a moment: look again soon
+                self._cond.wait(min(left, 0.001) if coming > 0 else left)
+        return batch
 
     def _run(self) -> None:
         while True:

@@ -6,12 +6,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import ipaddress
+from dataclasses import dataclass, field, fields
 
 from .._errors import SettingError
 from ..viz import MAX_CELLS
 
-__all__ = ["ServeConfig"]
+__all__ = ["LOOPBACK_HOSTS", "ServeConfig"]
+
+#: the names a request's ``Host`` may always give (with the address the request reached)
+LOOPBACK_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass
@@ -38,6 +42,11 @@ class ServeConfig:
         memory_cap_mb: with several models (a :class:`~qkv.serve.registry.ModelRegistry`), the
             most memory the loaded ones may take together, in MB (10^6 bytes) of weights; the
             least recently used idle model is unloaded to make room (None: no cap).
+        allowed_hosts: host names a request's ``Host`` header may give besides the loopback's
+            (:data:`LOOPBACK_HOSTS`) and the address the request reached, which are always
+            allowed; ``"*.example.org"`` allows every subdomain of ``example.org``, ``"*"`` any
+            name. Any other is a 400 (a web page that rebinds its DNS name to the server's
+            address cannot reach it). Names are kept lowercase, without a trailing dot.
 
     Raises:
         SettingError: (a ``ValueError``) a value out of range, named by its field.
@@ -59,8 +68,10 @@ class ServeConfig:
     max_attention_cells: int = MAX_CELLS
     model_dir: str | None = None
     memory_cap_mb: float | None = None
+    allowed_hosts: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        self.allowed_hosts = _host_names(self.allowed_hosts)
         for f in fields(self):
             v = getattr(self, f.name)
             is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
@@ -87,3 +98,41 @@ class ServeConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v.strip() or v == "auto"):
                 raise SettingError(name, f"expected a language code such as 'en', got {v!r}")
+
+
+def _host_names(names: object) -> tuple[str, ...]:
+    """``allowed_hosts`` checked: a sequence of host names (no port, no scheme, no path), IP
+    addresses (IPv6 with or without brackets), ``*.domain`` patterns or ``*``; lowercase,
+    without a trailing dot."""
+    if isinstance(names, str) or not isinstance(names, (tuple, list)):
+        raise SettingError(
+            "allowed_hosts", f"expected a list of host names, got {type(names).__name__}"
+        )
+    out = []
+    for name in names:
+        if not isinstance(name, str):
+            raise SettingError(
+                "allowed_hosts", f"expected host names (strings), got {type(name).__name__}"
+            )
+        host = name.strip().lower().rstrip(".")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            ipaddress.ip_address(host)
+            out.append(host)
+            continue
+        except ValueError:
+            pass
+        label = host[2:] if host.startswith("*.") else host
+        if host != "*" and (
+            not label
+            or len(host) > 253
+            or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in label)
+        ):
+            raise SettingError(
+                "allowed_hosts",
+                f"expected a host name such as 'translate.example.org', '*.example.org' or "
+                f"'*' (no port, scheme or path), got {name!r}",
+            )
+        out.append(host)
+    return tuple(dict.fromkeys(out))

@@ -11,7 +11,11 @@ import math
 import threading
 from collections.abc import Sequence
 
-__all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "Histogram", "Metrics"]
+__all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "METHODS", "Histogram", "Metrics"]
+
+#: the HTTP methods counted by name; any other a client sends counts as "other", so that no
+#: client can grow the label set (and /metrics, and the server's memory) without bound
+METHODS: tuple[str, ...] = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
 
 #: request latency, seconds
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -75,9 +79,15 @@ class Histogram:
 
 
 class Metrics:
-    """Requests by route and status, latency by route, batch sizes, sentences translated."""
+    """Requests by route and status, latency by route, batch sizes, sentences translated.
 
-    def __init__(self) -> None:
+    The labels come from fixed sets, whatever clients send: ``routes`` (any other path counts
+    as ``"other"``; None: the caller's routes are taken as they come), :data:`METHODS` (any
+    other method: ``"other"``), and the status codes an HTTP answer may have (100 to 599).
+    """
+
+    def __init__(self, routes: Sequence[str] | None = None) -> None:
+        self.routes = None if routes is None else frozenset(routes)
         self._lock = threading.Lock()
         self.requests: dict[tuple[str, str, int], int] = {}
         self.latency: dict[str, Histogram] = {}
@@ -87,9 +97,15 @@ class Metrics:
         self.sentences = 0
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        """Count one answered request."""
+        """Count one answered request (``route`` and ``method`` outside their sets as
+        ``"other"``, a status outside 100-599 as 0)."""
+        if self.routes is not None and route not in self.routes:
+            route = "other"
+        if method not in METHODS:
+            method = "other"
+        status = int(status) if 100 <= status <= 599 else 0
         with self._lock:
-            key = (route, method, int(status))
+            key = (route, method, status)
             self.requests[key] = self.requests.get(key, 0) + 1
             self.latency.setdefault(route, Histogram(LATENCY_BUCKETS)).observe(seconds)
 

@@ -94,16 +94,22 @@ def openapi_schema(
         else ""
     )
     errors = {
-        "400": _error("malformed body, or a language pair or format not served"),
+        "400": _error(
+            "malformed body (a form not UTF-8 too), a language pair or format not served, or a "
+            "Host header the server does not answer to"
+        ),
         "401": _error("missing or wrong API key"),
         "413": _error(
             f"body over {cfg.max_body_bytes} bytes, over {cfg.max_sentences} sentences, a "
             f"sentence over {cfg.max_chars} characters, or an attention over "
             f"{cfg.max_attention_cells} weights"
         ),
-        "415": _error("a body that is neither JSON nor a URL-encoded form"),
+        "415": _error("a body that is neither JSON nor a URL-encoded form (text/plain too)"),
         "422": _error("a field of the wrong type or out of range, or q missing"),
-        "503": _error(f"more than {cfg.max_queue} sentences are waiting; retry later"),
+        "503": _error(
+            f"more than {cfg.max_queue} sentences are waiting; retry later (or the server is "
+            "stopping and its shutdown timeout ran out)"
+        ),
     }
     return {
         "openapi": "3.1.0",

@@ -1,33 +1,376 @@
-"""Running the app under uvicorn, with a clean stop.
+"""Running the app under uvicorn, with a clean stop and the edges of a careful server.
 
 SIGTERM or Ctrl-C (SIGINT): the server stops accepting connections, answers every request in
 flight (the batch worker finishes what is queued), and :func:`run` returns normally, so
 ``qkv serve`` exits 0. A second Ctrl-C stops at once. (uvicorn itself re-raises the signal after
-its graceful stop, which would end the process with the signal's status instead.)
+its graceful stop, which would end the process with the signal's status instead.) When the
+shutdown timeout runs out first, each request still waiting is answered 503 (JSON, saying so),
+one log line says how many, and :func:`run` says so too (``qkv serve`` then exits 1).
+
+Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions):
+
+* must send a request's headers within ``header_timeout`` seconds of opening (or of the last
+  answer, on a kept-alive connection), else it is closed (a 408 when it had sent part of them):
+  slowloris clients cannot hold the server's sockets;
+* beyond ``max_connections`` open ones, a new connection is answered 503 and closed, so the
+  process never runs out of file descriptors;
+* when the server answers before a request's body has all arrived (a 413 on its
+  ``Content-Length``) and closes, the rest of the body is read and dropped, up to
+  :data:`LINGER_BYTES` and :data:`LINGER_SECONDS` (a "lingering close", as nginx and Apache
+  do): a client that writes its whole body before reading (Python's urllib) gets the answer
+  rather than a connection reset.
+
+Events that clients cause in numbers (header timeouts, refused connections, malformed
+requests, ``accept()`` out of file descriptors) are logged one line per kind at most once a
+minute, with the count since: never a traceback per socket.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import logging
+import math
+import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .._errors import SettingError
 
-__all__ = ["bind", "make_server", "run"]
+__all__ = [
+    "HEADER_TIMEOUT",
+    "LINGER_BYTES",
+    "LINGER_SECONDS",
+    "LISTEN_BACKLOG",
+    "Stopped",
+    "bind",
+    "check_limits",
+    "default_max_connections",
+    "make_server",
+    "run",
+]
+
+log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+#: seconds a connection has to send a request's headers (Go's servers are often given 10 s)
+HEADER_TIMEOUT = 10.0
+#: after an answer that leaves a request's body unread: the most bytes read and dropped, and
+#: the most seconds spent, before the connection is closed anyway
+LINGER_BYTES = 64 * 2**20
+LINGER_SECONDS = 10.0
+#: how often a kind of event is logged at most, seconds
+LOG_EVERY = 60.0
+#: uvicorn's warnings that clients cause one per request (how they begin): rate-limited like the
+#: others
+_CLIENT_WARNINGS = (
+    "Invalid HTTP request received.",
+    "Exceeded concurrency limit.",
+    "Unsupported upgrade request.",
+    "No supported WebSocket library detected.",
+)
+
+
+#: the listening socket's backlog, and so the most connections asyncio accepts at once (uvicorn's
+#: default, 2,048, let a burst take 2,048 file descriptors before any refused one was closed)
+LISTEN_BACKLOG = 128
+
+
+def default_max_connections() -> int:
+    """The connection cap when none is given: the open-file limit (``ulimit -n``) less 200 (a
+    burst of :data:`LISTEN_BACKLOG` accepted at once, and the process's own files), between 8
+    and 10,000."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 10_000
+    return max(8, min(10_000, soft - 200))
+
+
+def _answer(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 answer ``{"error": message}`` that closes the connection, written
+    outside h11 (no request was read)."""
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class _Events:
+    """Counts events by kind; logs the first of a kind at once, then at most one line per
+    ``every`` seconds, with how many there were since."""
+
+    def __init__(self, every: float = LOG_EVERY) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+
+    def due(self, kind: str) -> str | None:
+        """Count one event of ``kind``; the suffix of its log line when one is due, else None."""
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        now = time.monotonic()
+        since = self._since.get(kind, 0)
+        if kind in self._last and now - self._last[kind] < self.every:
+            self._since[kind] = since + 1
+            return None
+        self._last[kind], self._since[kind] = now, 0
+        return f" ({since:,} more in the last {self.every:g} s)" if since else ""
+
+    def note(self, kind: str, message: str) -> None:
+        """Count one event; log ``qkv serve: message`` when one is due."""
+        suffix = self.due(kind)
+        if suffix is not None:
+            log.warning("qkv serve: %s%s", message, suffix)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """A :class:`logging.Filter`'s test for uvicorn's log: its per-request warnings that
+        clients cause, rate-limited like the others."""
+        if str(record.msg).startswith("Cancel %s running task(s)"):
+            return False  # the shutdown timeout: _Server.shutdown says it, with the 503s
+        kind = next((w for w in _CLIENT_WARNINGS if str(record.msg).startswith(w)), None)
+        if kind is None:
+            return True
+        suffix = self.due(f"uvicorn: {kind}")
+        if suffix is None:
+            return False
+        record.msg = f"{record.msg}{suffix}"
+        return True
+
+
+@dataclass(frozen=True)
+class _Limits:
+    header_timeout: float | None
+    max_connections: int
+    events: _Events
+
+
+def _seconds(key: str, value: object, *, zero: bool) -> None:
+    """Refuse ``value`` unless it is None or a finite number of seconds > 0 (``zero``: >= 0)."""
+    if value is None:
+        return
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and (value >= 0 if zero else value > 0)
+        and value < math.inf
+    )
+    if not ok:
+        raise SettingError(key, f"expected seconds {'>=' if zero else '>'} 0, got {value!r}")
+
+
+def _limits(
+    header_timeout: float | None, max_connections: int | None, shutdown_timeout: float | None
+) -> _Limits:
+    """The connection limits, checked.
+
+    Raises:
+        SettingError: keyed ``header_timeout``, ``max_connections`` or ``shutdown_timeout``,
+            naming what came.
+    """
+    _seconds("header_timeout", header_timeout, zero=False)
+    _seconds("shutdown_timeout", shutdown_timeout, zero=True)
+    if max_connections is None:
+        max_connections = default_max_connections()
+    if (
+        isinstance(max_connections, bool)
+        or not isinstance(max_connections, int)
+        or max_connections < 1
+    ):
+        raise SettingError("max_connections", f"expected an int >= 1, got {max_connections!r}")
+    return _Limits(header_timeout, max_connections, _Events())
+
+
+class _Transport:
+    """A connection's transport as uvicorn's request cycle sees it: ``close()`` lingers while
+    the request's body is still arriving (see :meth:`_Protocol.close`)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport, self._protocol = transport, protocol
+
+    def close(self) -> None:
+        self._protocol.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header timeout, a connection cap and a lingering close
+    (the module's docstring). ``limits`` is set on the subclass each server makes."""
+
+    limits: _Limits
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._raw = transport
+        self._refused = False
+        self._lingering = False
+        self._dropped = 0
+        self._heard = 0  # bytes received since the last answer
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
+        cap = self.limits.max_connections
+        if len(self.server_state.connections) >= cap:
+            self._refused = True
+            self.limits.events.note(
+                "cap", f"refused connections beyond --max-connections ({cap:,}) with 503"
+            )
+            message = f"connections: the server holds {cap:,} already; try again shortly"
+            transport.write(_answer(503, "Service Unavailable", message))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self.transport = _Transport(transport, self)  # type: ignore[assignment]
+        self._await_headers()
+
+    def _await_headers(self) -> None:
+        timeout = self.limits.header_timeout
+        if timeout is not None:
+            self._cancel_timer("_header_timer")
+            self._header_timer = self.loop.call_later(timeout, self._headers_late)
+
+    def _cancel_timer(self, name: str) -> None:
+        timer = getattr(self, name)
+        if timer is not None:
+            timer.cancel()
+            setattr(self, name, None)
+
+    def _headers_late(self) -> None:
+        """The header timeout ran out: close a connection still waiting for a request's
+        headers (a 408 when it sent part of them; an idle one is closed in silence)."""
+        self._header_timer = None
+        if self._raw.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+            return  # closed, or its request arrived and is being answered
+        if self._heard:
+            timeout = self.limits.header_timeout
+            self.limits.events.note(
+                "headers",
+                f"closed connections that sent no whole request headers within "
+                f"--header-timeout ({timeout:g} s) with 408",
+            )
+            message = f"headers: not all received within {timeout:g} s"
+            self._raw.write(_answer(408, "Request Timeout", message))
+        self._raw.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:  # the rest of a body already answered: dropped
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self._raw.close()
+            return
+        self._heard += len(data)
+        super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._lingering:
+            self._raw.close()
+        return None
+
+    def on_response_complete(self) -> None:
+        self._heard = 0
+        super().on_response_complete()
+        if not self._raw.is_closing():
+            self._await_headers()  # the next request on this connection
+
+    def close(self) -> None:
+        """Close the connection; while the request's body is still arriving (the server
+        answered first), stop writing, read and drop the rest, up to :data:`LINGER_BYTES` and
+        :data:`LINGER_SECONDS`, then close: closing with unread data makes the kernel reset
+        the connection, and the client may lose the answer."""
+        if self._lingering or self._raw.is_closing():
+            return
+        if self.conn.their_state is not h11.SEND_BODY:
+            self._raw.close()
+            return
+        self._lingering = True
+        self._cancel_timer("_header_timer")
+        self._unset_keepalive_if_required()
+        self._linger_timer = self.loop.call_later(LINGER_SECONDS, self._raw.close)
+        self._raw.resume_reading()
+        if self._raw.can_write_eof():
+            self._raw.write_eof()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer("_header_timer")
+        self._cancel_timer("_linger_timer")
+        if self._refused:
+            return
+        super().connection_lost(exc)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How :func:`run` ended: whether the server started (False: the app's startup failed),
+    and how many requests were cut off (answered 503) when the shutdown timeout ran out."""
+
+    started: bool
+    cut_off: int = 0
+
+
+class _CutOff:
+    """ASGI wrapper: a request cancelled when the shutdown timeout runs out is answered 503
+    (JSON, saying why) rather than uvicorn's 500 with a traceback, and counted."""
+
+    def __init__(self, app: Any, timeout: float | None) -> None:
+        self.app, self.timeout = app, timeout
+        self.server: _Server | None = None
+        self.count = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if self.server is None or not self.server.should_exit:
+                raise
+            self.count += 1  # the server is stopping: answered, counted, logged once
+            if not started:
+                within = "" if self.timeout is None else f" within {self.timeout:g} s"
+                message = (
+                    f"server: shutting down; this request was not answered{within} (the shutdown "
+                    "timeout), send it again"
+                )
+                body = json.dumps({"error": message}).encode()
+                headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+                await send({"type": "http.response.start", "status": 503, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_ready: Callable[[], None] | None,
+        cut_off: _CutOff,
+        limits: _Limits,
+    ) -> None:
         super().__init__(config)
         self._on_ready = on_ready
+        self.cut_off = cut_off
+        self.limits = limits
+        cut_off.server = self
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -42,10 +385,46 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
         # the stop was graceful: unlike uvicorn, do not re-raise the signal
 
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addFilter(self.limits.events.filter)
+        asyncio.get_running_loop().set_exception_handler(self._loop_error)
+        try:
+            await super().serve(sockets=sockets)
+        finally:
+            uvicorn_log.removeFilter(self.limits.events.filter)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """``accept()`` out of file descriptors (asyncio retries it a second later): one line
+        a minute, not a traceback each time; anything else as asyncio reports it."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+            self.limits.events.note(
+                "accept",
+                f"cannot accept connections: {exc.strerror or exc} (the open-file limit, "
+                "ulimit -n, or --max-connections)",
+            )
+            return
+        loop.default_exception_handler(context)
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started and not self.should_exit and self._on_ready is not None:
             self._on_ready()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets=sockets)
+        # the requests cut off answer at once: let them finish before the loop ends
+        deadline = time.monotonic() + 2.0
+        while self.server_state.tasks and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self.cut_off.count:
+            log.warning(
+                "qkv serve: the shutdown timeout (%g s) ran out: %d request(s) still waiting "
+                "were answered 503",
+                self.config.timeout_graceful_shutdown,
+                self.cut_off.count,
+            )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -79,32 +458,60 @@ def make_server(
     log_level: str = "info",
     access_log: bool = False,
     shutdown_timeout: float | None = 60.0,
+    header_timeout: float | None = HEADER_TIMEOUT,
+    max_connections: int | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` that stops cleanly on SIGTERM or Ctrl-C (in the main thread;
     elsewhere set its ``should_exit``); run it with ``server.run(sockets=[sock])``.
 
-    ``shutdown_timeout``: seconds the graceful stop waits for requests in flight before
-    cancelling them (None: no limit). ``on_ready()`` is called once the server accepts requests.
+    ``shutdown_timeout``: seconds the graceful stop waits for requests in flight; then each
+    still waiting is answered 503 (None: no limit; the server's ``cut_off.count`` says how many).
+    ``header_timeout``: seconds a connection has to send a request's headers (None: no limit).
+    ``max_connections``: the most connections open at once (None:
+    :func:`default_max_connections`). ``on_ready()`` is called once the server accepts requests.
+
+    Raises:
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
+            ``shutdown_timeout``.
     """
+    limits = _limits(header_timeout, max_connections, shutdown_timeout)
+    protocol = type("_ServerProtocol", (_Protocol,), {"limits": limits})
+    cut_off = _CutOff(app, shutdown_timeout)
     config = uvicorn.Config(
-        app,
+        cut_off,
         log_level=log_level,
         access_log=access_log,
         lifespan="on",
         loop="asyncio",
-        http="h11",
+        http=protocol,
         ws="none",
         interface="asgi3",
         timeout_graceful_shutdown=shutdown_timeout,
         server_header=False,
+        backlog=LISTEN_BACKLOG,
     )
-    return _Server(config, on_ready)
+    return _Server(config, on_ready, cut_off, limits)
 
 
-def run(app: Any, sock: socket.socket, **options: Any) -> bool:
+def check_limits(
+    header_timeout: float | None,
+    max_connections: int | None,
+    shutdown_timeout: float | None = 60.0,
+) -> None:
+    """Check :func:`make_server`'s limits before serving.
+
+    Raises:
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
+            ``shutdown_timeout``.
+    """
+    _limits(header_timeout, max_connections, shutdown_timeout)
+
+
+def run(app: Any, sock: socket.socket, **options: Any) -> Stopped:
     """Serve ``app`` on the bound ``sock`` until SIGTERM or Ctrl-C (``options``: those of
-    :func:`make_server`); returns whether it started (False: the app's startup failed)."""
+    :func:`make_server`); says whether it started and how many requests the shutdown timeout
+    cut off (answered 503)."""
     server = make_server(app, **options)
     server.run(sockets=[sock])
-    return bool(server.started)
+    return Stopped(bool(server.started), server.cut_off.count)  # type: ignore[attr-defined]

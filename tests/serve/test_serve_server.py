@@ -1,0 +1,194 @@
+"""The server's edges (qkv.serve.server): a body answered before it all arrived, slow or
+too many connections, the shutdown timeout; each a JSON answer and at most a log line, never a
+reset, a hang or a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from _serve_helpers import live_app, wait_until
+
+from qkv._errors import SettingError
+from qkv.serve import ServeConfig, create_app
+from qkv.serve.server import make_server
+
+
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def kept_logs() -> Iterator[Kept]:
+    keep = Kept()
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "qkv.serve", "asyncio")]
+    for logger in loggers:
+        logger.addHandler(keep)
+    try:
+        yield keep
+    finally:
+        for logger in loggers:
+            logger.removeHandler(keep)
+
+
+logs = pytest.fixture(kept_logs)
+
+
+def serve(translator, **server_options):
+    cfg = ServeConfig(source_lang="en", target_lang="fr")
+    return live_app(create_app(translator, cfg), **server_options)
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict]:
+    """A whole answer read until the server closes: its status and JSON body."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower(), head
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_a_body_over_the_limit_sent_whole_gets_its_413(translator, logs):
+    """urllib writes the whole body before reading: the server answered 413 on the
+    Content-Length and closed with the body unread, so the kernel reset the connection and
+    the client saw ConnectionResetError. Now the rest is read and dropped, then closed."""
+    with serve(translator) as s:
+        body = b'{"q": "' + b"a" * 10_000_000 + b'"}'
+        for _ in range(2):
+            req = urllib.request.Request(
+                s.url + "/translate", data=body, headers={"Content-Type": "application/json"}
+            )
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(req, timeout=60)
+            assert caught.value.code == 413
+            said = json.loads(caught.value.read())["error"]
+            assert said.startswith("body: 10,000,") and "--max-body-bytes" in said
+        assert s.get("/health").status_code == 200
+    assert not any(r.exc_info for r in logs.records)
+
+
+def test_headers_not_sent_in_time_close_the_connection(translator, logs):
+    """Slowloris: connections that never finish their headers held the server's sockets for
+    ever. Each now gets a 408 and is closed after the header timeout, logged in one line."""
+    with serve(translator, header_timeout=0.5) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(20)]
+        for sock in slow:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Wait: ")
+        silent = socket.create_connection(("127.0.0.1", port), timeout=30)
+        assert s.get("/health").status_code == 200  # others are served meanwhile
+        for sock in slow:
+            status, body = read_answer(sock)
+            assert status == 408 and body["error"].startswith("headers: not all received")
+            sock.close()
+        assert silent.recv(100) == b""  # a connection that sent nothing: closed in silence
+        silent.close()
+        assert s.get("/health").status_code == 200
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "--header-timeout (0.5 s)" in lines[0], lines
+    assert not any(r.exc_info for r in logs.records)
+
+
+def test_connections_beyond_the_cap_get_503(translator, logs):
+    with serve(translator, max_connections=4) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+        wait_until(lambda: len(s.server.server_state.connections) == 4, what="4 connections")
+        for _ in range(3):
+            extra = socket.create_connection(("127.0.0.1", port), timeout=30)
+            status, body = read_answer(extra)
+            assert status == 503 and body["error"].startswith("connections: the server holds 4")
+            extra.close()
+        for sock in held:
+            sock.close()
+        wait_until(lambda: not s.server.server_state.connections, what="the connections closed")
+        assert s.get("/health").status_code == 200
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "--max-connections (4)" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"header_timeout": 0}, "header_timeout"),
+        ({"header_timeout": float("inf")}, "header_timeout"),
+        ({"max_connections": 0}, "max_connections"),
+        ({"max_connections": 2.5}, "max_connections"),
+        ({"shutdown_timeout": float("nan")}, "shutdown_timeout"),
+        ({"shutdown_timeout": -1}, "shutdown_timeout"),
+    ],
+)
+def test_limits_are_checked(translator, options, key):
+    with pytest.raises(SettingError, match=f"^{key}: expected"):
+        make_server(create_app(translator, ServeConfig("en", "fr")), **options)
+
+
+def test_a_body_refused_early_closes_a_kept_alive_connection(translator):
+    """Without ``Connection: close`` the connection stayed open after the 413 and took the
+    rest of the body (any size, for as long as it came); now the answer closes it."""
+    with serve(translator) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\n\r\n" + b"a" * 100_000
+        )
+        data = b""
+        while not data.endswith(b"}"):
+            data += sock.recv(65536)
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), head
+        assert json.loads(body)["error"].startswith("body: 50,000,000 bytes")
+
+
+def test_a_client_gone_before_its_body_is_not_a_server_error(translator, logs):
+    """A client that closed before sending all its body was logged as a failure of the
+    server, with uvicorn's traceback; it is the client's doing: nothing is logged."""
+    with serve(translator) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        for _ in range(3):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: localhost\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"q"'
+            )
+            time.sleep(0.2)  # the request is read, its body awaited
+            sock.close()
+        wait_until(lambda: s.state.in_flight == 0, what="the requests to end")
+        assert s.get("/health").status_code == 200
+    assert [r.getMessage() for r in logs.records] == []
+
+
+def test_upgrades_and_malformed_requests_are_a_line_a_minute(translator):
+    """uvicorn warned once per such request (two lines per upgrade asked)."""
+    with serve(translator) as s:
+        logs = contextlib.contextmanager(kept_logs)()  # once uvicorn configured its loggers
+        with logs as kept:
+            port = int(s.url.rsplit(":", 1)[1])
+            for _ in range(5):
+                for raw in (
+                    b"\x00garbage\r\n\r\n",
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, close\r\n"
+                    b"Upgrade: websocket\r\n\r\n",
+                ):
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+                    sock.sendall(raw)
+                    while sock.recv(65536):
+                        pass
+                    sock.close()
+    lines = [r.getMessage() for r in kept.records]
+    assert len(lines) == 3, lines  # invalid, an upgrade, no WebSocket library: once each
+    assert not any(r.exc_info for r in kept.records)
