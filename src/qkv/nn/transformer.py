@@ -211,6 +211,63 @@ class TransformerEncoderBlock(nn.Module):
         )
         return self.addnorm2(Y, self.ffn(self.addnorm2.pre(Y)))
 
+    def _packed(
+        self, x: Tensor, keep: Tensor | None, B: int, L: int, lens: Tensor | None
+    ) -> Tensor:
+        """:meth:`forward` in inference on the valid positions only: ``x`` ``(N, D)`` holds rows
+        ``keep`` ``(N,)`` of the flattened ``(B * L, D)`` batch (None: every row); the linear
+        layers and norms read those rows, attention the ``(B, H, L, d)`` batch with the padded
+        positions zero (masked by ``lens``, as in :meth:`forward`)."""
+        a = self.attention
+        H, d = a.num_heads, a.head_dim
+        D = H * d
+        Q = self.addnorm1.pre(x)
+        qkv = fused_projection(a, (a.W_q, a.W_k, a.W_v), Q)  # (N, 3D)
+        if qkv is None:  # a weight without a version (an inference tensor): one by one
+            qkv = torch.cat([linear(a.W_q, Q), linear(a.W_k, Q), linear(a.W_v, Q)], dim=1)
+        if keep is not None:
+            qkv = qkv.new_zeros(B * L, 3 * D).index_copy_(0, keep, qkv)
+        q, k, v = qkv.view(B, L, 3, H, d).permute(2, 0, 3, 1, 4)  # each (B, H, L, d)
+        if a.rotary is not None:
+            q, k = a.rotary(q, 0), a.rotary(k, 0)
+        out, a.attention_weights = a._attend(q, k, v, 0.0, valid_lens=lens)
+        out = out.transpose(1, 2).reshape(B * L, D)  # (B, H, L, d) -> (B * L, D)
+        if keep is not None:
+            out = out.index_select(0, keep)
+        Y = self.addnorm1(x, linear(a.W_o, out))
+        ffn = self.ffn
+        hidden = ffn.activation(linear(ffn.dense1, self.addnorm2.pre(Y)))
+        return self.addnorm2(Y, linear(ffn.dense2, hidden))
+
+
+def _plain_block(blk: TransformerEncoderBlock) -> bool:
+    """Whether an encoder block's layers are plain ``nn.Linear`` in a :class:`PositionWiseFFN`:
+    a dynamically quantized layer scales its input by the range of all its rows, padding
+    included, so it runs on the padded batch as it always did."""
+    a, ffn = blk.attention, blk.ffn
+    linears = (
+        a.W_q,
+        a.W_k,
+        a.W_v,
+        a.W_o,
+        getattr(ffn, "dense1", None),
+        getattr(ffn, "dense2", None),
+    )
+    return type(ffn) is PositionWiseFFN and all(type(m) is nn.Linear for m in linears)
+
+
+def _inference_ok(module: nn.Module, device: torch.device) -> bool:
+    """Inference (no grad, eval mode) on the CPU, outside ``torch.compile``/``torch.export``
+    and TorchScript: where a fast path of the Transformer's runs."""
+    return (
+        not module.training
+        and not torch.is_grad_enabled()
+        and device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and not torch.jit.is_scripting()
+    )
+
 
 class _Stack(nn.Module):
     """What the encoder and the decoder share: validation, embedding, positions, blocks."""
@@ -267,7 +324,14 @@ class TransformerEncoder(_Stack):
     Keyword-only options: ``pos_encoding`` (``"sinusoidal"`` (the book), ``"learned"``,
     ``"rotary"``, ``"none"``), ``norm_first`` (pre-norm, with a final LayerNorm), ``max_len`` (the
     positional table), ``activation`` (``"relu"``, ``"gelu"``).
+
+    In inference (no grad, eval mode, the CPU, no weights asked for) the padding is skipped:
+    see :meth:`_forward_packed`; set ``fast_encode = False`` (on the class or an instance) to
+    turn it off.
     """
+
+    #: skip the padding in inference (the same valid positions; the padded ones 0)
+    fast_encode: bool = True
 
     def __init__(
         self,
@@ -317,7 +381,10 @@ class TransformerEncoder(_Stack):
     def forward(
         self, X: Tensor, valid_lens: Tensor | None = None, *, need_weights: bool = False
     ) -> Tensor:
-        X = self._embed(token_ids("X", X))
+        X = token_ids("X", X)
+        if self._fast_ok(X, valid_lens, need_weights):
+            return self._forward_packed(X, valid_lens)
+        X = self._embed(X)
         weights = [] if need_weights else None
         for blk in self.blks:
             X = blk(X, valid_lens, need_weights=need_weights)
@@ -325,6 +392,49 @@ class TransformerEncoder(_Stack):
                 weights.append(blk.attention.attention_weights)
         self.attention_weights = weights
         return X if self.norm is None else self.norm(X)
+
+    def _fast_ok(self, X: Tensor, valid_lens: object, need_weights: bool) -> bool:
+        """Whether this call takes the packed path: inference (no grad, eval mode) on the CPU,
+        no weights asked for, ``valid_lens`` None or ``(B,)`` on ``X``'s device, blocks of
+        :class:`PositionWiseFFN`."""
+        return (
+            self.fast_encode
+            and not need_weights
+            and _inference_ok(self, X.device)
+            and (
+                valid_lens is None
+                or (
+                    isinstance(valid_lens, Tensor)
+                    and valid_lens.shape == (X.shape[0],)
+                    and not valid_lens.is_floating_point()
+                    and valid_lens.device == X.device
+                )
+            )
+            and all(_plain_block(blk) for blk in self.blks)
+        )
+
+    def _forward_packed(self, X: Tensor, valid_lens: Tensor | None) -> Tensor:
+        """:meth:`forward` of ``X`` ``(B, L)`` in inference, the padding skipped: the linear
+        layers, the feed-forward networks and the norms run on the valid positions only (each
+        product through :func:`qkv.nn._inference.linear`), attention on the whole batch with
+        the padded positions zero and masked.  The valid positions get what :meth:`forward`
+        gives (to float rounding); the padded ones are 0.  Returns ``(B, L, D)``."""
+        B, L = X.shape
+        D = self.num_hiddens
+        flat = self._embed(X).reshape(B * L, D)
+        keep = None
+        if valid_lens is not None:
+            seen = torch.arange(L, device=X.device) < valid_lens.unsqueeze(1)  # (B, L)
+            keep = seen.view(-1).nonzero().squeeze(1)  # (N,) the valid rows of (B * L)
+            flat = flat.index_select(0, keep)
+        for blk in self.blks:
+            flat = blk._packed(flat, keep, B, L, valid_lens)
+        if self.norm is not None:
+            flat = self.norm(flat)
+        self.attention_weights = None
+        if keep is None:
+            return flat.view(B, L, D)
+        return flat.new_zeros(B * L, D).index_copy_(0, keep, flat).view(B, L, D)
 
 
 # ---------------------------------------------------------------------------- decoder
@@ -457,6 +567,21 @@ class TransformerDecoderBlock(nn.Module):
             and type(self.ffn) is PositionWiseFFN
         )
 
+    def _cross_kv(self, enc: Tensor) -> tuple[Tensor, Tensor]:
+        """The cross-attention's keys and values of ``enc`` ``(B, Ls, D)``, ``(B, H, Ls, d)``
+        each, in one product (:func:`qkv.nn._inference.fused_projection`) where it can."""
+        a2 = self.attention2
+        B, Ls, _ = enc.shape
+        H, d = a2.num_heads, a2.head_dim
+        kv = fused_projection(a2, (a2.W_k, a2.W_v), enc.reshape(B * Ls, -1))  # (B*Ls, 2D)
+        if kv is None:  # e.g. quantized layers: one by one
+            return (
+                a2.W_k(enc).unflatten(-1, (H, d)).transpose(1, 2),
+                a2.W_v(enc).unflatten(-1, (H, d)).transpose(1, 2),
+            )
+        k, v = kv.view(B, Ls, 2, H, d).permute(2, 0, 3, 1, 4)  # (B, H, Ls, d) each
+        return k, v
+
     def _step_fast(self, X: Tensor, state: TransformerDecoderState) -> Tensor:
         """:meth:`forward` of one new position per row, with a cache, in inference: ``X``
         ``(B, D)`` -> ``(B, D)`` (see :class:`TransformerDecoder`'s fast path)."""
@@ -490,11 +615,7 @@ class TransformerDecoderBlock(nn.Module):
         if plan is None:
             cache = state.cross_caches[i]
             if cache.empty:  # the first step: the encoder's keys and values, projected once
-                enc = state.enc_outputs
-                cache.set(
-                    a2.W_k(enc).unflatten(-1, (H, d)).transpose(1, 2),
-                    a2.W_v(enc).unflatten(-1, (H, d)).transpose(1, 2),
-                )
+                cache.set(*self._cross_kv(state.enc_outputs))
             plan = plan_keys(cache.keys, cache.values, valid_lens=state.enc_valid_lens, heads=H)
             state.cross_plans[i] = plan
         q = linear(a2.W_q, self.addnorm2.pre(Y))
