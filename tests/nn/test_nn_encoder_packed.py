@@ -1,14 +1,16 @@
-"""The Transformer encoder's packed path (inference: the padding skipped) gives what its general
-path gives at every valid position, with padding, a source of length 0, pre-norm, rotary
-positions and biases (quantized layers keep the general path); padded positions are 0; a NaN reaches its own sentence
-only; it is taken only in inference."""
+"""The Transformer encoder's packed path (``skip_padding=True`` in inference) gives what its
+general path gives at every valid position, with padding, a source of length 0, pre-norm, rotary
+positions and biases (quantized layers keep the general path); padded positions are 0; a NaN
+reaches its own sentence only; it is taken only when asked (decoding asks) in inference."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from qkv.decoding import generate
 from qkv.inference import quantize_model
+from qkv.nn.seq2seq import build_model
 from qkv.nn.transformer import TransformerEncoder
 
 V = 40
@@ -31,13 +33,7 @@ def _batch(B: int = 5, L: int = 9, seed: int = 0) -> tuple[torch.Tensor, torch.T
 
 def _both(enc: TransformerEncoder, X, lens) -> tuple[torch.Tensor, torch.Tensor]:
     with torch.inference_mode():
-        fast = enc(X, lens)
-        enc.fast_encode = False
-        try:
-            slow = enc(X, lens)
-        finally:
-            enc.fast_encode = True
-    return fast, slow
+        return enc(X, lens, skip_padding=True), enc(X, lens)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +73,7 @@ def test_quantized_layers_keep_the_general_path():
     packed = enc._forward_packed
     enc._forward_packed = lambda *a: calls.append(1) or packed(*a)
     with torch.inference_mode():
-        enc(X, lens)
+        enc(X, lens, skip_padding=True)
     assert calls == []
 
 
@@ -94,19 +90,40 @@ def test_a_nan_reaches_its_own_sentence_only():
     torch.testing.assert_close(fast[others][valid], slow[others][valid])
 
 
-def test_packed_path_is_taken_only_in_inference():
+def test_packed_path_is_taken_only_when_asked_in_inference():
     enc = _encoder()
     X, lens = _batch()
     calls = []
     packed = enc._forward_packed
     enc._forward_packed = lambda *a: calls.append(1) or packed(*a)
-    enc(X, lens)  # autograd on: the general path
+    enc(X, lens, skip_padding=True)  # autograd on: the general path
     with torch.no_grad():
-        enc(X, lens, need_weights=True)  # weights asked for
-        enc(X, lens.tolist())  # lengths not a tensor
+        enc(X, lens)  # not asked: every position computed (training, exports)
+        enc(X, lens, need_weights=True, skip_padding=True)  # weights asked for
+        enc(X, lens.tolist(), skip_padding=True)  # lengths not a tensor
         enc.train()
-        enc(X, lens)  # training mode
+        enc(X, lens, skip_padding=True)  # training mode
         enc.eval()
         assert calls == []
-        enc(X, lens)
+        enc(X, lens, skip_padding=True)
+    assert calls == [1]
+
+
+def test_decoding_asks_for_it_through_encode():
+    model = build_model(
+        dict(
+            src_vocab_size=V,
+            tgt_vocab_size=V,
+            num_hiddens=16,
+            num_heads=2,
+            ffn_num_hiddens=24,
+            num_enc_layers=1,
+            num_dec_layers=1,
+        )
+    ).eval()
+    calls = []
+    packed = model.encoder._forward_packed
+    model.encoder._forward_packed = lambda *a: calls.append(1) or packed(*a)
+    X, lens = _batch()
+    generate(model, X, lens, max_len=3, bos_id=1, eos_id=2)
     assert calls == [1]
