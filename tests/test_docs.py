@@ -289,3 +289,9 @@ def test_readme_translation_rows_quote_translate_json():
     for search, row in zip(("greedy", "beam 4"), rows):
         for r in record["results"][search]["ratios"]:
             assert f"{r['ratio']:.2f}x" in row, f"{search}: {r['case']} {r['ratio']:.2f}x"
+    for mode, block in record["results"].items():  # every mode (threads, batching) has its row
+        if mode in ("greedy", "beam 4"):
+            continue
+        (row,) = [line for line in rows if f"translation speed, {mode}:" in line]
+        for r in block["ratios"]:
+            assert f"{r['ratio']:.2f}x" in row, f"{mode}: {r['case']} {r['ratio']:.2f}x"

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..nn.seq2seq import EncoderDecoder
+
 __all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
 
 Hypothesis = tuple[list[int], float]  # (token ids without BOS/EOS, length-normalised score)
@@ -216,6 +218,14 @@ def _top_candidates(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tenso
     return top_v, flat.gather(1, where)
 
 
+def _encode(model: nn.Module, src: Tensor, vl: Tensor | None) -> Any:
+    """The encoder's outputs; an :class:`~qkv.nn.seq2seq.EncoderDecoder` may skip the padding
+    (only the valid positions are ever read)."""
+    if isinstance(model, EncoderDecoder):
+        return model.encode(src, vl, skip_padding=True)
+    return model.encode(src, vl)
+
+
 def _step(model, tokens: Tensor, t: int, state, state0, use_cache: bool):
     """Logits ``(rows, V)`` of the next token after ``tokens[:, :t + 1]``, and the new state."""
     if use_cache:
@@ -253,7 +263,7 @@ def greedy_search(
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
     B = src.shape[0]
     with _EvalMode(model):
-        state0 = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
+        state0 = model.init_state(_encode(model, src, vl), vl, use_cache=use_cache, capacity=T)
         state = state0
         # EOS after every row's last token: a row dropped from the batch reads as ended there
         tokens = torch.full((B, T + 1), eos_id, dtype=torch.long, device=src.device)
@@ -337,7 +347,7 @@ def beam_search(
     B, dev = src.shape[0], src.device
     finished = _Finished(B, alpha)
     with _EvalMode(model):
-        state = model.init_state(model.encode(src, vl), vl, use_cache=use_cache, capacity=T)
+        state = model.init_state(_encode(model, src, vl), vl, use_cache=use_cache, capacity=T)
         # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams; with a
         # cache the first step runs on one row per sentence (its K beams are the same then:
         # one live beam, the others -inf) and the rows are repeated after it

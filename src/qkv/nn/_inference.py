@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["fused_projection", "linear"]
+__all__ = ["fused_product", "fused_projection", "linear", "product", "versions", "weights_of"]
 
 Product = Callable[[Tensor], Tensor]  # x (N, in) -> (N, out)
 # module -> (the weights' identity and versions, the product with the kept weights)
@@ -87,24 +87,32 @@ def _fits(x: Tensor, weight: Tensor) -> bool:
     return x.dtype == weight.dtype and x.device == weight.device and x.dim() == 2
 
 
-def linear(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)`` for ``x`` ``(N, in)``; a plain ``nn.Linear`` through its kept weight."""
+def product(module: nn.Module, x: Tensor) -> Product:
+    """What :func:`linear` runs for ``module`` on inputs like ``x`` ``(N, in)``: the product with
+    the kept weight for a plain ``nn.Linear`` whose weights have versions, else the module
+    itself (which reads its weights at every call).  Valid while the weights are unchanged
+    (:func:`weights_key`); a decoding step takes its products once per decoder state."""
     if type(module) is not nn.Linear or not _fits(x, module.weight):
-        return module(x)
+        return module
     key = _key(module.weight, module.bias)
     if key is None:
-        return module(x)
+        return module
     hit = _CACHE.get(module)
     if hit is None or hit[0] != key:
         hit = (key, _product(module.weight, module.bias))
         _CACHE[module] = hit
-    return hit[1](x)
+    return hit[1]
 
 
-def fused_projection(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor) -> Tensor | None:
-    """``cat([layer(x) for layer in layers], -1)`` for ``x`` ``(N, in)`` as one product, the
-    fused weight kept on ``owner``; None when a layer is not a plain ``nn.Linear`` (call them
-    one by one then)."""
+def linear(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` for ``x`` ``(N, in)``; a plain ``nn.Linear`` through its kept weight."""
+    return product(module, x)(x)
+
+
+def fused_product(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor) -> Product | None:
+    """``x -> cat([layer(x) for layer in layers], -1)`` for inputs like ``x`` ``(N, in)`` as one
+    product, the fused weight kept on ``owner``; None when a layer is not a plain ``nn.Linear``
+    or a weight has no version (call them one by one then)."""
     if any(type(m) is not nn.Linear for m in layers) or not _fits(x, layers[0].weight):
         return None
     weights = [m.weight for m in layers]
@@ -125,4 +133,26 @@ def fused_projection(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor)
             )
         hit = (key, _product(weight, bias))
         _FUSED[owner] = hit
-    return hit[1](x)
+    return hit[1]
+
+
+def fused_projection(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor) -> Tensor | None:
+    """``cat([layer(x) for layer in layers], -1)`` for ``x`` ``(N, in)`` as one product
+    (:func:`fused_product`); None when a layer is not a plain ``nn.Linear`` (call them one by
+    one then)."""
+    run = fused_product(owner, layers, x)
+    return None if run is None else run(x)
+
+
+def weights_of(modules: tuple[nn.Module, ...]) -> list[Tensor]:
+    """Every weight and bias tensor of ``modules`` (those of a quantized layer are not tensors:
+    it reads its own at every call)."""
+    tensors = [t for m in modules for t in (getattr(m, "weight", None), getattr(m, "bias", None))]
+    return [t for t in tensors if isinstance(t, Tensor)]
+
+
+def versions(tensors: list[Tensor]) -> tuple | None:
+    """The version counters of ``tensors`` (an in-place update changes one), or None when one
+    has none (an inference tensor)."""
+    out = tuple(_version(t) for t in tensors)
+    return None if None in out else out

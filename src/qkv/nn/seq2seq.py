@@ -116,9 +116,20 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder, self.config = encoder, decoder, config
 
     def encode(
-        self, enc_X: Tensor, enc_valid_lens: Tensor | None = None, *, need_weights: bool = False
+        self,
+        enc_X: Tensor,
+        enc_valid_lens: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        skip_padding: bool = False,
     ) -> Any:
-        """The encoder's outputs for ``enc_X`` ``(B, Ls)`` (what :meth:`init_state` takes)."""
+        """The encoder's outputs for ``enc_X`` ``(B, Ls)`` (what :meth:`init_state` takes).
+
+        ``skip_padding=True``: the padded positions may be left 0 (faster in inference; what
+        decoding asks for, since attention masks them), passed on to an encoder that takes it
+        (``skips_padding``, the :class:`~qkv.nn.transformer.TransformerEncoder`)."""
+        if skip_padding and getattr(self.encoder, "skips_padding", False):
+            return self.encoder(enc_X, enc_valid_lens, need_weights=need_weights, skip_padding=True)
         return self.encoder(enc_X, enc_valid_lens, need_weights=need_weights)
 
     def init_state(

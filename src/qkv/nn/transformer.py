@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..functional.decode import (
@@ -50,7 +51,7 @@ from ..functional.decode import (
 )
 from ._checks import dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
-from ._inference import fused_projection, linear
+from ._inference import fused_product, fused_projection, linear, product, versions, weights_of
 from .attention import MultiHeadAttention
 from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
@@ -211,6 +212,63 @@ class TransformerEncoderBlock(nn.Module):
         )
         return self.addnorm2(Y, self.ffn(self.addnorm2.pre(Y)))
 
+    def _packed(
+        self, x: Tensor, keep: Tensor | None, B: int, L: int, lens: Tensor | None
+    ) -> Tensor:
+        """:meth:`forward` in inference on the valid positions only: ``x`` ``(N, D)`` holds rows
+        ``keep`` ``(N,)`` of the flattened ``(B * L, D)`` batch (None: every row); the linear
+        layers and norms read those rows, attention the ``(B, H, L, d)`` batch with the padded
+        positions zero (masked by ``lens``, as in :meth:`forward`)."""
+        a = self.attention
+        H, d = a.num_heads, a.head_dim
+        D = H * d
+        Q = self.addnorm1.pre(x)
+        qkv = fused_projection(a, (a.W_q, a.W_k, a.W_v), Q)  # (N, 3D)
+        if qkv is None:  # a weight without a version (an inference tensor): one by one
+            qkv = torch.cat([linear(a.W_q, Q), linear(a.W_k, Q), linear(a.W_v, Q)], dim=1)
+        if keep is not None:
+            qkv = qkv.new_zeros(B * L, 3 * D).index_copy_(0, keep, qkv)
+        q, k, v = qkv.view(B, L, 3, H, d).permute(2, 0, 3, 1, 4)  # each (B, H, L, d)
+        if a.rotary is not None:
+            q, k = a.rotary(q, 0), a.rotary(k, 0)
+        out, a.attention_weights = a._attend(q, k, v, 0.0, valid_lens=lens)
+        out = out.transpose(1, 2).reshape(B * L, D)  # (B, H, L, d) -> (B * L, D)
+        if keep is not None:
+            out = out.index_select(0, keep)
+        Y = self.addnorm1(x, linear(a.W_o, out))
+        ffn = self.ffn
+        hidden = ffn.activation(linear(ffn.dense1, self.addnorm2.pre(Y)))
+        return self.addnorm2(Y, linear(ffn.dense2, hidden))
+
+
+def _plain_block(blk: TransformerEncoderBlock) -> bool:
+    """Whether an encoder block's layers are plain ``nn.Linear`` in a :class:`PositionWiseFFN`:
+    a dynamically quantized layer scales its input by the range of all its rows, padding
+    included, so it runs on the padded batch as it always did."""
+    a, ffn = blk.attention, blk.ffn
+    linears = (
+        a.W_q,
+        a.W_k,
+        a.W_v,
+        a.W_o,
+        getattr(ffn, "dense1", None),
+        getattr(ffn, "dense2", None),
+    )
+    return type(ffn) is PositionWiseFFN and all(type(m) is nn.Linear for m in linears)
+
+
+def _inference_ok(module: nn.Module, device: torch.device) -> bool:
+    """Inference (no grad, eval mode) on the CPU, outside ``torch.compile``/``torch.export``
+    and TorchScript: where a fast path of the Transformer's runs."""
+    return (
+        not module.training
+        and not torch.is_grad_enabled()
+        and device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and not torch.jit.is_scripting()
+    )
+
 
 class _Stack(nn.Module):
     """What the encoder and the decoder share: validation, embedding, positions, blocks."""
@@ -267,7 +325,15 @@ class TransformerEncoder(_Stack):
     Keyword-only options: ``pos_encoding`` (``"sinusoidal"`` (the book), ``"learned"``,
     ``"rotary"``, ``"none"``), ``norm_first`` (pre-norm, with a final LayerNorm), ``max_len`` (the
     positional table), ``activation`` (``"relu"``, ``"gelu"``).
+
+    ``forward(..., skip_padding=True)`` in inference (no grad, eval mode, the CPU, no weights
+    asked for) skips the padding: the valid positions get the same outputs and the padded ones
+    0 (:meth:`_forward_packed`; what decoding asks for, its attention masks the padding);
+    anything else computes every position.
     """
+
+    #: forward takes ``skip_padding`` (:meth:`EncoderDecoder.encode` passes it on)
+    skips_padding: bool = True
 
     def __init__(
         self,
@@ -315,9 +381,17 @@ class TransformerEncoder(_Stack):
         self.attention_weights: list[Tensor] | None = None
 
     def forward(
-        self, X: Tensor, valid_lens: Tensor | None = None, *, need_weights: bool = False
+        self,
+        X: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        skip_padding: bool = False,
     ) -> Tensor:
-        X = self._embed(token_ids("X", X))
+        X = token_ids("X", X)
+        if skip_padding and self._fast_ok(X, valid_lens, need_weights):
+            return self._forward_packed(X, valid_lens)
+        X = self._embed(X)
         weights = [] if need_weights else None
         for blk in self.blks:
             X = blk(X, valid_lens, need_weights=need_weights)
@@ -325,6 +399,48 @@ class TransformerEncoder(_Stack):
                 weights.append(blk.attention.attention_weights)
         self.attention_weights = weights
         return X if self.norm is None else self.norm(X)
+
+    def _fast_ok(self, X: Tensor, valid_lens: object, need_weights: bool) -> bool:
+        """Whether this call takes the packed path: inference (no grad, eval mode) on the CPU,
+        no weights asked for, ``valid_lens`` None or ``(B,)`` on ``X``'s device, blocks of
+        :class:`PositionWiseFFN`."""
+        return (
+            not need_weights
+            and _inference_ok(self, X.device)
+            and (
+                valid_lens is None
+                or (
+                    isinstance(valid_lens, Tensor)
+                    and valid_lens.shape == (X.shape[0],)
+                    and not valid_lens.is_floating_point()
+                    and valid_lens.device == X.device
+                )
+            )
+            and all(_plain_block(blk) for blk in self.blks)
+        )
+
+    def _forward_packed(self, X: Tensor, valid_lens: Tensor | None) -> Tensor:
+        """:meth:`forward` of ``X`` ``(B, L)`` in inference, the padding skipped: the linear
+        layers, the feed-forward networks and the norms run on the valid positions only (each
+        product through :func:`qkv.nn._inference.linear`), attention on the whole batch with
+        the padded positions zero and masked.  The valid positions get what :meth:`forward`
+        gives (to float rounding); the padded ones are 0.  Returns ``(B, L, D)``."""
+        B, L = X.shape
+        D = self.num_hiddens
+        flat = self._embed(X).reshape(B * L, D)
+        keep = None
+        if valid_lens is not None:
+            seen = torch.arange(L, device=X.device) < valid_lens.unsqueeze(1)  # (B, L)
+            keep = seen.view(-1).nonzero().squeeze(1)  # (N,) the valid rows of (B * L)
+            flat = flat.index_select(0, keep)
+        for blk in self.blks:
+            flat = blk._packed(flat, keep, B, L, valid_lens)
+        if self.norm is not None:
+            flat = self.norm(flat)
+        self.attention_weights = None
+        if keep is None:
+            return flat.view(B, L, D)
+        return flat.new_zeros(B * L, D).index_copy_(0, keep, flat).view(B, L, D)
 
 
 # ---------------------------------------------------------------------------- decoder
@@ -341,6 +457,8 @@ class TransformerDecoderState:
         cross_plans: per layer, the cross-attention planned once for the fast decoding step
             (:func:`qkv.functional.decode.plan_keys`), or None; dropped whenever the rows of the
             encoder's part change (:meth:`TransformerDecoder.reorder_state`).
+        step_plan: the decoder's weights as the fast decoding step reads them, taken at its
+            first step (remade when a weight changes in place).
         beams: with :meth:`TransformerDecoder.expand_beams`, the beams' histories that
             ``self_caches`` (then :class:`~qkv.nn.kv_cache.BeamKVCache`) are read through;
             None otherwise.  With beams, the encoder's part (``enc_outputs``,
@@ -354,6 +472,7 @@ class TransformerDecoderState:
     cross_caches: list[KVCache] | None = None
     cross_plans: list[PlannedKeys | None] | None = field(default=None, repr=False)
     beams: BeamRows | None = field(default=None, repr=False)
+    step_plan: _StepPlan | None = field(default=None, repr=False)
 
     @property
     def use_cache(self) -> bool:
@@ -457,19 +576,55 @@ class TransformerDecoderBlock(nn.Module):
             and type(self.ffn) is PositionWiseFFN
         )
 
+    def _cross_kv(self, enc: Tensor) -> tuple[Tensor, Tensor]:
+        """The cross-attention's keys and values of ``enc`` ``(B, Ls, D)``, ``(B, H, Ls, d)``
+        each, in one product (:func:`qkv.nn._inference.fused_projection`) where it can."""
+        a2 = self.attention2
+        B, Ls, _ = enc.shape
+        H, d = a2.num_heads, a2.head_dim
+        kv = fused_projection(a2, (a2.W_k, a2.W_v), enc.reshape(B * Ls, -1))  # (B*Ls, 2D)
+        if kv is None:  # e.g. quantized layers: one by one
+            return (
+                a2.W_k(enc).unflatten(-1, (H, d)).transpose(1, 2),
+                a2.W_v(enc).unflatten(-1, (H, d)).transpose(1, 2),
+            )
+        k, v = kv.view(B, Ls, 2, H, d).permute(2, 0, 3, 1, 4)  # (B, H, Ls, d) each
+        return k, v
+
+    def _plan(self, x: Tensor) -> tuple:
+        """What :meth:`_step_fast` reads of this block, for inputs like ``x`` ``(B, D)``: the
+        products of its linear layers (the self-attention's three fused where it can) and its
+        norms as ``(normalized_shape, weight, bias, eps)``."""
+        a1, a2, ffn = self.attention1, self.attention2, self.ffn
+        qkv = fused_product(a1, (a1.W_q, a1.W_k, a1.W_v), x)
+        own = (qkv, *(product(m, x) for m in (a1.W_q, a1.W_k, a1.W_v, a1.W_o)))
+        cross = (product(a2.W_q, x), product(a2.W_o, x))
+        norms = tuple(
+            (n.ln.normalized_shape, n.ln.weight, n.ln.bias, n.ln.eps)
+            for n in (self.addnorm1, self.addnorm2, self.addnorm3)
+        )
+        ff = (product(ffn.dense1, x), ffn.activation, product(ffn.dense2, x))
+        return (*own, *cross, *ff, *norms, self.addnorm1.norm_first)
+
+    def _linears(self) -> tuple[nn.Module, ...]:
+        a1, a2, ffn = self.attention1, self.attention2, self.ffn
+        return (a1.W_q, a1.W_k, a1.W_v, a1.W_o, a2.W_q, a2.W_o, ffn.dense1, ffn.dense2)
+
     def _step_fast(self, X: Tensor, state: TransformerDecoderState) -> Tensor:
         """:meth:`forward` of one new position per row, with a cache, in inference: ``X``
-        ``(B, D)`` -> ``(B, D)`` (see :class:`TransformerDecoder`'s fast path)."""
+        ``(B, D)`` -> ``(B, D)`` (see :class:`TransformerDecoder`'s fast path), reading the
+        block's products and norms from the state's plan (:meth:`_plan`, made once per state)."""
         B, D = X.shape
-        a1, a2, i = self.attention1, self.attention2, self.i
-        H, d = a1.num_heads, a1.head_dim
+        i = self.i
+        qkv, W_q, W_k, W_v, W_o, W_q2, W_o2, f1, act, f2, n1, n2, n3, pre = state.step_plan[i]
+        H = self.attention1.num_heads
+        d = D // H
         # self-attention: the three projections in one product, the new key and value appended
-        Q = self.addnorm1.pre(X)
-        qkv = fused_projection(a1, (a1.W_q, a1.W_k, a1.W_v), Q)  # (B, 3D)
+        Q = F.layer_norm(X, *n1) if pre else X
         if qkv is None:  # e.g. quantized layers: one by one
-            q, k, v = a1.W_q(Q), a1.W_k(Q), a1.W_v(Q)
+            q, k, v = W_q(Q), W_k(Q), W_v(Q)
         else:
-            q, k, v = qkv.split(D, dim=1)
+            q, k, v = qkv(Q).split(D, dim=1)
         # (B, D) -> (B, H, 1, d)
         q, k, v = q.view(B, H, 1, d), k.view(B, H, 1, d), v.view(B, H, 1, d)
         cache, beams = state.self_caches[i], state.beams
@@ -484,29 +639,51 @@ class TransformerDecoderBlock(nn.Module):
         if out is None:
             out = cached_attention(q, keys, values)  # (B, H, 1, d)
         # (B, H, 1, d) or (G, H, K, d) -> (B, D)
-        Y = self.addnorm1(X, linear(a1.W_o, out.transpose(1, 2).reshape(B, D)))
+        Y = _add_norm(X, W_o(out.transpose(1, 2).reshape(B, D)), n1, pre)
         # cross-attention over the encoder, planned once per batch
         plan = state.cross_plans[i]
         if plan is None:
             cache = state.cross_caches[i]
             if cache.empty:  # the first step: the encoder's keys and values, projected once
-                enc = state.enc_outputs
-                cache.set(
-                    a2.W_k(enc).unflatten(-1, (H, d)).transpose(1, 2),
-                    a2.W_v(enc).unflatten(-1, (H, d)).transpose(1, 2),
-                )
+                cache.set(*self._cross_kv(state.enc_outputs))
             plan = plan_keys(cache.keys, cache.values, valid_lens=state.enc_valid_lens, heads=H)
             state.cross_plans[i] = plan
-        q = linear(a2.W_q, self.addnorm2.pre(Y))
+        q = W_q2(F.layer_norm(Y, *n2) if pre else Y)
         if beams is None:
             q = q.view(B, H, 1, d)
         else:  # the encoder's part is one row per sentence: its K beams are K queries of it
             q = q.view(beams.groups, beams.beams, H, d).transpose(1, 2)  # (G, H, K, d)
         out = planned_attention(q, plan)  # (B, H, 1, d) or (G, H, K, d)
-        Z = self.addnorm2(Y, linear(a2.W_o, out.transpose(1, 2).reshape(B, D)))
-        ffn = self.ffn
-        hidden = ffn.activation(linear(ffn.dense1, self.addnorm3.pre(Z)))
-        return self.addnorm3(Z, linear(ffn.dense2, hidden))
+        Z = _add_norm(Y, W_o2(out.transpose(1, 2).reshape(B, D)), n2, pre)
+        hidden = act(f1(F.layer_norm(Z, *n3) if pre else Z))
+        return _add_norm(Z, f2(hidden), n3, pre)
+
+
+def _add_norm(X: Tensor, Y: Tensor, norm: tuple, pre: bool) -> Tensor:
+    """:meth:`AddNorm.forward` in evaluation, its norm given as ``(normalized_shape, weight,
+    bias, eps)``."""
+    return X + Y if pre else F.layer_norm(Y + X, *norm)
+
+
+class _StepPlan:
+    """What the fast decoding step reads, taken once per decoder state: every block's
+    :meth:`TransformerDecoderBlock._plan` and the output layer's product; remade when a weight
+    changes in place (its version counter; a weight replaced by a new tensor is seen by the
+    next state).  Indexed by block."""
+
+    def __init__(self, decoder: TransformerDecoder, x: Tensor) -> None:
+        linears = [m for blk in decoder.blks for m in blk._linears()] + [decoder.dense]
+        self.tensors = weights_of(tuple(linears))
+        self.versions = versions(self.tensors)
+        self.blocks = [blk._plan(x) for blk in decoder.blks]
+        self.dense = product(decoder.dense, x)
+
+    def current(self) -> bool:
+        """Whether no weight changed since the plan was made."""
+        return self.versions is not None and versions(self.tensors) == self.versions
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.blocks[i]
 
 
 class TransformerDecoder(_Stack):
@@ -631,6 +808,8 @@ class TransformerDecoder(_Stack):
             Y = self._embed(X, state.offset).reshape(B, self.num_hiddens)
             if state.cross_plans is None:
                 state.cross_plans = [None] * self.num_blks
+            if state.step_plan is None or not state.step_plan.current():
+                state.step_plan = _StepPlan(self, Y)
             if state.beams is not None:  # this step's position in every beam's history
                 state.beams.advance(Y.dtype)
             for blk in self.blks:
@@ -638,7 +817,7 @@ class TransformerDecoder(_Stack):
             if self.norm is not None:
                 Y = self.norm(Y)
             self.attention_weights = None
-            return linear(self.dense, Y).view(B, 1, -1), state
+            return state.step_plan.dense(Y).view(B, 1, -1), state
         if state.beams is not None:  # the general path reads every row's own cache
             self._end_beams(state)
         X = self._embed(X, state.offset)
