@@ -175,6 +175,32 @@ def test_readme_quotes_the_real_corpus_figures_of_the_json():
     assert f"{confirm['bleu']:.2f} BLEU, chrF {confirm['chrf']:.2f}" in section
 
 
+OTHER_PAIRS = {"en-de": "English→German", "en-zh": "English→Chinese", "fr-en": "French→English"}
+
+
+def test_readme_quotes_the_other_pairs_of_the_json():
+    """One row per pair of ``benchmarks.real --pair``: its figures, the BLEU tokenizer its target
+    takes (``zh`` for Chinese) and the command that measured it."""
+    section = _figures_section()
+    for pair, label in OTHER_PAIRS.items():
+        path = ROOT / f"benchmarks/results/real-{pair}.json"
+        real = json.loads(path.read_text(encoding="utf-8"))
+        assert real["pair"] == pair, path
+        run = real["systems"]["qkv"]
+        row = next((r for r in section.splitlines() if r.startswith(f"| {label}")), None)
+        assert row is not None, f"no row for {label} in README's measured figures"
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        assert f"--pair {pair}" in cells[1], (label, cells)
+        assert cells[2] == f"{run['updates']:,}", (label, cells)
+        assert cells[3] == f"{run['bleu']:.2f}", (label, cells)
+        assert cells[4] == f"{run['chrf']:.2f}", (label, cells)
+        assert cells[5] == f"{run['degenerate']:,}", (label, cells)
+        tok = re.search(r"tok:([\w-]+)", run["signature"]).group(1)
+        assert cells[6].startswith(f"`{tok}`"), (label, cells)
+        if "bleu_13a" in run:  # what 13a would have said of the same output
+            assert f"{run['bleu_13a']:.2f}" in cells[6], (label, cells)
+
+
 def test_each_real_corpus_figure_is_quoted_once():
     real = json.loads((ROOT / "benchmarks/results/real.json").read_text(encoding="utf-8"))
     figures = [f"{s['bleu']:.2f}" for s in real["systems"].values()]
