@@ -18,6 +18,10 @@ from qkv.cli import build_parser, main
 from qkv.demos import translate as demo
 from qkv.train import TrainConfig
 
+#: the full demo's budget, and what the command that continues it asks for
+BUDGET = demo.FULL["max_minutes"]
+AGAIN = 2 * BUDGET
+
 
 def _result(run_dir: Path, **kw) -> SimpleNamespace:
     base = dict(out=run_dir, step=350, minutes=7.0, stopped="max_minutes", best_bleu=40.0)
@@ -51,13 +55,13 @@ def test_a_run_its_clock_stopped_shows_its_model_and_says_how_to_go_on(
     assert main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     run_dir = tmp_path / "translator"
-    assert "trained 350 updates in 7.0 min (of at most 700: " in out
+    assert f"trained 350 updates in 7.0 min (of at most {demo.FULL['max_steps']}: " in out
     # one BLEU: the test split's, of the model the demo translates with
     assert out.count("BLEU") == 1 and "test BLEU = " in out
     assert "FAILED" not in out
     # the quick recipe's model: far from the book's four sentences
     assert re.search(r"not finished: [0-3] of the book's 4 sentences right after 350 updates", out)
-    assert f"continue with: qkv train --out {run_dir} --resume --max-minutes 14" in out
+    assert f"continue with: qkv train --out {run_dir} --resume --max-minutes {AGAIN:g}" in out
     assert (tmp_path / "attention-hes-calm.png").stat().st_size > 0
     assert (tmp_path / "attention-hes-calm.html").exists()
     summary = json.loads((tmp_path / "translate-demo.json").read_text())
@@ -77,10 +81,12 @@ def test_a_run_that_could_not_learn_in_time_is_not_finished_not_failed(
     line = captured.err.strip().splitlines()[-1]
     assert line.startswith(
         "qkv demo translate: not finished: its best validation BLEU 10.6 is below 30 after 144 "
-        "updates in 7.5 min: this machine trained too slowly for the demo's 7-minute budget"
+        f"updates in 7.5 min: this machine trained too slowly for the demo's {BUDGET:g}-minute budget"
     )
     run_dir = tmp_path / "translator"
-    assert line.endswith(f"continue with: qkv train --out {run_dir} --resume --max-minutes 14")
+    assert line.endswith(
+        f"continue with: qkv train --out {run_dir} --resume --max-minutes {AGAIN:g}"
+    )
 
 
 def test_a_run_that_finished_its_plan_without_learning_failed(tmp_path, capsys, monkeypatch):
