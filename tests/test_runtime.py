@@ -132,6 +132,52 @@ def test_load_between_takes_this_processs_own_time_out():
         Load.between(after, before)
 
 
+def test_others_load_reads_stat_twice_around_its_look(tmp_path, monkeypatch):
+    """A given load: over the look (a sleep, here a file rewritten), cpu1 spent 0.3 s busy of
+    which this process used 0.1 s; cpu0 (outside the mask) is not counted."""
+    monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)
+    path, own = tmp_path / "stat", [1.0]
+    monkeypatch.setattr(runtime.os, "times", lambda: type("T", (), {"user": own[0], "system": 0.0}))
+    clock = [5.0]
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock[0])
+    path.write_text(STAT.format(a=300, b=0, a0=100, a1=200))
+
+    def look(seconds: float) -> None:  # the others kept cpu1 busy while it slept
+        assert seconds == 0.2
+        clock[0] += seconds
+        own[0] += 0.1
+        path.write_text(STAT.format(a=530, b=0, a0=300, a1=230))
+
+    monkeypatch.setattr(runtime.time, "sleep", look)
+    load = runtime.others_load([1], 0.2, stat=path)
+    assert load.seconds == pytest.approx(0.2) and load.others == pytest.approx((0.3 - 0.1) / 0.2)
+    assert load.busy_cpus == 1
+    assert runtime.others_load([1], 0.2, stat=tmp_path / "missing") is None
+
+
+def test_machine_cpus_are_the_affinity_masks_not_the_machines(monkeypatch):
+    """``taskset -c 2,3`` on an 8-CPU machine: two CPUs, so two threads on a quiet machine set
+    explicitly (torch's default would take all 8 cores)."""
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {3, 2}, raising=False)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(runtime, "physical_cores", lambda ids: len(list(ids)))
+    monkeypatch.setattr(runtime, "cgroup_cpu_quota", lambda: None)
+    cpus = runtime.machine_cpus()
+    assert cpus == Cpus((2, 3), cores=2, quota=None, online=8) and cpus.restricted
+    c = choose(cpus, Load(0.0, 0.2), {})
+    assert (c.threads, dict(c.env)) == (2, {"OMP_NUM_THREADS": "2"})
+    assert "one thread per core this process may use" in c.reason
+
+
+def test_machine_cpus_take_the_cgroup_quota(monkeypatch):
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(runtime, "physical_cores", lambda ids: 4)
+    monkeypatch.setattr(runtime, "cgroup_cpu_quota", lambda: 1.5)
+    cpus = runtime.machine_cpus()
+    assert (cpus.capacity, cpus.threads, cpus.restricted) == (1.5, 1, True)
+
+
 @pytest.mark.parametrize("others, busy", [(0.0, 0), (0.49, 0), (0.5, 1), (1.4, 1), (1.9, 2)])
 def test_busy_cpus_rounds_half_up(others, busy):
     assert Load(others, 1.0).busy_cpus == busy

@@ -312,14 +312,18 @@ class Load:
         return math.floor(self.others + 1.0 - BUSY_CPU)
 
 
-def others_load(cpus: Iterable[int] | None, look: float = LOOK_S) -> Load | None:
-    """The others' load on ``cpus`` over ``look`` seconds of sleep (None without /proc/stat)."""
+def others_load(
+    cpus: Iterable[int] | None, look: float = LOOK_S, stat: str | os.PathLike = "/proc/stat"
+) -> Load | None:
+    """The others' load on ``cpus`` over ``look`` seconds of sleep, from two readings of
+    ``stat`` (``/proc/stat``) with this process's own CPU time taken out (None where it cannot
+    be read)."""
     cpus = None if cpus is None else list(cpus)
-    before = read_stat(cpus)
+    before = read_stat(cpus, stat)
     if before is None:
         return None
     time.sleep(look)
-    after = read_stat(cpus)
+    after = read_stat(cpus, stat)
     return Load.between(before, after) if after is not None else None
 
 
