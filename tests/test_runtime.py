@@ -122,6 +122,24 @@ def test_read_stat_counts_the_chosen_cpus_busy_time(tmp_path, monkeypatch):
     assert read_stat([0], tmp_path / "missing") is None
 
 
+NICED = "cpu  500 400 100 9000 10 0 0 0 0 0\ncpu0 500 400 100 9000 10 0 0 0 0 0\n"
+
+
+def test_niced_processes_time_is_not_busy_for_a_process_at_nice_0(tmp_path, monkeypatch):
+    """Background jobs under `nice` yield their CPUs to qkv at nice 0 (benchmarks/threads.py:
+    beside niced work two spinning threads trained 1.24x faster than the one thread their
+    counted load gave); a qkv that runs niced itself counts them (they may be as niced)."""
+    monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)
+    path = tmp_path / "stat"
+    path.write_text(NICED)
+    assert read_stat([0], path, now=1.0, own=0.0, count_nice=False).busy == 6.0  # 500 + 100
+    assert read_stat([0], path, now=1.0, own=0.0, count_nice=True).busy == 10.0
+    monkeypatch.setattr(runtime.os, "getpriority", lambda which, who: 0, raising=False)
+    assert not runtime.runs_niced() and read_stat([0], path, now=1.0, own=0.0).busy == 6.0
+    monkeypatch.setattr(runtime.os, "getpriority", lambda which, who: 15, raising=False)
+    assert runtime.runs_niced() and read_stat([0], path, now=1.0, own=0.0).busy == 10.0
+
+
 def test_load_between_takes_this_processs_own_time_out():
     before, after = StatSample(10.0, 100.0, 5.0), StatSample(12.0, 103.8, 5.8)
     load = Load.between(before, after)
