@@ -227,6 +227,20 @@ def test_readme_rows_quote_the_json_they_name():
             assert f"{r['ratio']:.2f}x" in section, f"{name}.json: {r['name']} {r['ratio']:.2f}x"
 
 
+def test_readme_threads_row_quotes_auto_against_the_best_and_the_default():
+    """The threads row quotes benchmarks/results/threads.json: qkv's automatic choice against
+    the best policy of every row, and against the default on a quiet machine (issue 31)."""
+    section = _figures_section()
+    data = json.loads((ROOT / "benchmarks/results/threads.json").read_text(encoding="utf-8"))
+    (row,) = [line for line in section.splitlines() if "benchmarks/results/threads.json" in line]
+    assert not data["quick"] and "leaves it to you" not in row
+    for r in data["rows"]:
+        what = f"threads.json: {r['workload']} beside {r['busy']} busy"
+        assert f"{r['auto_over_best']:.2f}x" in row, f"{what}: auto / best"
+        if r["busy"] == 0:
+            assert f"{r['auto_over_default']:.2f}x" in row, f"{what}: auto / default"
+
+
 def serve_rows(record: dict) -> list[str]:
     """README's serving table, row by row, as benchmarks/results/serve.json gives it."""
     by = {(r["server"], r["clients"]): r for r in record["results"]}
