@@ -169,6 +169,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
     for workload in WORKLOADS:
         for busy in args.busy:
             per: dict[str, dict] = {p: {"rounds_ms": [], "errors": []} for p in names}
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             for r in range(args.repeats):
                 for policy in names[r % len(names) :] + names[: r % len(names)]:
                     res = run_in_process(args, workload, policy, busy)
@@ -179,9 +181,25 @@ def measure(args: argparse.Namespace) -> list[dict]:
                     per[policy].update(threads=res["threads"], wait=res["wait"])
                     if res.get("choice"):
                         per[policy]["choice"] = res["choice"]
-            rows.append(summarise(workload, busy, per))
+            rows.append({**summarise(workload, busy, per), "started": started, "load": load})
             print(f"  measured {workload} beside {busy} busy", file=sys.stderr, flush=True)
     return rows
+
+
+def merge_rows(measured: list[dict], earlier: dict | None) -> list[dict]:
+    """``measured`` rows, and the rows of an ``earlier`` JSON record for the (workload, busy)
+    pairs not measured again (each keeps its time and load; the file's load where the row has
+    none), in the table's order."""
+    if not earlier:
+        return measured
+    done = {(r["workload"], r["busy"]) for r in measured}
+    kept = [
+        {"load": earlier.get("load_at_start"), **r}
+        for r in earlier.get("rows", [])
+        if (r["workload"], r["busy"]) not in done
+    ]
+    order = {w: i for i, w in enumerate(WORKLOADS)}
+    return sorted(measured + kept, key=lambda r: (order.get(r["workload"], 99), r["busy"]))
 
 
 def verdict(rows: list[dict], cpus: int) -> list[str]:
@@ -240,6 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=None, help="timed calls per process")
     parser.add_argument("--steps", type=int, default=None, help="tokens decoded per sample")
     parser.add_argument("--updates", type=int, default=None, help="training updates per sample")
+    parser.add_argument(
+        "--busy",
+        type=int,
+        nargs="+",
+        default=None,
+        help="busy processes beside the worker, one row each (default: 0, 1 and one per CPU); "
+        "with --json, the rows of that file for other counts are kept",
+    )
     parser.add_argument("--worker", choices=WORKLOADS, help=argparse.SUPPRESS)
     parser.add_argument("--auto", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -256,10 +282,17 @@ def main(argv: list[str] | None = None) -> None:
     if quick:
         args.repeats = 1
     cpus = cpu_count()
-    args.busy = sorted({0, 1, cpus})
+    partial = args.busy is not None
+    if partial and any(n < 0 for n in args.busy):
+        parser.error(f"--busy: expected counts >= 0, got {args.busy}")
+    args.busy = sorted(set(args.busy)) if partial else sorted({0, 1, cpus})
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     rows = measure(args)
     print_rows(rows, args, cpus)
+    if partial and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            rows = merge_rows(rows, json.load(fh))
+        print(f"kept the rows of {args.json} for other busy counts (each with its load)")
     if quick:
         print("(--quick: small sizes, one round: it checks that the benchmark runs, nothing more)")
     if args.json:

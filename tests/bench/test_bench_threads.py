@@ -78,3 +78,28 @@ def test_the_verdict_checks_the_issues_two_targets():
         "training beside 0 busy: auto / default 1.04x (target <= 1.05x: met)",
         "training beside 2 busy: auto / best (one) 1.30x (target <= 1.2x: MISSED)",
     ]
+
+
+def test_a_partial_run_keeps_the_earlier_rows_it_did_not_measure_with_their_load():
+    earlier = {
+        "load_at_start": 3.2,
+        "rows": [
+            {"workload": w, "busy": b, "auto_over_best": 9.0}
+            for w in ("training", "translation")
+            for b in (0, 1, 2)
+        ],
+    }
+    again = [
+        {"workload": "translation", "busy": 0, "auto_over_best": 1.0, "load": 0.5},
+        {"workload": "training", "busy": 0, "auto_over_best": 1.1, "load": 0.4},
+    ]
+    rows = bt.merge_rows(again, earlier)
+    assert [(r["workload"], r["busy"], r["load"], r["auto_over_best"]) for r in rows] == [
+        ("training", 0, 0.4, 1.1),
+        ("training", 1, 3.2, 9.0),
+        ("training", 2, 3.2, 9.0),
+        ("translation", 0, 0.5, 1.0),
+        ("translation", 1, 3.2, 9.0),
+        ("translation", 2, 3.2, 9.0),
+    ]
+    assert bt.merge_rows(again, None) == again
