@@ -23,9 +23,9 @@ BOOK_SENTENCES: tuple[tuple[str, str], ...] = (
 #: the full demo: 1.1M parameters, small batches (more updates for the same compute: 600 updates of
 #: 2,048 tokens reach validation BLEU 99.8 and the book's four sentences where 300 of 4,096 reach
 #: 85 and three), a linear schedule whose warm-up (a tenth), evaluations and checkpoints follow the
-#: planned length. Its 800 updates took 1.9 minutes on 2 cores, 4.2 beside two busy processes; a slower
-#: or busier machine makes as many as its measured speed fits in the 7-minute budget (as ``qkv train
-#: --max-minutes`` plans), and the schedule decays to the end of that plan
+#: planned length. Its 800 updates took 1.9 minutes on 2 cores, 4.2 beside two busy processes; a
+#: slower or busier machine makes as many as its measured speed fits in the 7-minute budget (as
+#: ``qkv train --max-minutes`` plans), and the schedule decays to the end of that plan
 FULL: dict[str, Any] = {
     "model": {
         "kind": "transformer",
