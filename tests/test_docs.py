@@ -240,9 +240,9 @@ def test_readme_rows_quote_the_json_they_name():
         if name == "data":
             assert f"| {data['total_s']:.2f} s |" in section, "data.json's total"
             continue
-        if name == "demo":
+        if name in ("demo", "demo-busy"):
             quoted = f"test BLEU {data['test_bleu']:.2f}, chrF {data['test_chrf']:.2f}"
-            assert quoted in section, f"demo.json: {quoted}"
+            assert quoted in section, f"{name}.json: {quoted}"
             continue
         results = data.get("results")
         if not isinstance(results, list) or not results or "ratio" not in results[0]:
@@ -251,6 +251,20 @@ def test_readme_rows_quote_the_json_they_name():
             if r.get("target") is None and name == "mha":
                 continue  # the ragged rows are quoted as a pair
             assert f"{r['ratio']:.2f}x" in section, f"{name}.json: {r['name']} {r['ratio']:.2f}x"
+
+
+def test_readme_threads_row_quotes_auto_against_the_best_and_the_default():
+    """The threads row quotes benchmarks/results/threads.json: qkv's automatic choice against
+    the best policy of every row, and against the default on a quiet machine (issue 31)."""
+    section = _figures_section()
+    data = json.loads((ROOT / "benchmarks/results/threads.json").read_text(encoding="utf-8"))
+    (row,) = [line for line in section.splitlines() if "benchmarks/results/threads.json" in line]
+    assert not data["quick"] and "leaves it to you" not in row
+    for r in data["rows"]:
+        what = f"threads.json: {r['workload']} beside {r['busy']} busy"
+        assert f"{r['auto_over_best']:.2f}x" in row, f"{what}: auto / best"
+        if r["busy"] == 0:
+            assert f"{r['auto_over_default']:.2f}x" in row, f"{what}: auto / default"
 
 
 def serve_rows(record: dict) -> list[str]:

@@ -122,6 +122,24 @@ def test_read_stat_counts_the_chosen_cpus_busy_time(tmp_path, monkeypatch):
     assert read_stat([0], tmp_path / "missing") is None
 
 
+NICED = "cpu  500 400 100 9000 10 0 0 0 0 0\ncpu0 500 400 100 9000 10 0 0 0 0 0\n"
+
+
+def test_niced_processes_time_is_not_busy_for_a_process_at_nice_0(tmp_path, monkeypatch):
+    """Background jobs under `nice` yield their CPUs to qkv at nice 0 (benchmarks/threads.py:
+    beside niced work two spinning threads trained 1.24x faster than the one thread their
+    counted load gave); a qkv that runs niced itself counts them (they may be as niced)."""
+    monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)
+    path = tmp_path / "stat"
+    path.write_text(NICED)
+    assert read_stat([0], path, now=1.0, own=0.0, count_nice=False).busy == 6.0  # 500 + 100
+    assert read_stat([0], path, now=1.0, own=0.0, count_nice=True).busy == 10.0
+    monkeypatch.setattr(runtime.os, "getpriority", lambda which, who: 0, raising=False)
+    assert not runtime.runs_niced() and read_stat([0], path, now=1.0, own=0.0).busy == 6.0
+    monkeypatch.setattr(runtime.os, "getpriority", lambda which, who: 15, raising=False)
+    assert runtime.runs_niced() and read_stat([0], path, now=1.0, own=0.0).busy == 10.0
+
+
 def test_load_between_takes_this_processs_own_time_out():
     before, after = StatSample(10.0, 100.0, 5.0), StatSample(12.0, 103.8, 5.8)
     load = Load.between(before, after)
@@ -130,6 +148,52 @@ def test_load_between_takes_this_processs_own_time_out():
     assert Load.between(after, StatSample(13.0, 104.0, 6.5)).others == 0.0
     with pytest.raises(ValueError, match="after: expected a reading later"):
         Load.between(after, before)
+
+
+def test_others_load_reads_stat_twice_around_its_look(tmp_path, monkeypatch):
+    """A given load: over the look (a sleep, here a file rewritten), cpu1 spent 0.3 s busy of
+    which this process used 0.1 s; cpu0 (outside the mask) is not counted."""
+    monkeypatch.setattr(runtime.os, "sysconf", lambda name: 100)
+    path, own = tmp_path / "stat", [1.0]
+    monkeypatch.setattr(runtime.os, "times", lambda: type("T", (), {"user": own[0], "system": 0.0}))
+    clock = [5.0]
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock[0])
+    path.write_text(STAT.format(a=300, b=0, a0=100, a1=200))
+
+    def look(seconds: float) -> None:  # the others kept cpu1 busy while it slept
+        assert seconds == 0.2
+        clock[0] += seconds
+        own[0] += 0.1
+        path.write_text(STAT.format(a=530, b=0, a0=300, a1=230))
+
+    monkeypatch.setattr(runtime.time, "sleep", look)
+    load = runtime.others_load([1], 0.2, stat=path)
+    assert load.seconds == pytest.approx(0.2) and load.others == pytest.approx((0.3 - 0.1) / 0.2)
+    assert load.busy_cpus == 1
+    assert runtime.others_load([1], 0.2, stat=tmp_path / "missing") is None
+
+
+def test_machine_cpus_are_the_affinity_masks_not_the_machines(monkeypatch):
+    """``taskset -c 2,3`` on an 8-CPU machine: two CPUs, so two threads on a quiet machine set
+    explicitly (torch's default would take all 8 cores)."""
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {3, 2}, raising=False)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(runtime, "physical_cores", lambda ids: len(list(ids)))
+    monkeypatch.setattr(runtime, "cgroup_cpu_quota", lambda: None)
+    cpus = runtime.machine_cpus()
+    assert cpus == Cpus((2, 3), cores=2, quota=None, online=8) and cpus.restricted
+    c = choose(cpus, Load(0.0, 0.2), {})
+    assert (c.threads, dict(c.env)) == (2, {"OMP_NUM_THREADS": "2"})
+    assert "one thread per core this process may use" in c.reason
+
+
+def test_machine_cpus_take_the_cgroup_quota(monkeypatch):
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(runtime, "physical_cores", lambda ids: 4)
+    monkeypatch.setattr(runtime, "cgroup_cpu_quota", lambda: 1.5)
+    cpus = runtime.machine_cpus()
+    assert (cpus.capacity, cpus.threads, cpus.restricted) == (1.5, 1, True)
 
 
 @pytest.mark.parametrize("others, busy", [(0.0, 0), (0.49, 0), (0.5, 1), (1.4, 1), (1.9, 2)])

@@ -10,7 +10,8 @@ loop of small operations (decoding, a small model's training) runs 3-5x slower
   cores among them (``/sys/devices/system/cpu``), and the cgroup CPU quota (v2 ``cpu.max``, v1
   ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), not ``os.cpu_count()``;
 * **how busy the others keep them**: a short look (:data:`LOOK_S`) at ``/proc/stat``, the CPU
-  time spent on those CPUs minus this process's own.
+  time spent on those CPUs minus this process's own; niced processes' time does not count for a
+  process at nice 0, since they yield to it (:func:`read_stat`).
 
 On a quiet machine nothing changes (torch's own thread count, libgomp's wait). When others keep
 CPUs busy, torch gets one thread per CPU left free (at least one): threads that have a core each
@@ -67,6 +68,7 @@ __all__ = [
     "others_load",
     "physical_cores",
     "read_stat",
+    "runs_niced",
 ]
 
 log = logging.getLogger(__name__)
@@ -248,16 +250,32 @@ class StatSample:
     own: float
 
 
+def runs_niced() -> bool:
+    """Does this process run at a lower priority than the default (``nice`` > 0)?"""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) > 0
+    except (AttributeError, OSError):  # not Unix
+        return False
+
+
 def read_stat(
     cpus: Iterable[int] | None,
     stat: str | os.PathLike = "/proc/stat",
     *,
     now: float | None = None,
     own: float | None = None,
+    count_nice: bool | None = None,
 ) -> StatSample | None:
     """Read ``stat`` (``/proc/stat``'s format) for the CPUs ``cpus`` (None: the ``cpu`` line of
     all). ``now`` and ``own`` (this process's CPU seconds) are read from the clock and
-    ``os.times()`` unless given. None where the file cannot be read."""
+    ``os.times()`` unless given. None where the file cannot be read.
+
+    ``count_nice``: whether the time of niced processes (``nice`` > 0, ``/proc/stat``'s second
+    column) is busy time. A niced process yields its CPU to one at nice 0 (at ``nice 10`` it
+    gets a tenth of a shared core), so for a process at nice 0 it is not (None: decided by
+    :func:`runs_niced`; a niced process counts it: the others may be as niced as it is)."""
+    if count_nice is None:
+        count_nice = runs_niced()
     text = _read(Path(stat))
     if text is None:
         return None
@@ -275,7 +293,7 @@ def read_stat(
         except ValueError:
             return None
         # user nice system idle iowait irq softirq steal: busy is all but idle and iowait
-        ticks += sum(v) - v[3] - (v[4] if len(v) > 4 else 0)
+        ticks += sum(v) - v[3] - (v[4] if len(v) > 4 else 0) - (0 if count_nice else v[1])
         seen += 1
     if not seen:
         return None
@@ -312,14 +330,18 @@ class Load:
         return math.floor(self.others + 1.0 - BUSY_CPU)
 
 
-def others_load(cpus: Iterable[int] | None, look: float = LOOK_S) -> Load | None:
-    """The others' load on ``cpus`` over ``look`` seconds of sleep (None without /proc/stat)."""
+def others_load(
+    cpus: Iterable[int] | None, look: float = LOOK_S, stat: str | os.PathLike = "/proc/stat"
+) -> Load | None:
+    """The others' load on ``cpus`` over ``look`` seconds of sleep, from two readings of
+    ``stat`` (``/proc/stat``) with this process's own CPU time taken out (None where it cannot
+    be read)."""
     cpus = None if cpus is None else list(cpus)
-    before = read_stat(cpus)
+    before = read_stat(cpus, stat)
     if before is None:
         return None
     time.sleep(look)
-    after = read_stat(cpus)
+    after = read_stat(cpus, stat)
     return Load.between(before, after) if after is not None else None
 
 

@@ -1,0 +1,113 @@
+"""`qkv demo translate` on a slow machine (issue 28): it plans its updates from its measured speed
+as `qkv train --max-minutes` does, a run its clock stopped still ends with its figures and one
+BLEU, and one that could not learn in time says how to continue it, never "FAILED". The training
+is a fake here (a result given, or the quick recipe trained in its place): what is tested is the
+demo around it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from qkv.cli import build_parser, main
+from qkv.demos import translate as demo
+from qkv.train import TrainConfig
+
+#: the full demo's budget, and what the command that continues it asks for
+BUDGET = demo.FULL["max_minutes"]
+AGAIN = 2 * BUDGET
+
+
+def _result(run_dir: Path, **kw) -> SimpleNamespace:
+    base = dict(out=run_dir, step=350, minutes=7.0, stopped="max_minutes", best_bleu=40.0)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_the_full_demo_plans_its_length_from_its_speed():
+    """A clock and a cap, a schedule that decays to the end of the plan, and a warm-up and
+    cadences that follow the planned length (the issue's run warmed up over 300 fixed updates
+    and stopped at update 144 with its learning rate still rising)."""
+    c = TrainConfig().updated(demo.FULL)
+    c.validate()
+    assert c.max_minutes is not None and c.max_steps is not None
+    assert c.schedule == "linear"
+    assert (c.warmup_steps, c.eval_every, c.save_every) == (None, None, None)
+
+
+@pytest.mark.slow
+def test_a_run_its_clock_stopped_shows_its_model_and_says_how_to_go_on(
+    tmp_path, capsys, monkeypatch
+):
+    from qkv.train import train
+
+    def fake_train(config, run_dir, **kw):
+        # the quick recipe, really trained (a model that translates), told as a full run
+        # that its clock stopped at update 350
+        train(TrainConfig().updated(demo.QUICK), run_dir, progress=False)
+        return _result(Path(run_dir))
+
+    monkeypatch.setattr("qkv.train.train", fake_train)
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "translator"
+    assert f"trained 350 updates in 7.0 min (of at most {demo.FULL['max_steps']}: " in out
+    # one BLEU: the test split's, of the model the demo translates with
+    assert out.count("BLEU") == 1 and "test BLEU = " in out
+    assert "FAILED" not in out
+    # the quick recipe's model: far from the book's four sentences
+    assert re.search(r"not finished: [0-3] of the book's 4 sentences right after 350 updates", out)
+    assert f"continue with: qkv train --out {run_dir} --resume --max-minutes {AGAIN:g}" in out
+    assert (tmp_path / "attention-hes-calm.png").stat().st_size > 0
+    assert (tmp_path / "attention-hes-calm.html").exists()
+    summary = json.loads((tmp_path / "translate-demo.json").read_text())
+    assert summary["updates"] == 350 and summary["stopped"] == "max_minutes"
+    assert not list(tmp_path.glob(".translate-demo.json*"))  # written atomically
+
+
+def test_a_run_that_could_not_learn_in_time_is_not_finished_not_failed(
+    tmp_path, capsys, monkeypatch
+):
+    """The issue's run: the budget ran out at update 144 with BLEU 10.6."""
+    fake = _result(tmp_path / "translator", step=144, minutes=7.5, best_bleu=10.6)
+    monkeypatch.setattr("qkv.train.train", lambda *a, **k: fake)
+    assert main(["demo", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED" not in captured.err + captured.out and "test BLEU" not in captured.out
+    line = captured.err.strip().splitlines()[-1]
+    assert line.startswith(
+        "qkv demo translate: not finished: its best validation BLEU 10.6 is below 30 after 144 "
+        f"updates in 7.5 min: this machine trained too slowly for the demo's {BUDGET:g}-minute budget"
+    )
+    run_dir = tmp_path / "translator"
+    assert line.endswith(
+        f"continue with: qkv train --out {run_dir} --resume --max-minutes {AGAIN:g}"
+    )
+
+
+def test_a_run_that_finished_its_plan_without_learning_failed(tmp_path, capsys, monkeypatch):
+    fake = _result(tmp_path / "translator", step=700, minutes=3.0, stopped="max_steps")
+    fake.best_bleu = 0.0
+    monkeypatch.setattr("qkv.train.train", lambda *a, **k: fake)
+    assert main(["demo", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "qkv demo translate: FAILED: the model did not learn: its best validation BLEU 0.0 " in err
+    )
+    assert "(after 700 updates in 3.0 min, stopped: max_steps)" in err
+    assert "continue with" not in err
+
+
+@pytest.mark.parametrize("settings", [demo.FULL, demo.QUICK])
+def test_the_continue_command_is_one_qkv_train_takes(tmp_path, settings):
+    """`qkv train` parses it: a resumed run of the demo's folder, with twice its budget (a
+    run's budget counts all its invocations)."""
+    cmd = shlex.split(demo.continue_command(tmp_path / "a run", settings))
+    assert cmd[:2] == ["qkv", "train"]
+    args = build_parser().parse_args(cmd[1:])
+    assert args.resume and Path(args.out) == tmp_path / "a run"
+    assert float(args.max_minutes) == 2 * settings["max_minutes"]
