@@ -240,7 +240,7 @@ def summarize(record: dict) -> dict:
     out: dict[str, Any] = {}
     if 100_000 in by:
         base = by[100_000]["train"]["peak_rss_gib"]
-        for n, r in sorted(by.items()):
+        for r in by.values():
             r["train_rss_vs_100k"] = round(r["train"]["peak_rss_gib"] / base, 3)
     big = by.get(10_000_000) or by[max(by)]
     out["largest"] = big["pairs"]
