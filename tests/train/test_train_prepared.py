@@ -203,3 +203,28 @@ def test_evaluate_scores_the_held_out_parts_of_a_prepared_run(tmp_path, corpus_f
     with pytest.raises(ValueError, match="part: the run trained on the prepared corpus"):
         saved_run_pairs(tmp_path / "run", "train")
     assert np.array_equal(PreparedCorpus(folder).src.lengths, [len(x) for x in a.batcher._src])
+
+
+def test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs(
+    tmp_path, corpus_file
+):
+    from qkv.data import read_pairs, write_pairs
+    from qkv.data.prepared import Cleaning
+
+    pairs = read_pairs(corpus_file)[0]
+    dirty = [*pairs, *pairs[:50], ("Same text.", "Same text."), ("Yes.", "Oui. " * 30)]
+    data = tmp_path / "dirty.txt"
+    write_pairs(data, dirty)
+    config = tiny_config(data=str(data))
+    clean = Cleaning(max_ratio=4, dedup=True, drop_copies=True)
+    folder = prepare_corpus(config, tmp_path / "bin", cleaning=clean)
+    report = json.loads((folder / "report.json").read_text())
+    raw = PreparedCorpus(folder)
+    plain = prepare_corpus(config, tmp_path / "plain")
+    n_plain = PreparedCorpus(plain).n_train
+    assert report["dropped"]["source = target"] == 1
+    assert report["dropped"]["length ratio"] == 1
+    duplicates = report["dropped"]["duplicate"]
+    assert 0 < duplicates <= 50  # the copies of held-out pairs are held out with them
+    assert raw.n_train == n_plain - 2 - duplicates == report["pairs"]["train"]
+    assert raw.manifest["settings"]["cleaning"]["dedup"] is True

@@ -61,6 +61,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a data setting, e.g. --set valid=2000 --set vocab_size=16000 (repeatable)",
     )
+    clean = p.add_argument_group("cleaning (the training pairs only; off by default)")
+    clean.add_argument(
+        "--max-ratio",
+        type=float,
+        metavar="R",
+        help="drop a pair whose longer side has more than R times the characters of the other",
+    )
+    clean.add_argument("--dedup", action="store_true", help="drop repeated pairs (by hash)")
+    clean.add_argument(
+        "--drop-copies", action="store_true", help="drop a pair whose target is its source"
+    )
+    clean.add_argument(
+        "--check-languages",
+        action="store_true",
+        help="drop a pair whose sides are not detected as the source and target languages "
+        "(py3langid: pip install 'qkv[langid]')",
+    )
     p.add_argument(
         "--workers", type=int, default=0, help="processes that encode (default 0: every core)"
     )
@@ -71,6 +88,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Prepare the corpus as the command line says; print the folder."""
     require(f"qkv {NAME}", _config_parser(args))
+    from ..data.prepared import Cleaning
     from ..train.corpus import prepare_corpus
 
     args.resume, args.resume_from = False, None
@@ -78,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
         if args.workers < 0:
             raise ValueError(f"--workers: expected 0 (every core) or more, got {args.workers}")
         config, _ = train_config(args)
+        cleaning = Cleaning(
+            max_ratio=args.max_ratio,
+            dedup=args.dedup,
+            drop_copies=args.drop_copies,
+            languages=("?", "?") if args.check_languages else None,  # the corpus's, once known
+        )
         say = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
         out = prepare_corpus(
             config,
@@ -85,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers or None,
             say=say,
             stream=None if args.quiet else sys.stderr,
+            cleaning=cleaning,
         )
     except MissingDependency as e:
         raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None

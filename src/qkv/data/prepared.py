@@ -35,8 +35,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CLEAN_REASONS",
     "MANIFEST",
     "PREPARED_VERSION",
+    "Cleaning",
     "PreparedCorpus",
     "PreparedSplit",
     "TokenArraysWriter",
@@ -46,6 +48,7 @@ __all__ = [
     "file_digest",
     "init_encoder",
     "is_prepared",
+    "pair_hashes",
     "read_manifest",
     "source_record",
     "token_dtype",
@@ -325,32 +328,115 @@ class PreparedCorpus:
         return raw, norm
 
 
+# ---------------------------------------------------------------------------- cleaning
+@dataclass(frozen=True)
+class Cleaning:
+    """The cleaning NMT practitioners apply to web-crawled corpora, each off by default; applied
+    by ``qkv prepare`` to the training pairs only (the held-out parts stay as read).
+
+    Attributes:
+        max_ratio: drop a pair whose longer side has more than this many times the characters
+            of the shorter (a sentence aligned with a paragraph), or None.
+        dedup: drop a pair equal to an earlier one (after normalisation; by a 64-bit hash).
+        drop_copies: drop a pair whose target is its source (untranslated text).
+        languages: ``(source, target)`` codes: drop a pair whose source is not detected as the
+            source language or whose target is not the target language, detection being
+            restricted to these two (py3langid); None: no check.
+    """
+
+    max_ratio: float | None = None
+    dedup: bool = False
+    drop_copies: bool = False
+    languages: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        r = self.max_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r < 1):
+            raise ValueError(f"max_ratio: expected a number >= 1 or None, got {r!r}")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.max_ratio or self.dedup or self.drop_copies or self.languages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_ratio": self.max_ratio,
+            "dedup": self.dedup,
+            "drop_copies": self.drop_copies,
+            "languages": list(self.languages) if self.languages else None,
+        }
+
+    def reasons(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        """Per pair (normalised), 0 to keep it, else the 1-based index in :data:`CLEAN_REASONS`
+        of the first rule that drops it (deduplication aside: see :func:`pair_hashes`)."""
+        out = np.zeros(len(pairs), dtype=np.int8)
+        for i, (s, t) in enumerate(pairs):
+            a, b = len(s), len(t)
+            if self.drop_copies and s == t:
+                out[i] = 1
+            elif self.max_ratio and max(a, b) > self.max_ratio * max(min(a, b), 1):
+                out[i] = 2
+        if self.languages:
+            from .languages import detect_languages
+
+            src, tgt = self.languages
+            both = (src, tgt)
+            found_s = detect_languages([s for s, _ in pairs], candidates=both)
+            found_t = detect_languages([t for _, t in pairs], candidates=both)
+            for i, ((cs, _), (ct, _)) in enumerate(zip(found_s, found_t)):
+                if out[i] == 0 and ((cs and cs != src) or (ct and ct != tgt)):
+                    out[i] = 3
+        return out
+
+
+#: why a pair was cleaned away, by the codes of :meth:`Cleaning.reasons` (then ``duplicate``)
+CLEAN_REASONS = ("source = target", "length ratio", "language", "duplicate")
+
+
+def pair_hashes(pairs: list[tuple[str, str]]) -> np.ndarray:
+    """A 64-bit BLAKE2b hash of every pair, what deduplication compares."""
+    out = np.empty(len(pairs), dtype=np.uint64)
+    for i, (s, t) in enumerate(pairs):
+        h = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8)
+        h.update(b"\t" + t.encode("utf-8", "surrogatepass"))
+        out[i] = int.from_bytes(h.digest(), "little")
+    return out
+
+
 # ---------------------------------------------------------------------------- encoding workers
 _WORKER: dict[str, Any] = {}
 
 
-def init_encoder(tokenizers: str) -> None:
-    """A worker's start: load the tokenizers saved in the folder ``tokenizers``."""
+def init_encoder(tokenizers: str, cleaning: Cleaning | None = None) -> None:
+    """A worker's start: load the tokenizers saved in the folder ``tokenizers``; ``cleaning``
+    what :func:`encode_chunk` also judges."""
     from .tokenizers import load_tokenizers
 
     _WORKER["tokenizers"] = load_tokenizers(tokenizers)
+    _WORKER["cleaning"] = cleaning
 
 
-def encode_chunk(
-    pairs: list[tuple[str, str]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def encode_chunk(pairs: list[tuple[str, str]]) -> tuple[np.ndarray, ...]:
     """Normalise and encode raw ``pairs`` with the worker's tokenizers (:func:`init_encoder`),
     exactly as a run encodes its training pairs.
 
     Returns:
         ``(src_lengths, src_tokens, tgt_lengths, tgt_tokens)``: int64 ``(n,)`` lengths and the
-        int64 ids of all sentences of each side, one after the other.
+        int64 ids of all sentences of each side, one after the other; with an active
+        :class:`Cleaning`, also the ``(n,)`` int8 reasons and the uint64 pair hashes.
     """
     src_tok, tgt_tok = _WORKER["tokenizers"]
+    cleaning: Cleaning | None = _WORKER.get("cleaning")
     out = []
+    normalised = []
     for side, tok in ((0, src_tok), (1, tgt_tok)):
-        ids = [tok.encode(p[side]) for p in pairs]
+        texts = [tok.normalize(p[side]) for p in pairs]
+        ids = [tok.encode_normalized(t) for t in texts]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((i for x in ids for i in x), dtype=np.int64, count=int(lengths.sum()))
         out += [lengths, flat]
-    return out[0], out[1], out[2], out[3]
+        normalised.append(texts)
+    if cleaning is not None and cleaning.active:
+        norm_pairs = list(zip(normalised[0], normalised[1]))
+        out += [cleaning.reasons(norm_pairs), pair_hashes(norm_pairs)]
+    return tuple(out)

@@ -32,9 +32,12 @@ from typing import Any
 import numpy as np
 
 from ..data import load_tokenizers, save_tokenizers
+from ..data.languages import detect_languages
 from ..data.prepared import (
+    CLEAN_REASONS,
     MANIFEST,
     PREPARED_VERSION,
+    Cleaning,
     PreparedCorpus,
     TokenArraysWriter,
     check_sources,
@@ -162,7 +165,9 @@ def _chunks(pairs: list, todo: list[int]) -> Iterator[list]:
         yield pairs[i * CHUNK : (i + 1) * CHUNK]
 
 
-def _encode(pairs: list, work: Path, workers: int, say: Say, stream: Any) -> None:
+def _encode(
+    pairs: list, work: Path, workers: int, say: Say, stream: Any, cleaning: Cleaning | None
+) -> None:
     """Encode ``pairs`` in chunks of :data:`CHUNK` into ``work/chunk-N.npz``, with ``workers``
     processes, skipping the chunks a killed prepare finished."""
     n_chunks = -(-len(pairs) // CHUNK)
@@ -182,34 +187,52 @@ def _encode(pairs: list, work: Path, workers: int, say: Say, stream: Any) -> Non
         progress(min(done, len(pairs)))
 
     if workers <= 1 or len(todo) <= 1:
-        init_encoder(tokdir)
+        init_encoder(tokdir, cleaning)
         for i, chunk in zip(todo, _chunks(pairs, todo)):
             store(i, encode_chunk(chunk))
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
-    with ctx.Pool(workers, initializer=init_encoder, initargs=(tokdir,)) as pool:
+    with ctx.Pool(workers, initializer=init_encoder, initargs=(tokdir, cleaning)) as pool:
         for i, arrays in zip(todo, pool.imap(encode_chunk, _chunks(pairs, todo))):
             store(i, arrays)
 
 
-def _assemble(work: Path, n: int, dtype: np.dtype) -> dict[str, Any]:
-    """The chunks of ``work`` joined into the training columns; their token statistics."""
+def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, int, dict]:
+    """The chunks of ``work`` joined into the training columns, the pairs that cleaning
+    dropped left out: the token statistics, the pairs kept, the pairs dropped by reason."""
     writers = [TokenArraysWriter(work, name, dtype) for name in ("train.src", "train.tgt")]
     n_chunks = -(-n // CHUNK)
     hist = [np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)]
+    dropped = dict.fromkeys(CLEAN_REASONS, 0)
+    seen: set[int] = set()
     for i in range(n_chunks):
         with np.load(work / f"chunk-{i:06d}.npz") as z:
-            arrays = [z[f"arr_{k}"] for k in range(4)]
+            arrays = [z[f"arr_{k}"] for k in range(len(z.files))]
+        keep = None
+        if len(arrays) == 6:  # cleaned: the reasons, then the hashes
+            reasons, hashes = arrays[4], arrays[5]
+            if dedup:
+                for j, h in enumerate(hashes.tolist()):
+                    if reasons[j] == 0 and h in seen:
+                        reasons[j] = len(CLEAN_REASONS)
+                    seen.add(h)
+            for code, name in enumerate(CLEAN_REASONS, start=1):
+                dropped[name] += int(np.count_nonzero(reasons == code))
+            keep = reasons == 0
         for side, w in enumerate(writers):
-            lengths = arrays[2 * side]
-            w.append(lengths, arrays[2 * side + 1])
+            lengths, tokens = arrays[2 * side], arrays[2 * side + 1]
+            if keep is not None:
+                tokens = tokens[np.repeat(keep, lengths)]
+                lengths = lengths[keep]
+            w.append(lengths, tokens)
             counts = np.bincount(lengths)
             if len(counts) > len(hist[side]):
                 hist[side] = np.pad(hist[side], (0, len(counts) - len(hist[side])))
             hist[side][: len(counts)] += counts
     for w in writers:
         w.close()
+    kept = writers[0].count
     stats = {}
     for side, name in enumerate(("src", "tgt")):
         h = hist[side]
@@ -217,11 +240,11 @@ def _assemble(work: Path, n: int, dtype: np.dtype) -> dict[str, Any]:
         cum = np.cumsum(h)
         stats[name] = {
             "tokens": total,
-            "mean_length": round(total / max(n, 1), 2),
-            "p99_length": int(np.searchsorted(cum, 0.99 * n)) if n else 0,
+            "mean_length": round(total / max(kept, 1), 2),
+            "p99_length": int(np.searchsorted(cum, 0.99 * kept)) if kept else 0,
             "max_length": int(len(h) - 1),
         }
-    return stats
+    return stats, kept, dropped
 
 
 def _held_out(path: Path, raw: list, norm: list) -> None:
@@ -269,6 +292,7 @@ def prepare_corpus(
     workers: int | None = None,
     say: Say | None = None,
     stream: Any = None,
+    cleaning: Cleaning | None = None,
 ) -> Path:
     """Prepare the corpus ``config.data`` (and ``valid_data``/``test_data``) into ``out``.
 
@@ -279,6 +303,9 @@ def prepare_corpus(
         workers: processes that encode (default: every core).
         say: where progress messages go (default: nowhere).
         stream: a terminal to redraw the progress line on (default: messages via ``say``).
+        cleaning: filters for the training pairs (:class:`qkv.data.prepared.Cleaning`), or
+            None; with any, the training pairs are no longer the ones a run reading the file
+            trains on.
 
     Returns:
         the folder, absolute.
@@ -295,7 +322,9 @@ def prepare_corpus(
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a folder, got the file {str(out)!r}")
     t0 = time.monotonic()
+    cleaning = cleaning if cleaning is not None and cleaning.active else None
     sources, settings = _sources(config), _settings(config)
+    settings["cleaning"] = cleaning.to_dict() if cleaning is not None else None
     if _is_done(out, sources, settings):
         say(f"{out}: already prepared from these files with these settings; nothing to do")
         return out
@@ -317,6 +346,14 @@ def prepare_corpus(
         )
     del files
     resolved, _ = resolve_config(config, len(train))
+    if cleaning is not None and cleaning.languages is not None:
+        if not (src and tgt):
+            raise ValueError(
+                "check_languages: the source and target languages are not known; give "
+                "--src-lang and --tgt-lang (or --pair)"
+            )
+        cleaning = dataclasses.replace(cleaning, languages=(src, tgt))
+        detect_languages(["a sentence"])  # py3langid is installed: said before any work
     times["reading"] = time.monotonic() - t
     say(f"read {len(train) + len(valid) + len(test):,} pairs ({len(train):,} train, "
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({how})")  # fmt: skip
@@ -342,13 +379,16 @@ def prepare_corpus(
     _held_out(work / "test.jsonl", test, norm.pairs(test))
 
     t = time.monotonic()
-    _encode(train, work, workers or os.cpu_count() or 1, say, stream)
+    _encode(train, work, workers or os.cpu_count() or 1, say, stream, cleaning)
     times["encoding"] = time.monotonic() - t
     t = time.monotonic()
     dtype = token_dtype(max(toks[0].vocab_size, toks[1].vocab_size))
-    stats = _assemble(work, len(train), dtype)
+    stats, kept, dropped = _assemble(work, len(train), dtype, bool(cleaning and cleaning.dedup))
     times["writing"] = time.monotonic() - t
-    counts = {"train": len(train), "valid": len(valid), "test": len(test)}
+    if kept == 0:
+        raise ValueError(f"cleaning: every one of the {len(train)} training pairs was dropped "
+                         f"({dropped}); relax the cleaning")  # fmt: skip
+    counts = {"train": kept, "valid": len(valid), "test": len(test)}
     resolved_data = {k: getattr(resolved, k) for k in TOKENIZER_KEYS}
     fp = hashlib.blake2b(
         json.dumps([split.fingerprint, resolved_data, counts, stats], sort_keys=True).encode(),
@@ -365,6 +405,9 @@ def prepare_corpus(
     times = {k: round(v, 2) for k, v in times.items()}
     report = {
         "pairs": counts,
+        "read_train": len(train),
+        "cleaning": settings["cleaning"],
+        "dropped": dropped if cleaning is not None else None,
         "languages": [src, tgt],
         "languages_from": how,
         "vocab_size": [toks[0].vocab_size, toks[1].vocab_size],
@@ -392,7 +435,9 @@ def prepare_corpus(
     }
     write_json_atomic(out / MANIFEST, manifest)
     shutil.rmtree(work, ignore_errors=True)
-    say(f"prepared {len(train):,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
+    if cleaning is not None:
+        say("cleaning dropped " + ", ".join(f"{v:,} ({k})" for k, v in dropped.items()))
+    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
     return out
 
 
