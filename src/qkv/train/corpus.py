@@ -285,6 +285,85 @@ def _work_folder(out: Path, state: dict, say: Say) -> Path:
     return work
 
 
+@dataclasses.dataclass
+class _Read:
+    """The corpus read and split, the settings resolved for its size (languages included)."""
+
+    how: str
+    split: Any
+    train: list
+    valid: list
+    test: list
+    resolved: TrainConfig
+    cleaning: Cleaning | None
+
+
+def _read(config: TrainConfig, cleaning: Cleaning | None) -> _Read:
+    """Read the run's files, find the languages, split, resolve the settings: what a run does
+    before its tokenizers."""
+    files = read_run_files(config)
+    src, tgt, how = run_languages(config, files.pairs[: files.sizes[0]], files.data_format)
+    config = config.updated({"src_lang": src, "tgt_lang": tgt})
+    split = run_split(config, files)
+    train, valid, test = apply_split(split, files.pairs, files.source, "prepare again")
+    if not train or not valid:
+        raise ValueError(
+            f"data: {files.source} gives {len(train)} training and {len(valid)} validation "
+            "pairs; expected some of each (more data, or other valid/test sizes)"
+        )
+    del files
+    resolved, _ = resolve_config(config, len(train))
+    if cleaning is not None and cleaning.languages is not None:
+        if not (src and tgt):
+            raise ValueError(
+                "check_languages: the source and target languages are not known; give "
+                "--src-lang and --tgt-lang (or --pair)"
+            )
+        cleaning = dataclasses.replace(cleaning, languages=(src, tgt))
+        detect_languages(["a sentence"])  # py3langid is installed: said before any work
+    return _Read(how, split, train, valid, test, resolved, cleaning)
+
+
+def _tokenizers(tokdir: Path, resolved: TrainConfig, train: list, say: Say) -> tuple:
+    """The tokenizers a killed prepare trained already, else trained on the seeded sample of the
+    training pairs (saved into ``tokdir``, marked done)."""
+    if (tokdir / "done").is_file():
+        say("tokenizers: trained before, kept")
+        return load_tokenizers(tokdir)
+    norm = run_normalizer(resolved)
+    sample = norm.pairs(tokenizer_sample(train, resolved.split_seed))
+    say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
+    toks = run_tokenizers(resolved, norm, sample)
+    if tokdir.exists():
+        shutil.rmtree(tokdir)
+    save_tokenizers(tokdir, *toks)
+    (tokdir / "done").write_text("", encoding="utf-8")
+    return toks
+
+
+#: what a prepared corpus holds besides its manifest and report
+_PRODUCTS = (
+    "tokenizers",
+    "train.src.tok",
+    "train.src.idx",
+    "train.src.len",
+    "train.tgt.tok",
+    "train.tgt.idx",
+    "train.tgt.len",
+    "valid.jsonl",
+    "test.jsonl",
+)
+
+
+def _install(work: Path, out: Path) -> None:
+    """Move the finished files of ``work`` into ``out`` (replacing older ones)."""
+    for name in _PRODUCTS:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(work / name, target)
+
+
 def prepare_corpus(
     config: TrainConfig,
     out: str | Path,
@@ -334,45 +413,16 @@ def prepare_corpus(
     times: dict[str, float] = {"hashing": time.monotonic() - t0}
 
     t = time.monotonic()
-    files = read_run_files(config)
-    src, tgt, how = run_languages(config, files.pairs[: files.sizes[0]], files.data_format)
-    config = config.updated({"src_lang": src, "tgt_lang": tgt})
-    split = run_split(config, files)
-    train, valid, test = apply_split(split, files.pairs, files.source, "prepare again")
-    if not train or not valid:
-        raise ValueError(
-            f"data: {files.source} gives {len(train)} training and {len(valid)} validation "
-            "pairs; expected some of each (more data, or other valid/test sizes)"
-        )
-    del files
-    resolved, _ = resolve_config(config, len(train))
-    if cleaning is not None and cleaning.languages is not None:
-        if not (src and tgt):
-            raise ValueError(
-                "check_languages: the source and target languages are not known; give "
-                "--src-lang and --tgt-lang (or --pair)"
-            )
-        cleaning = dataclasses.replace(cleaning, languages=(src, tgt))
-        detect_languages(["a sentence"])  # py3langid is installed: said before any work
+    r = _read(config, cleaning)
+    cleaning, split, train, valid, test, resolved = (
+        r.cleaning, r.split, r.train, r.valid, r.test, r.resolved)  # fmt: skip
+    src, tgt = resolved.src_lang, resolved.tgt_lang
     times["reading"] = time.monotonic() - t
     say(f"read {len(train) + len(valid) + len(test):,} pairs ({len(train):,} train, "
-        f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({how})")  # fmt: skip
+        f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
     t = time.monotonic()
-    tokdir = work / "tokenizers"
-    if (tokdir / "done").is_file():
-        toks = load_tokenizers(tokdir)
-        say("tokenizers: trained before, kept")
-    else:
-        norm = run_normalizer(resolved)
-        sample = norm.pairs(tokenizer_sample(train, config.split_seed))
-        say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
-        toks = run_tokenizers(resolved, norm, sample)
-        del sample
-        if tokdir.exists():
-            shutil.rmtree(tokdir)
-        save_tokenizers(tokdir, *toks)
-        (tokdir / "done").write_text("", encoding="utf-8")
+    toks = _tokenizers(work / "tokenizers", resolved, train, say)
     times["tokenizers"] = time.monotonic() - t
     norm = run_normalizer(resolved, toks)
     _held_out(work / "valid.jsonl", valid, norm.pairs(valid))
@@ -394,13 +444,7 @@ def prepare_corpus(
         json.dumps([split.fingerprint, resolved_data, counts, stats], sort_keys=True).encode(),
         digest_size=16,
     ).hexdigest()
-    # everything into place, the manifest last
-    for name in ("tokenizers", "train.src.tok", "train.src.idx", "train.src.len",
-                 "train.tgt.tok", "train.tgt.idx", "train.tgt.len", "valid.jsonl", "test.jsonl"):  # fmt: skip
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        os.replace(work / name, target)
+    _install(work, out)  # everything into place, the manifest last
     (out / "tokenizers" / "done").unlink(missing_ok=True)
     times = {k: round(v, 2) for k, v in times.items()}
     report = {
@@ -409,7 +453,7 @@ def prepare_corpus(
         "cleaning": settings["cleaning"],
         "dropped": dropped if cleaning is not None else None,
         "languages": [src, tgt],
-        "languages_from": how,
+        "languages_from": r.how,
         "vocab_size": [toks[0].vocab_size, toks[1].vocab_size],
         "tokenizer_trained_on": min(len(train), TOKENIZER_SAMPLE),
         "tokens": stats,
