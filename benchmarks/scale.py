@@ -234,25 +234,77 @@ def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool)
     return r
 
 
+def tile_folder(src: Path, dst: Path, times: int) -> None:
+    """A prepared folder of ``times`` x the training pairs of ``src``, its arrays repeated
+    (the same token ids): what training reads at that size, without preparing that many."""
+    import numpy as np
+
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    shutil.copytree(src / "tokenizers", dst / "tokenizers")
+    for name in ("valid.jsonl", "test.jsonl", "report.json"):
+        shutil.copy(src / name, dst / name)
+    for side in ("src", "tgt"):
+        col = f"train.{side}"
+        with open(dst / f"{col}.tok", "wb") as f:
+            for _ in range(times):
+                f.write((src / f"{col}.tok").read_bytes())
+        lengths = np.fromfile(src / f"{col}.len", dtype=np.uint16)
+        np.tile(lengths, times).tofile(dst / f"{col}.len")
+        offsets = np.fromfile(src / f"{col}.idx", dtype=np.int64)
+        total = int(offsets[-1])
+        tiled = [offsets[:1]] + [offsets[1:] + k * total for k in range(times)]
+        np.concatenate(tiled).tofile(dst / f"{col}.idx")
+    manifest = json.loads((src / "manifest.json").read_text())
+    manifest["counts"]["train"] *= times
+    manifest["fingerprint"] += f"-tiled-{times}"
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def run_tiled(n: int, base: int, work: Path, torchrun: bool) -> dict:
+    """Train on ``bin-base`` tiled to ``n`` pairs: the run's peak RSS, time to first update."""
+    folder = work / f"bin-{n}-tiled"
+    tile_folder(work / f"bin-{base}", folder, n // base)
+    r: dict[str, Any] = {"pairs": n, "tiled_from": base}
+    run = work / f"run-{n}-tiled"
+    shutil.rmtree(run, ignore_errors=True)
+    r["train"] = measure([*QKV, *_train_args(str(folder), run)], FIRST)
+    print(f"{n} (tiled): train {r['train']}", flush=True)
+    if torchrun:
+        run = work / f"run-ddp-{n}-tiled"
+        shutil.rmtree(run, ignore_errors=True)
+        torchrun_bin = str(Path(sys.executable).with_name("torchrun"))
+        cmd = [torchrun_bin, "--standalone", "--nproc_per_node", "2", "-m", "qkv.cli",
+               *_train_args(str(folder), run)]  # fmt: skip
+        cmd[cmd.index("--threads") + 1] = "1"
+        r["torchrun_2"] = measure(cmd, FIRST, skip=2)
+        print(f"{n} (tiled): torchrun {r['torchrun_2']}", flush=True)
+    return r
+
+
 def summarize(record: dict) -> dict:
-    """The targets, from the results there are."""
+    """The targets, from the results there are (the largest size; prepare: the largest one
+    prepared, not tiled)."""
     by = {r["pairs"]: r for r in record["results"]}
     out: dict[str, Any] = {}
     if 100_000 in by:
         base = by[100_000]["train"]["peak_rss_gib"]
         for r in by.values():
             r["train_rss_vs_100k"] = round(r["train"]["peak_rss_gib"] / base, 3)
-    big = by.get(10_000_000) or by[max(by)]
+    big = by[max(by)]
     out["largest"] = big["pairs"]
+    out["largest_tiled_from"] = big.get("tiled_from")
     out["train_rss_gib"] = big["train"]["peak_rss_gib"]
     out["train_rss_vs_100k"] = big.get("train_rss_vs_100k")
     out["first_update_s"] = big["train"]["first_update_s"]
-    out["prepare_s"] = big["prepare"]["wall_s"]
+    prepared = [r for r in by.values() if "prepare" in r]
+    if prepared:
+        out["prepared_largest"] = prepared[-1]["pairs"]
+        out["prepare_s"] = prepared[-1]["prepare"]["wall_s"]
     ddp = [r for r in by.values() if "torchrun_2" in r]
     if ddp:
         r = ddp[-1]
-        one = r["train"]
-        two = r["torchrun_2"]
+        one, two = r["train"], r["torchrun_2"]
         out["torchrun_pairs"] = r["pairs"]
         out["torchrun_2_vs_1_rss"] = round(two["tree_peak_rss_gib"] / one["tree_peak_rss_gib"], 3)
         out["torchrun_2_vs_1_pss"] = round(two["tree_peak_pss_gib"] / one["tree_peak_pss_gib"], 3)
@@ -268,15 +320,27 @@ def main(argv: list[str] | None = None) -> None:
                    help="train from the file too, up to this size")  # fmt: skip
     p.add_argument("--torchrun", type=int, default=None,
                    help="the size to run torchrun with 2 processes on (default: the largest)")  # fmt: skip
+    p.add_argument("--conditions", default="under flock /tmp/quiet.lock",
+                   help="how the machine was shared, recorded with every result")  # fmt: skip
+    p.add_argument("--tile", metavar="BASE:N",
+                   help="train on bin-BASE's arrays repeated to N pairs (no prepare at N)")  # fmt: skip
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     record = json.loads(args.json.read_text()) if args.json.is_file() else {"results": []}
     pairs = real_pairs()
     ddp_size = args.torchrun if args.torchrun is not None else max(args.sizes)
-    for n in args.sizes:
+    jobs: list[tuple[int, int | None]] = [(n, None) for n in args.sizes]
+    if args.tile:
+        base, _, n = args.tile.partition(":")
+        jobs = [(int(n), int(base))]
+    for n, base in jobs:
         load_before = _uptime()
-        r = run_size(n, args.work, pairs, args.baseline_max, n == ddp_size)
+        if base is not None:
+            r = run_tiled(n, base, args.work, True)
+        else:
+            r = run_size(n, args.work, pairs, args.baseline_max, n == ddp_size)
         r["load_before"], r["load_after"] = load_before, _uptime()
+        r["conditions"] = args.conditions
         record["results"] = [x for x in record["results"] if x["pairs"] != n] + [r]
         record["results"].sort(key=lambda x: x["pairs"])
         record["machine"] = {
