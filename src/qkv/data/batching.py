@@ -157,10 +157,12 @@ class TokenBatcher:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
 
         extra = 1 if src_eos else 0
-        ls = _lengths(src_ids, "src_ids")
-        lt = _lengths(tgt_ids, "tgt_ids")
+        # lengths in the type they come in (a prepared corpus's uint16) while max_len bounds them
+        wide = max_len is None or max_len > np.iinfo(np.uint16).max - 1
+        ls = _lengths(src_ids, "src_ids", wide)
+        lt = _lengths(tgt_ids, "tgt_ids", wide)
         n_in = len(ls)
-        keep: np.ndarray | None = None
+        dropped: np.ndarray | None = None
         if max_len is not None:
             if truncate:
                 np.minimum(ls, max_len - extra, out=ls)
@@ -168,10 +170,10 @@ class TokenBatcher:
             else:
                 fits = (ls <= max_len - extra) & (lt <= max_len - 1)
                 if not fits.all():
-                    keep = np.flatnonzero(fits).astype(_index_dtype(n_in))
-                    ls, lt = ls[keep], lt[keep]
+                    dropped = np.flatnonzero(~fits)
+                    ls, lt = ls[fits], lt[fits]
                 del fits
-        n_kept = n_in if keep is None else len(keep)
+        n_kept = len(ls)
         self.n_dropped = n_in - n_kept
         """Examples dropped for exceeding ``max_len``."""
         if n_kept == 0:
@@ -180,14 +182,26 @@ class TokenBatcher:
                 if n_in
                 else "src_ids must not be empty"
             )
+        # a kept example's position -> its index in the input: from the dropped ones when they
+        # are fewer (position p is index p + #{j: dropped[j] - j <= p}), else a table
+        self._index: np.ndarray | None = None
+        self._dropped_rank: np.ndarray | None = None
+        if dropped is not None and len(dropped) <= n_kept:
+            self._dropped_rank = dropped - np.arange(len(dropped))
+        elif dropped is not None:
+            mask = np.ones(n_in, dtype=bool)
+            mask[dropped] = False
+            self._index = np.flatnonzero(mask).astype(_index_dtype(n_in))
+            del mask
+        del dropped
         ls += extra
         lt += 1
-        # the lengths in the smallest type that holds them: the arrays are the batcher's memory
-        small = np.uint16 if max(int(ls.max()), int(lt.max())) <= np.iinfo(np.uint16).max else None
-        self._ls = ls.astype(small) if small is not None else ls
-        self._lt = lt.astype(small) if small is not None else lt
+        # the lengths in the smallest type that holds them: they are the batcher's memory
+        top = max(int(ls.max()), int(lt.max()))
+        small = next((t for t in (np.uint8, np.uint16) if top <= np.iinfo(t).max), np.int32)
+        self._ls = ls.astype(small, copy=False)
+        self._lt = lt.astype(small, copy=False)
         del ls, lt
-        self._index = keep
         self._src, self._tgt = src_ids, tgt_ids
         self._n = n_kept
         worst = int(max(self._ls.max(), self._lt.max()))
@@ -233,8 +247,7 @@ class TokenBatcher:
         """
         n = self._n
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        order = _sorted_by_length(self._ls, self._lt, rng)
-        cost = np.maximum(self._ls[order], self._lt[order])
+        order, cost = _sorted_by_length(self._ls, self._lt, rng)
         bounds = _cut(cost, self.max_tokens, self.max_batch_size or n)
         del cost
         n_batches = len(bounds) - 1
@@ -340,7 +353,7 @@ class TokenBatcher:
         src = np.full((b, Ls), self.pad_id, dtype=np.int64)
         tgt_in = np.full((b, Lt), self.pad_id, dtype=np.int64)
         tgt_out = np.full((b, Lt), self.pad_id, dtype=np.int64)
-        index = positions if self._index is None else self._index[positions].astype(np.int64)
+        index = self._original(positions)
         extra = 1 if self.src_eos else 0
         for r, i in enumerate(index.tolist()):
             n, m = int(ls[r]) - extra, int(lt[r]) - 1  # truncated lengths
@@ -358,8 +371,16 @@ class TokenBatcher:
             tgt_in=torch.from_numpy(tgt_in),
             tgt_out=torch.from_numpy(tgt_out),
             tgt_valid_lens=torch.from_numpy(lt),
-            indices=torch.from_numpy(index.copy()),
+            indices=torch.from_numpy(index),
         )
+
+    def _original(self, positions: np.ndarray) -> np.ndarray:
+        """The input indices (int64) of the kept examples at ``positions``."""
+        if self._index is not None:
+            return self._index[positions].astype(np.int64)
+        if self._dropped_rank is not None:
+            return positions + np.searchsorted(self._dropped_rank, positions, side="right")
+        return positions.copy()
 
 
 class _Plan:
@@ -380,12 +401,13 @@ class _Plan:
         return self.order[self.bounds[j] : self.bounds[j + 1]]
 
 
-def _lengths(ids, name: str) -> np.ndarray:
-    """The length of every token sequence of ``ids``: a sequence of sequences, or a column
-    with a ``lengths`` array (as :class:`qkv.data.prepared.TokenColumn`), as int32."""
+def _lengths(ids, name: str, wide: bool) -> np.ndarray:
+    """The length of every token sequence of ``ids``: a sequence of sequences (as int32), or a
+    column with a ``lengths`` array (as :class:`qkv.data.prepared.TokenColumn`: in its own
+    type, as int32 when ``wide``). A fresh array either way."""
     lengths = getattr(ids, "lengths", None)
     if lengths is not None:
-        out = np.array(lengths, dtype=np.int32)
+        out = np.array(lengths, dtype=np.int32 if wide else None)
     else:
         out = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
     if out.ndim != 1 or len(out) != len(ids):
@@ -397,9 +419,12 @@ def _index_dtype(n: int) -> type:
     return np.int32 if n < np.iinfo(np.int32).max else np.int64
 
 
-def _sorted_by_length(ls: np.ndarray, lt: np.ndarray, rng: np.random.Generator | None):
+def _sorted_by_length(
+    ls: np.ndarray, lt: np.ndarray, rng: np.random.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Positions ``0 .. n-1`` sorted by ``(max(ls, lt), ls)``; ties in a random order drawn
     from ``rng`` (the same as ``rng.permutation(n)`` then a stable sort), or in input order.
+    Returns the order and the sorted ``max(ls, lt)`` (in ``ls``'s type).
 
     A stable counting sort done a chunk at a time: no array of ``n`` int64 beyond the result's
     own type, so millions of examples sort in a few tens of megabytes.
@@ -433,7 +458,9 @@ def _sorted_by_length(ls: np.ndarray, lt: np.ndarray, rng: np.random.Generator |
         slots = start[k_sorted] + (np.arange(len(k_sorted)) - first)
         order[slots] = idx[within]
         start += np.bincount(k, minlength=n_keys)
-    return order
+    perm = None  # freed before the costs are laid out
+    cost = np.repeat((np.arange(n_keys) // width).astype(ls.dtype), counts)
+    return order, cost
 
 
 def _cut(cost: np.ndarray, budget: int, cap: int) -> np.ndarray:

@@ -181,19 +181,27 @@ class TokenArraysWriter:
 class TokenColumn:
     """One column of a prepared corpus (e.g. the training sources), memory-mapped.
 
-    ``lengths`` is the ``(n,)`` uint16 array of lengths; ``column[i]`` is sentence ``i``'s
+    ``lengths`` reads the ``(n,)`` uint16 array of lengths; ``column[i]`` is sentence ``i``'s
     token ids, a read-only array viewing the map. This is what :class:`qkv.data.TokenBatcher`
     takes in place of a list of id lists.
     """
 
     def __init__(self, folder: Path, name: str, dtype: np.dtype, count: int) -> None:
         self.name = name
-        self.lengths = _map(folder / f"{name}.len", np.uint16, count)
+        self._len_path = folder / f"{name}.len"
+        _map(self._len_path, np.uint16, count)  # its size checked
+        self._count = count
         self.offsets = _map(folder / f"{name}.idx", np.int64, count + 1)
         self.tokens = _map(folder / f"{name}.tok", np.dtype(dtype), int(self.offsets[-1]))
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(n,)`` uint16, read from the file (a fresh array, not mapped: nothing of it stays
+        in the process once the caller lets it go)."""
+        return np.fromfile(self._len_path, dtype=np.uint16, count=self._count)
+
     def __len__(self) -> int:
-        return len(self.lengths)
+        return self._count
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
