@@ -265,7 +265,12 @@ def run_tiled(n: int, base: int, work: Path, torchrun: bool) -> dict:
     """Train on ``bin-base`` tiled to ``n`` pairs: the run's peak RSS, time to first update."""
     folder = work / f"bin-{n}-tiled"
     tile_folder(work / f"bin-{base}", folder, n // base)
-    r: dict[str, Any] = {"pairs": n, "tiled_from": base}
+    manifest = json.loads((folder / "manifest.json").read_text())
+    r: dict[str, Any] = {
+        "pairs": n,
+        "tiled_from": base,
+        "train_pairs": manifest["counts"]["train"],
+    }
     run = work / f"run-{n}-tiled"
     shutil.rmtree(run, ignore_errors=True)
     r["train"] = measure([*QKV, *_train_args(str(folder), run)], FIRST)
@@ -341,8 +346,11 @@ def main(argv: list[str] | None = None) -> None:
             r = run_size(n, args.work, pairs, args.baseline_max, n == ddp_size)
         r["load_before"], r["load_after"] = load_before, _uptime()
         r["conditions"] = args.conditions
-        record["results"] = [x for x in record["results"] if x["pairs"] != n] + [r]
-        record["results"].sort(key=lambda x: x["pairs"])
+        same = (n, r.get("tiled_from"))
+        record["results"] = [
+            x for x in record["results"] if (x["pairs"], x.get("tiled_from")) != same
+        ] + [r]
+        record["results"].sort(key=lambda x: (x["pairs"], x.get("tiled_from") or 0))
         record["machine"] = {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
