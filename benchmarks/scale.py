@@ -257,6 +257,8 @@ def tile_folder(src: Path, dst: Path, times: int) -> None:
         np.concatenate(tiled).tofile(dst / f"{col}.idx")
     manifest = json.loads((src / "manifest.json").read_text())
     manifest["counts"]["train"] *= times
+    # the vocabulary is the one trained (a run would size it to the tiled count otherwise)
+    manifest["settings"]["vocab_size"] = manifest["resolved"]["vocab_size"]
     manifest["fingerprint"] += f"-tiled-{times}"
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
