@@ -41,7 +41,7 @@ def _columns(tmp_path, src, tgt, chunk: int = 97):
 def test_columns_give_back_every_sentence(tmp_path):
     src, tgt = _ids(0, 500), _ids(1, 500)
     cs, ct = _columns(tmp_path, src, tgt)
-    assert len(cs) == 500 and cs.tokens.dtype == np.uint16
+    assert len(cs) == 500 and cs.dtype == np.uint16 and cs[0].dtype == np.uint16
     assert all(cs[i].tolist() == src[i] and ct[i].tolist() == tgt[i] for i in range(500))
     assert cs.lengths.tolist() == [len(x) for x in src]
     assert not list(tmp_path.glob("*.tmp"))

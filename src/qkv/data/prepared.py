@@ -1,4 +1,4 @@
-"""A prepared corpus: token arrays on disk, memory-mapped, that any number of processes share.
+"""A prepared corpus: token arrays on disk that any number of processes read and share.
 
 ``qkv prepare`` (:func:`qkv.train.prepare_corpus`) reads a corpus once and writes a folder::
 
@@ -13,8 +13,9 @@
     valid.jsonl, test.jsonl the held-out parts as text: raw and normalised source and target
 
 The token files are raw arrays (``uint16`` when the vocabulary has at most 65,536 pieces, else
-``int32``), read with :class:`numpy.memmap`: a process touches only the pages of the batches it
-pads, and the ranks of one machine share them through the page cache. ``manifest.json`` is
+``int32``), read a sentence at a time with ``pread`` (:class:`TokenColumn`): a process reads only
+the sentences of the batches it pads, and the ranks of one machine share the pages through the
+page cache. ``manifest.json`` is
 written last, so a folder without it is not (yet) a prepared corpus.
 
 :func:`source_record` and :func:`check_sources` tie the folder to its text: a source file whose
@@ -179,36 +180,56 @@ class TokenArraysWriter:
 
 # ---------------------------------------------------------------------------- reading
 class TokenColumn:
-    """One column of a prepared corpus (e.g. the training sources), memory-mapped.
+    """One column of a prepared corpus (e.g. the training sources), read where it is needed.
 
     ``lengths`` reads the ``(n,)`` uint16 array of lengths; ``column[i]`` is sentence ``i``'s
-    token ids, a read-only array viewing the map. This is what :class:`qkv.data.TokenBatcher`
-    takes in place of a list of id lists.
+    token ids, read with ``pread`` from the files (two offsets, then the ids). This is what
+    :class:`qkv.data.TokenBatcher` takes in place of a list of id lists.
+
+    The files are read, not mapped: the pages come from the page cache, which every process
+    of the machine shares, and nothing stays in the reading process. (A memory map counts every
+    page it touches, and the kernel maps the neighbours of each with it, in every process's
+    resident memory: random batches over a large corpus grow it by hundreds of megabytes.)
     """
 
     def __init__(self, folder: Path, name: str, dtype: np.dtype, count: int) -> None:
         self.name = name
-        self._len_path = folder / f"{name}.len"
-        _map(self._len_path, np.uint16, count)  # its size checked
+        self.dtype = np.dtype(dtype)
         self._count = count
-        self.offsets = _map(folder / f"{name}.idx", np.int64, count + 1)
-        self.tokens = _map(folder / f"{name}.tok", np.dtype(dtype), int(self.offsets[-1]))
+        self._len_path = folder / f"{name}.len"
+        _check_size(self._len_path, np.uint16, count)
+        idx, tok = folder / f"{name}.idx", folder / f"{name}.tok"
+        _check_size(idx, np.int64, count + 1)
+        self._idx = os.open(idx, os.O_RDONLY)
+        self._tok = os.open(tok, os.O_RDONLY)
+        total = int(self._offsets(count)[0])
+        _check_size(tok, self.dtype, total)
+
+    def _offsets(self, i: int, n: int = 1) -> np.ndarray:
+        return np.frombuffer(os.pread(self._idx, 8 * n, 8 * i), dtype=np.int64)
 
     @property
     def lengths(self) -> np.ndarray:
-        """``(n,)`` uint16, read from the file (a fresh array, not mapped: nothing of it stays
-        in the process once the caller lets it go)."""
+        """``(n,)`` uint16, read from the file (a fresh array: nothing of it stays in the
+        process once the caller lets it go)."""
         return np.fromfile(self._len_path, dtype=np.uint16, count=self._count)
 
     def __len__(self) -> int:
         return self._count
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
+        a, b = (int(x) for x in self._offsets(int(i), 2))
+        size = self.dtype.itemsize
+        return np.frombuffer(os.pread(self._tok, (b - a) * size, a * size), dtype=self.dtype)
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_idx", None), getattr(self, "_tok", None)):
+            if fd is not None:
+                os.close(fd)
 
 
-def _map(path: Path, dtype: Any, count: int) -> np.ndarray:
-    """A read-only map of ``count`` items of ``dtype`` in ``path``; a clear error otherwise."""
+def _check_size(path: Path, dtype: Any, count: int) -> None:
+    """``path`` holds ``count`` items of ``dtype``; a clear error otherwise."""
     dtype = np.dtype(dtype)
     want = count * dtype.itemsize
     size = path.stat().st_size if path.is_file() else None
@@ -217,9 +238,6 @@ def _map(path: Path, dtype: Any, count: int) -> np.ndarray:
             f"data: {str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
             f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again"
         )
-    if count == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
 
 
 def is_prepared(path: str | Path | list | None) -> bool:
