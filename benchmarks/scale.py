@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="how the machine was shared, recorded with every result")  # fmt: skip
     p.add_argument("--tile", metavar="BASE:N",
                    help="train on bin-BASE's arrays repeated to N pairs (no prepare at N)")  # fmt: skip
+    p.add_argument("--no-torchrun", action="store_true", help="with --tile: one process only")
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     record = json.loads(args.json.read_text()) if args.json.is_file() else {"results": []}
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     for n, base in jobs:
         load_before = _uptime()
         if base is not None:
-            r = run_tiled(n, base, args.work, True)
+            r = run_tiled(n, base, args.work, not args.no_torchrun)
         else:
             r = run_size(n, args.work, pairs, args.baseline_max, n == ddp_size)
         r["load_before"], r["load_after"] = load_before, _uptime()
