@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         NAME,
         help="read, split, tokenize and encode a corpus once, for qkv train --data FOLDER",
         description="Prepare a corpus of any size: the split, the tokenizers (trained on a "
-        "seeded sample) and memory-mapped token arrays in --out; qkv train --data OUT then "
+        "seeded sample) and token arrays on disk in --out; qkv train --data OUT then "
         "trains with flat memory on every rank. A second prepare of unchanged data does "
         "nothing; a killed one continues where it stopped.",
     )

@@ -93,7 +93,7 @@ class TokenBatcher:
         src_ids, tgt_ids: aligned lists of token-id lists, without ``<bos>``/``<eos>`` (as from
             :func:`qkv.data.encode_pairs`), or columns of a prepared corpus
             (:class:`qkv.data.prepared.TokenColumn`: the lengths an array, each sequence read
-            from a memory map only when its batch is padded).
+            from disk only when its batch is padded).
         max_tokens: budget of one batch in padded positions, ``B * max(Ls, Lt) <= max_tokens``.
         max_batch_size: at most this many examples per batch, or None.
         max_len: examples whose source or target (with ``<eos>``/``<bos>``) is longer are

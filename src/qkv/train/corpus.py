@@ -3,7 +3,7 @@
 :func:`prepare_corpus` does what a run does to its file before the first update -- read it,
 find its languages, split it, choose the normaliser and the tokenizers (trained on a seeded
 sample of at most :data:`~qkv.train.run_data.TOKENIZER_SAMPLE` pairs) -- then encodes the
-training pairs with every core and writes the memory-mapped token arrays of
+training pairs with every core and writes the token arrays of
 :mod:`qkv.data.prepared`. The pairs, the tokens and therefore the batches are the ones a run
 reading the file itself gets, for the same settings and seed.
 
@@ -519,7 +519,7 @@ def prepared_run_data(
     tokenizers: tuple[Any, Any] | None = None,
 ) -> RunData:
     """A run's data from a prepared corpus: its tokenizers (or the checkpoint's, ``tokenizers``),
-    its held-out parts as text; the training pairs stay in the memory-mapped arrays.
+    its held-out parts as text; the training pairs stay in the token arrays on disk.
 
     Raises:
         ValueError: the resolved tokenizer settings differ from the corpus's.

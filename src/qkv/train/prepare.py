@@ -362,7 +362,7 @@ def _batches(
         ValueError: every training pair is too long.
     """
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-    if data.prepared is not None:  # the memory-mapped columns: lengths read, tokens when padded
+    if data.prepared is not None:  # the columns on disk: lengths read, tokens when padded
         src_ids, tgt_ids = data.prepared.src, data.prepared.tgt
         longest = np.maximum(src_ids.lengths, tgt_ids.lengths)
     else:

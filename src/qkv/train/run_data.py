@@ -56,7 +56,7 @@ class RunData:
 
     A run trained on a prepared corpus (``prepared``, a :class:`qkv.data.prepared.
     PreparedCorpus`) holds no training text: ``train`` is empty and its batches come from the
-    corpus's memory-mapped token arrays; ``split`` is then a :class:`PreparedSplit`.
+    corpus's token arrays on disk; ``split`` is then a :class:`PreparedSplit`.
     """
 
     split: Split | PreparedSplit
