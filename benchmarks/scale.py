@@ -290,27 +290,32 @@ def run_tiled(n: int, base: int, work: Path, torchrun: bool) -> dict:
 
 
 def summarize(record: dict) -> dict:
-    """The targets, from the results there are (the largest size; prepare: the largest one
-    prepared, not tiled)."""
-    by = {r["pairs"]: r for r in record["results"]}
+    """The targets, from the results there are: the largest size against 100,000 pairs
+    measured the same way (tiled or not, so the same code and the same conditions), prepare
+    from the largest size prepared."""
+    results = record["results"]
     out: dict[str, Any] = {}
-    if 100_000 in by:
-        base = by[100_000]["train"]["peak_rss_gib"]
-        for r in by.values():
-            r["train_rss_vs_100k"] = round(r["train"]["peak_rss_gib"] / base, 3)
-    big = by[max(by)]
+    big = max(results, key=lambda r: r["pairs"])
+    same = [r for r in results if r["pairs"] == 100_000]
+    base = next((r for r in same if bool(r.get("tiled_from")) == bool(big.get("tiled_from"))),
+                same[0] if same else None)  # fmt: skip
+    if base is not None:
+        for r in results:
+            r["train_rss_vs_100k"] = round(
+                r["train"]["peak_rss_gib"] / base["train"]["peak_rss_gib"], 3
+            )
     out["largest"] = big["pairs"]
     out["largest_tiled_from"] = big.get("tiled_from")
     out["train_rss_gib"] = big["train"]["peak_rss_gib"]
     out["train_rss_vs_100k"] = big.get("train_rss_vs_100k")
     out["first_update_s"] = big["train"]["first_update_s"]
-    prepared = [r for r in by.values() if "prepare" in r]
+    prepared = [r for r in results if "prepare" in r]
     if prepared:
         out["prepared_largest"] = prepared[-1]["pairs"]
         out["prepare_s"] = prepared[-1]["prepare"]["wall_s"]
-    ddp = [r for r in by.values() if "torchrun_2" in r]
+    ddp = [r for r in results if "torchrun_2" in r]
     if ddp:
-        r = ddp[-1]
+        r = max(ddp, key=lambda r: r["pairs"])
         one, two = r["train"], r["torchrun_2"]
         out["torchrun_pairs"] = r["pairs"]
         out["torchrun_2_vs_1_rss"] = round(two["tree_peak_rss_gib"] / one["tree_peak_rss_gib"], 3)
