@@ -1,5 +1,5 @@
-"""The ``qkv`` command: ``train``, ``translate``, ``evaluate``, ``average``, ``export``, ``serve``
-and ``demo``, one module each.
+"""The ``qkv`` command: ``prepare``, ``train``, ``translate``, ``evaluate``, ``average``,
+``export``, ``serve`` and ``demo``, one module each.
 
 A command module gives ``NAME``, ``add_parser(subparsers)`` (its sub-parser: flags, help) and
 ``run(args) -> int`` (checks the packages it needs before any work, then parses, calls the
@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from .. import __version__
 from .._deps import MissingDependency
 from ..runtime import LOOK_S, ThreadChoice, configure_threads
-from . import average, demo, evaluate, export, serve, train, translate
+from . import average, demo, evaluate, export, prepare, serve, train, translate
 from ._common import logging_to_stderr
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: the commands, in the order ``qkv --help`` lists them
-COMMANDS = {m.NAME: m for m in (train, translate, evaluate, average, export, serve, demo)}
+COMMANDS = {m.NAME: m for m in (prepare, train, translate, evaluate, average, export, serve, demo)}
 #: the commands whose threads are chosen from the machine's state, and the level their choice
 #: is logged at (``translate`` prints translations: its line is for --verbose readers)
 THREADED = {

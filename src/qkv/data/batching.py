@@ -25,7 +25,6 @@ unless ``src_eos=False``.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -92,7 +91,9 @@ class TokenBatcher:
 
     Args:
         src_ids, tgt_ids: aligned lists of token-id lists, without ``<bos>``/``<eos>`` (as from
-            :func:`qkv.data.encode_pairs`).
+            :func:`qkv.data.encode_pairs`), or columns of a prepared corpus
+            (:class:`qkv.data.prepared.TokenColumn`: the lengths an array, each sequence read
+            from disk only when its batch is padded).
         max_tokens: budget of one batch in padded positions, ``B * max(Ls, Lt) <= max_tokens``.
         max_batch_size: at most this many examples per batch, or None.
         max_len: examples whose source or target (with ``<eos>``/``<bos>``) is longer are
@@ -156,31 +157,54 @@ class TokenBatcher:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
 
         extra = 1 if src_eos else 0
-        keep, src, tgt = [], [], []
-        for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-            s, t = list(s), list(t)
-            if max_len is not None:
-                if truncate:
-                    s, t = s[: max_len - extra], t[: max_len - 1]
-                elif len(s) + extra > max_len or len(t) + 1 > max_len:
-                    continue
-            keep.append(i)
-            src.append(s)
-            tgt.append(t)
-        self.n_dropped = len(src_ids) - len(keep)
+        # lengths in the type they come in (a prepared corpus's uint16) while max_len bounds them
+        wide = max_len is None or max_len > np.iinfo(np.uint16).max - 1
+        ls = _lengths(src_ids, "src_ids", wide)
+        lt = _lengths(tgt_ids, "tgt_ids", wide)
+        n_in = len(ls)
+        dropped: np.ndarray | None = None
+        if max_len is not None:
+            if truncate:
+                np.minimum(ls, max_len - extra, out=ls)
+                np.minimum(lt, max_len - 1, out=lt)
+            else:
+                fits = (ls <= max_len - extra) & (lt <= max_len - 1)
+                if not fits.all():
+                    dropped = np.flatnonzero(~fits)
+                    ls, lt = ls[fits], lt[fits]
+                del fits
+        n_kept = len(ls)
+        self.n_dropped = n_in - n_kept
         """Examples dropped for exceeding ``max_len``."""
-        if not keep:
+        if n_kept == 0:
             raise ValueError(
-                f"no example fits max_len={max_len}; got {len(src_ids)} examples"
-                if src_ids
+                f"no example fits max_len={max_len}; got {n_in} examples"
+                if n_in
                 else "src_ids must not be empty"
             )
-        self._index = np.asarray(keep, dtype=np.int64)
-        self._src, self._tgt = src, tgt
-        self._ls = np.fromiter((len(s) + extra for s in src), dtype=np.int64, count=len(src))
-        self._lt = np.fromiter((len(t) + 1 for t in tgt), dtype=np.int64, count=len(tgt))
-        self._cost = np.maximum(self._ls, self._lt)
-        worst = int(self._cost.max())
+        # a kept example's position -> its index in the input: from the dropped ones when they
+        # are fewer (position p is index p + #{j: dropped[j] - j <= p}), else a table
+        self._index: np.ndarray | None = None
+        self._dropped_rank: np.ndarray | None = None
+        if dropped is not None and len(dropped) <= n_kept:
+            self._dropped_rank = dropped - np.arange(len(dropped))
+        elif dropped is not None:
+            mask = np.ones(n_in, dtype=bool)
+            mask[dropped] = False
+            self._index = np.flatnonzero(mask).astype(_index_dtype(n_in))
+            del mask
+        del dropped
+        ls += extra
+        lt += 1
+        # the lengths in the smallest type that holds them: they are the batcher's memory
+        top = max(int(ls.max()), int(lt.max()))
+        small = next((t for t in (np.uint8, np.uint16) if top <= np.iinfo(t).max), np.int32)
+        self._ls = ls.astype(small, copy=False)
+        self._lt = lt.astype(small, copy=False)
+        del ls, lt
+        self._src, self._tgt = src_ids, tgt_ids
+        self._n = n_kept
+        worst = int(max(self._ls.max(), self._lt.max()))
         if worst > max_tokens:
             raise ValueError(
                 f"max_tokens={max_tokens} is smaller than the longest example ({worst} tokens); "
@@ -188,7 +212,7 @@ class TokenBatcher:
             )
         self.epoch = 0
         self.batch_index = 0
-        self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+        self._plan_cache: tuple[int, _Plan] | None = None
 
     @classmethod
     def from_pairs(
@@ -209,56 +233,46 @@ class TokenBatcher:
     @property
     def num_examples(self) -> int:
         """Examples kept (all ranks together)."""
-        return len(self._src)
+        return self._n
 
     # -- the epoch plan -------------------------------------------------------------------
 
-    def _global_plan(self, epoch: int) -> list[np.ndarray]:
-        """All batches of ``epoch`` (every rank's), as arrays of positions into the kept lists."""
-        n = len(self._src)
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(n)
-            # lexsort: last key is primary; stable, so ties keep the random order of perm.
-            order = perm[np.lexsort((self._ls[perm], self._cost[perm]))]
-        else:
-            rng = None
-            order = np.lexsort((np.arange(n), self._ls, self._cost))
-        cost = self._cost[order].tolist()
-        cap = self.max_batch_size or n
-        budget = self.max_tokens
-        bounds = [0]
-        start, longest = 0, 0
-        for j, c in enumerate(cost):
-            longest_if = longest if longest > c else c
-            if j > start and ((j - start + 1) * longest_if > budget or j - start >= cap):
-                bounds.append(j)
-                start, longest = j, c
-            else:
-                longest = longest_if
-        bounds.append(n)
-        batches = [order[a:b] for a, b in itertools.pairwise(bounds)]
-        if rng is not None:
-            batches = [batches[k] for k in rng.permutation(len(batches))]
-        return batches
+    def _global_plan(self, epoch: int) -> _Plan:
+        """All batches of ``epoch`` (every rank's), as positions into the kept examples.
 
-    def _plan(self, epoch: int) -> list[np.ndarray]:
+        The examples are sorted by ``(max(Ls, Lt), Ls)``, ties in a random order drawn from
+        ``(seed, epoch)`` (or in input order without shuffling), cut greedily into batches
+        under the budget and visited in a random order drawn next from the same generator.
+        Every step works on arrays: a corpus of millions of examples costs a few bytes each.
+        """
+        n = self._n
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        order, cost = _sorted_by_length(self._ls, self._lt, rng)
+        bounds = _cut(cost, self.max_tokens, self.max_batch_size or n)
+        del cost
+        n_batches = len(bounds) - 1
+        visit = rng.permutation(n_batches) if rng is not None else np.arange(n_batches)
+        return _Plan(order, bounds, visit)
+
+    def _plan(self, epoch: int) -> _Plan:
         """This rank's batches of ``epoch``."""
         if self._plan_cache is not None and self._plan_cache[0] == epoch:
             return self._plan_cache[1]
-        batches = self._global_plan(epoch)
+        self._plan_cache = None  # the old plan's arrays freed before the new one is built
+        plan = self._global_plan(epoch)
         if self.world_size > 1:
-            if len(batches) < self.world_size:
+            if len(plan) < self.world_size:
                 raise ValueError(
-                    f"world_size={self.world_size} exceeds the {len(batches)} batches of epoch "
+                    f"world_size={self.world_size} exceeds the {len(plan)} batches of epoch "
                     f"{epoch}; lower max_tokens or use fewer ranks"
                 )
             # pad with the plan's first batches (DistributedSampler's wrap-around): every
             # example is seen and every rank takes the same number of steps
-            batches = batches + batches[: -len(batches) % self.world_size]
-            batches = batches[self.rank :: self.world_size]
-        self._plan_cache = (epoch, batches)
-        return batches
+            visit = plan.visit
+            visit = np.concatenate([visit, visit[: -len(visit) % self.world_size]])
+            plan = _Plan(plan.order, plan.bounds, visit[self.rank :: self.world_size])
+        self._plan_cache = (epoch, plan)
+        return plan
 
     def __len__(self) -> int:
         """Batches of this rank in the current epoch."""
@@ -291,7 +305,7 @@ class TokenBatcher:
     def _identity(self) -> dict:
         return {
             "seed": self.seed,
-            "num_examples": len(self._src),
+            "num_examples": self._n,
             "max_tokens": self.max_tokens,
             "max_batch_size": self.max_batch_size,
             "world_size": self.world_size,
@@ -330,29 +344,148 @@ class TokenBatcher:
     # -- padding --------------------------------------------------------------------------
 
     def collate(self, positions: np.ndarray) -> Batch:
-        """Pad the examples at ``positions`` (into the kept lists) into a :class:`Batch`."""
+        """Pad the examples at ``positions`` (into the kept examples) into a :class:`Batch`."""
+        positions = np.asarray(positions, dtype=np.int64)
         b = len(positions)
-        ls, lt = self._ls[positions], self._lt[positions]
+        ls = self._ls[positions].astype(np.int64)
+        lt = self._lt[positions].astype(np.int64)
         Ls, Lt = int(ls.max()), int(lt.max())
         src = np.full((b, Ls), self.pad_id, dtype=np.int64)
         tgt_in = np.full((b, Lt), self.pad_id, dtype=np.int64)
         tgt_out = np.full((b, Lt), self.pad_id, dtype=np.int64)
-        eos = self.eos_id
-        for r, p in enumerate(positions.tolist()):
-            s, t = self._src[p], self._tgt[p]
-            n, m = len(s), len(t)
+        index = self._original(positions)
+        extra = 1 if self.src_eos else 0
+        for r, i in enumerate(index.tolist()):
+            n, m = int(ls[r]) - extra, int(lt[r]) - 1  # truncated lengths
+            s, t = self._src[i][:n], self._tgt[i][:m]
             src[r, :n] = s
             tgt_in[r, 1 : m + 1] = t
             tgt_out[r, :m] = t
-            tgt_out[r, m] = eos
+            tgt_out[r, m] = self.eos_id
         if self.src_eos:
-            src[np.arange(b), ls - 1] = eos
+            src[np.arange(b), ls - 1] = self.eos_id
         tgt_in[:, 0] = self.bos_id
         return Batch(
             src=torch.from_numpy(src),
-            src_valid_lens=torch.from_numpy(ls.copy()),
+            src_valid_lens=torch.from_numpy(ls),
             tgt_in=torch.from_numpy(tgt_in),
             tgt_out=torch.from_numpy(tgt_out),
-            tgt_valid_lens=torch.from_numpy(lt.copy()),
-            indices=torch.from_numpy(self._index[positions]),
+            tgt_valid_lens=torch.from_numpy(lt),
+            indices=torch.from_numpy(index),
         )
+
+    def _original(self, positions: np.ndarray) -> np.ndarray:
+        """The input indices (int64) of the kept examples at ``positions``."""
+        if self._index is not None:
+            return self._index[positions].astype(np.int64)
+        if self._dropped_rank is not None:
+            return positions + np.searchsorted(self._dropped_rank, positions, side="right")
+        return positions.copy()
+
+
+class _Plan:
+    """One epoch's batches of one rank: ``order`` (the kept examples sorted), ``bounds``
+    (batch ``j`` is ``order[bounds[j]:bounds[j + 1]]``) and ``visit`` (the batches in the order
+    they are handed out). Indexing gives a batch's positions; ``len`` the number of batches."""
+
+    __slots__ = ("bounds", "order", "visit")
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, visit: np.ndarray) -> None:
+        self.order, self.bounds, self.visit = order, bounds, visit
+
+    def __len__(self) -> int:
+        return len(self.visit)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        j = int(self.visit[k])
+        return self.order[self.bounds[j] : self.bounds[j + 1]]
+
+
+def _lengths(ids, name: str, wide: bool) -> np.ndarray:
+    """The length of every token sequence of ``ids``: a sequence of sequences (as int32), or a
+    column with a ``lengths`` array (as :class:`qkv.data.prepared.TokenColumn`: in its own
+    type, as int32 when ``wide``). A fresh array either way."""
+    lengths = getattr(ids, "lengths", None)
+    if lengths is not None:
+        out = np.array(lengths, dtype=np.int32 if wide else None)
+    else:
+        out = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
+    if out.ndim != 1 or len(out) != len(ids):
+        raise ValueError(f"{name}: expected {len(ids)} lengths, got shape {out.shape}")
+    return out
+
+
+def _index_dtype(n: int) -> type:
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
+def _sorted_by_length(
+    ls: np.ndarray, lt: np.ndarray, rng: np.random.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``0 .. n-1`` sorted by ``(max(ls, lt), ls)``; ties in a random order drawn
+    from ``rng`` (the same as ``rng.permutation(n)`` then a stable sort), or in input order.
+    Returns the order and the sorted ``max(ls, lt)`` (in ``ls``'s type).
+
+    A stable counting sort done a chunk at a time: no array of ``n`` int64 beyond the result's
+    own type, so millions of examples sort in a few tens of megabytes.
+    """
+    n = len(ls)
+    dtype = _index_dtype(n)
+    if rng is not None:
+        perm = np.arange(n, dtype=dtype)
+        rng.shuffle(perm)  # the very draws of rng.permutation(n), in a smaller type
+    else:
+        perm = None
+    width = int(ls.max()) + 1
+    n_keys = (int(max(ls.max(), lt.max())) + 1) * width
+
+    def keys(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = perm[a:b] if perm is not None else np.arange(a, b, dtype=dtype)
+        s, t = ls[idx].astype(np.int64), lt[idx].astype(np.int64)
+        return idx, np.maximum(s, t) * width + s
+
+    step = 1 << 20
+    counts = np.zeros(n_keys, dtype=np.int64)
+    for a in range(0, n, step):
+        counts += np.bincount(keys(a, min(n, a + step))[1], minlength=n_keys)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])  # the first slot of every key
+    order = np.empty(n, dtype=dtype)
+    for a in range(0, n, step):
+        idx, k = keys(a, min(n, a + step))
+        within = np.argsort(k, kind="stable")
+        k_sorted = k[within]
+        first = np.searchsorted(k_sorted, k_sorted, side="left")  # rank among equal keys
+        slots = start[k_sorted] + (np.arange(len(k_sorted)) - first)
+        order[slots] = idx[within]
+        start += np.bincount(k, minlength=n_keys)
+    perm = None  # freed before the costs are laid out
+    cost = np.repeat((np.arange(n_keys) // width).astype(ls.dtype), counts)
+    return order, cost
+
+
+def _cut(cost: np.ndarray, budget: int, cap: int) -> np.ndarray:
+    """Greedy batch bounds over examples sorted by ``cost`` (non-decreasing): a batch takes
+    the next example while ``size * cost <= budget`` and ``size <= cap``. Returns the
+    ``n_batches + 1`` bounds (int64). Works run by run of equal cost, not example by example.
+    """
+    n = len(cost)
+    runs = np.concatenate([np.flatnonzero(np.diff(cost)) + 1, [n]])
+    pieces: list[np.ndarray] = []
+    s = 0
+    for end in runs.tolist():
+        if s >= end:
+            continue
+        size = max(1, min(cap, budget // int(cost[s])))  # batches whose examples all cost this
+        k = (end - s) // size
+        if k:
+            pieces.append(np.arange(s, s + k * size, size, dtype=np.int64))
+            s += k * size
+        if s < end:  # a batch that starts here and may take longer examples after this run
+            pieces.append(np.array([s], dtype=np.int64))
+            w = min(cap, n - s, budget // int(cost[s]))  # later examples cost as much or more
+            sizes = np.arange(2, w + 1, dtype=np.int64)
+            ok = sizes * cost[s + 1 : s + w] <= budget
+            stop = np.flatnonzero(~ok)
+            s += 1 + (int(stop[0]) if len(stop) else w - 1)
+    pieces.append(np.array([n], dtype=np.int64))
+    return np.concatenate(pieces)

@@ -374,7 +374,7 @@ class _Run:
             what += f" from the weights of {setup.init.describe()}"
         self.say(
             f"{what}; {config.model} model, {n_params / 1e6:.2f}M parameters, "
-            f"{len(data.train)} training pairs ({setup.batcher.n_dropped} longer than "
+            f"{data.n_train} training pairs ({setup.batcher.n_dropped} longer than "
             f"{length_limit(setup.model, config.max_len)[1]} dropped), "
             f"{len(data.valid)} valid, {len(data.test)} test, "
             f"{config.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"

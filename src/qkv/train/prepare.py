@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from .._deps import require
 from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
 from ..data.languages import language_name
+from ..data.prepared import PreparedSplit, is_prepared
 from ..inference import Decoding, position_limits
 from ..inference.layout import RunLayout
 from ..inference.limits import SETTING as POSITION_SETTING
@@ -37,12 +39,20 @@ from .checkpoint import (
     resume_checkpoint,
 )
 from .config import RESUMABLE_KEYS, TrainConfig
+from .corpus import open_prepared, prepared_run_data, prepared_settings
 from .init_from import InitModel, load_init
 from .plan import FIRST_GUESS, Plan
 from .presets import resolve_config
 from .progress import Say
 from .rng import set_rng_state
-from .run_data import RunData, load_run_data, read_run_files, run_languages, run_split
+from .run_data import (
+    RESUME_REMEDY,
+    RunData,
+    load_run_data,
+    read_run_files,
+    run_languages,
+    run_split,
+)
 from .schedules import Schedule
 from .state import RunState
 from .update import make_optimizer
@@ -213,6 +223,8 @@ def _new_run_data(
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A new run's resolved settings (a preset's choices filled in, its languages found), the
     preset's reasons, and its data, read and split."""
+    if is_prepared(settings.data):
+        return _prepared_data(settings, init, info, say)
     config = init.settings(settings) if init is not None else settings  # before any data
     files = read_run_files(config)
     pairs, source = files.pairs, files.source
@@ -239,13 +251,42 @@ def _new_run_data(
     return run_cfg, preset_info, data
 
 
+def _prepared_data(
+    settings: TrainConfig, init: InitModel | None, info: D.DistInfo, say: Say
+) -> tuple[TrainConfig, dict | None, RunData]:
+    """A new run's settings, preset and data from a prepared corpus (``qkv prepare``)."""
+    if init is not None:
+        raise ValueError(
+            "init_from: a prepared corpus holds its own tokenizers, the saved model others; "
+            "train from the corpus's file (--data FILE) to keep the model's vocabulary"
+        )
+    corpus = open_prepared(str(settings.data))
+    config = prepared_settings(settings, corpus)
+    if info.is_main:
+        langs = [f"{language_name(c)} ({c})" if c else "not recorded"
+                 for c in (config.src_lang, config.tgt_lang)]  # fmt: skip
+        say(f"data: the prepared corpus {corpus.folder}, {corpus.n_train:,} training pairs; "
+            f"languages: {langs[0]} -> {langs[1]}")  # fmt: skip
+    tok = config.tokenize or bleu_tokenizer(config.tgt_lang)
+    require(f"BLEU for {config.tgt_lang} (tokenize={tok})", tokenizer_modules(tok))
+    run_cfg, preset = resolve_config(
+        config, corpus.n_train, device=info.device.type, world_size=info.world_size
+    )
+    return (
+        run_cfg,
+        preset.to_dict() if preset is not None else None,
+        prepared_run_data(run_cfg, corpus),
+    )
+
+
 def _resumed_data(
     settings: TrainConfig, resumed: Resumed
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A resumed run's resolved settings, preset and data (its saved split and tokenizers)."""
     ckpt, saved = resumed.checkpoint, resumed.saved
     try:
-        split = Split.from_dict(ckpt.split)
+        prepared = PreparedSplit.describes(ckpt.split)
+        split = PreparedSplit.from_dict(ckpt.split) if prepared else Split.from_dict(ckpt.split)
         toks = load_tokenizers(ckpt.path / "tokenizers")
     except (ValueError, KeyError, OSError) as e:
         raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
@@ -262,6 +303,15 @@ def _resumed_data(
         ) from None
     # what may change on resume comes from the invocation; the rest is the run's own
     run_cfg = run_cfg.updated({k: getattr(settings, k) for k in sorted(RESUMABLE_KEYS)})
+    if isinstance(split, PreparedSplit):
+        corpus = open_prepared(str(run_cfg.data))
+        if corpus.fingerprint != split.fingerprint:
+            raise ValueError(
+                f"data: the prepared corpus {str(corpus.folder)!r} is not the one the run was "
+                f"trained on (fingerprint {corpus.fingerprint}, the run's {split.fingerprint}): "
+                f"{RESUME_REMEDY}"
+            )
+        return run_cfg, ckpt.trainer_state.get("preset"), prepared_run_data(run_cfg, corpus, toks)
     data = load_run_data(run_cfg, split=split, tokenizers=toks)
     return run_cfg, ckpt.trainer_state.get("preset"), data
 
@@ -312,14 +362,20 @@ def _batches(
         ValueError: every training pair is too long.
     """
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
-    src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
+    if data.prepared is not None:  # the columns on disk: lengths read, tokens when padded
+        src_ids, tgt_ids = data.prepared.src, data.prepared.tgt
+        longest = np.maximum(src_ids.lengths, tgt_ids.lengths)
+    else:
+        src_ids, tgt_ids = encode_pairs(data.train, src_tok, tgt_tok, pre_normalized=True)
+        longest = np.fromiter((max(len(a), len(b)) for a, b in zip(src_ids, tgt_ids)), np.int64)
     if config.max_tokens is None:  # pragma: no cover - resolve_config always sets it
         raise ValueError("max_tokens: expected a resolved token budget, got None")
     limit, why = length_limit(model, config.max_len)
-    kept = sum(1 for a, b in zip(src_ids, tgt_ids) if max(len(a), len(b)) + 1 <= limit)
+    kept = int(np.count_nonzero(longest < limit))  # with <eos>: longest + 1 <= limit
+    del longest
     if kept == 0:
         raise ValueError(
-            f"data: every one of the {len(data.train)} training pairs is longer than "
+            f"data: every one of the {data.n_train} training pairs is longer than "
             f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
             f"({'--set max_len=N' if limit == config.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
             "or check the data"

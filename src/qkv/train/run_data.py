@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._deps import MissingDependency
 from ..data import (
     Normalizer,
@@ -27,6 +29,7 @@ from ..data import (
     split_pairs,
 )
 from ..data.languages import RICH_CHARACTER_SETS, base_language, detect_language, language_code
+from ..data.prepared import PreparedCorpus, PreparedSplit
 from ..inference import CheckpointError, load_checkpoint, resolve_model_dir
 from .config import TrainConfig
 
@@ -49,9 +52,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunData:
-    """A run's text: the split, the three parts (normalised), the tokenizers."""
+    """A run's text: the split, the three parts (normalised), the tokenizers.
 
-    split: Split
+    A run trained on a prepared corpus (``prepared``, a :class:`qkv.data.prepared.
+    PreparedCorpus`) holds no training text: ``train`` is empty and its batches come from the
+    corpus's token arrays on disk; ``split`` is then a :class:`PreparedSplit`.
+    """
+
+    split: Split | PreparedSplit
     train: list[tuple[str, str]]
     valid: list[tuple[str, str]]
     test: list[tuple[str, str]]
@@ -60,6 +68,12 @@ class RunData:
     source: str
     raw_valid: list[str] = field(default_factory=list)
     raw_test: list[str] = field(default_factory=list)
+    prepared: PreparedCorpus | None = None
+
+    @property
+    def n_train(self) -> int:
+        """Training pairs (before any is dropped for its length)."""
+        return self.prepared.n_train if self.prepared is not None else len(self.train)
 
 
 def _normalizer(name: str) -> Normalizer:
@@ -364,6 +378,8 @@ def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tup
     if part not in RUN_PARTS:
         raise ValueError(f"part: expected one of {RUN_PARTS}, got {part!r}")
     ckpt = load_checkpoint(resolve_model_dir(model_dir), with_tensors=False)
+    if PreparedSplit.describes(ckpt.split):
+        return _prepared_pairs(ckpt, part)
     try:
         config = TrainConfig.from_dict(ckpt.train_config)
         split = Split.from_dict(ckpt.split)
@@ -374,6 +390,76 @@ def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tup
     if given is not None:
         return pairs, f"the {part} set of the run ({describe_data(given)})"
     return pairs, f"the {part} split of {describe_data(config.data)}"
+
+
+#: the most training pairs the tokenizers are trained on: a seeded sample of a larger corpus
+#: (SentencePiece learns its pieces from a few million sentences as well as from all)
+TOKENIZER_SAMPLE = 1_000_000
+
+
+def tokenizer_sample(pairs: list, seed: int, limit: int = TOKENIZER_SAMPLE) -> list:
+    """``pairs`` when there are at most ``limit``, else ``limit`` of them drawn without
+    replacement from ``seed`` (the split's), in their order: what the tokenizers learn from.
+    The same for a run that reads its file and for ``qkv prepare``."""
+    if len(pairs) <= limit:
+        return pairs
+    picked = np.sort(np.random.default_rng([seed, 7919]).choice(len(pairs), limit, replace=False))
+    return [pairs[i] for i in picked.tolist()]
+
+
+def run_normalizer(
+    config: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None
+) -> Normalizer:
+    """The run's normaliser: the one saved with its tokenizers when given, else the one
+    ``config.normalizer`` names (``auto``: the book's for the bundled corpus, else plain)."""
+    saved = tokenizers[0].normalizer if tokenizers is not None else None
+    if saved is not None:
+        return saved
+    bundled = config.data is None
+    name = config.normalizer if config.normalizer != "auto" else ("book" if bundled else "plain")
+    return _normalizer(name)
+
+
+def run_tokenizers(
+    config: TrainConfig, norm: Normalizer, train: list[tuple[str, str]]
+) -> tuple[Tokenizer, Tokenizer]:
+    """The run's tokenizers trained on ``train`` (normalised pairs) as ``config`` says."""
+    kind = config.tokenizer
+    if kind == "auto":
+        kind = "word" if config.data is None else "sentencepiece"
+    joint = config.joint_vocab if config.joint_vocab is not None else kind == "sentencepiece"
+    opts: dict[str, Any] = (
+        {"min_freq": config.min_freq}
+        if kind == "word"
+        else {
+            "vocab_size": config.vocab_size or 8000,
+            "model_type": config.subword_model,
+            "byte_fallback": config.byte_fallback,
+            "character_coverage": character_coverage(config),
+        }
+    )
+    return build_tokenizers(train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts)
+
+
+def _prepared_pairs(ckpt: Any, part: str) -> tuple[list[tuple[str, str]], str]:
+    """One held-out part of a run trained on a prepared corpus, as its files held it."""
+    split = PreparedSplit.from_dict(ckpt.split)
+    if part == "train":
+        raise ValueError(
+            f"part: the run trained on the prepared corpus {split.corpus!r}, which keeps its "
+            "training pairs as tokens, not text; score its valid or test part, or a file"
+        )
+    try:
+        corpus = PreparedCorpus(split.corpus)
+    except ValueError as e:
+        raise ValueError(f"{e} (the corpus the run in {str(ckpt.path)!r} trained on)") from None
+    if corpus.fingerprint != split.fingerprint:
+        raise ValueError(
+            f"data: the prepared corpus {split.corpus!r} was prepared again since the run "
+            f"trained on it (fingerprint {corpus.fingerprint}, the run's {split.fingerprint}): "
+            f"{EVALUATE_REMEDY}"
+        )
+    return corpus.held_out(part)[0], f"the {part} split of the prepared corpus {split.corpus}"
 
 
 def load_run_data(
@@ -403,30 +489,11 @@ def load_run_data(
             "expected some of each (more data, or other valid/test sizes)"
         )
     raw_valid, raw_test = [t for _, t in valid], [t for _, t in test]
-    bundled = config.data is None
     # a resumed run keeps the normaliser saved with its tokenizers, even if the named one changed
-    saved = tokenizers[0].normalizer if tokenizers is not None else None
-    name = config.normalizer if config.normalizer != "auto" else ("book" if bundled else "plain")
-    norm = saved if saved is not None else _normalizer(name)
+    norm = run_normalizer(config, tokenizers)
     train, valid, test = norm.pairs(train), norm.pairs(valid), norm.pairs(test)
     if tokenizers is None:
-        kind = config.tokenizer
-        if kind == "auto":
-            kind = "word" if bundled else "sentencepiece"
-        joint = config.joint_vocab if config.joint_vocab is not None else kind == "sentencepiece"
-        opts: dict[str, Any] = (
-            {"min_freq": config.min_freq}
-            if kind == "word"
-            else {
-                "vocab_size": config.vocab_size or 8000,
-                "model_type": config.subword_model,
-                "byte_fallback": config.byte_fallback,
-                "character_coverage": character_coverage(config),
-            }
-        )
-        src_tok, tgt_tok = build_tokenizers(
-            train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts
-        )
+        src_tok, tgt_tok = run_tokenizers(config, norm, tokenizer_sample(train, config.split_seed))
     else:
         src_tok, tgt_tok = tokenizers
     return RunData(split, train, valid, test, src_tok, tgt_tok, source, raw_valid, raw_test)

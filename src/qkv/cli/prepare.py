@@ -1,0 +1,122 @@
+"""``qkv prepare``: a corpus read, split, tokenized and encoded once into a folder that
+``qkv train --data FOLDER`` trains from with flat memory (:func:`qkv.train.prepare_corpus`).
+
+The data flags are ``qkv train``'s (``--data``, ``--valid``, ``--test``, ``--format``, the
+columns, ``--pair``, ``--strict``, ``--config``, ``--set`` for the split and the tokenizer), so
+a corpus is prepared with the very settings a run would read it with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .._deps import MissingDependency, require
+from ._common import fail, user_errors, with_default
+from .train import TRAIN_FLAGS, _config_parser, _named, train_config, train_flag_default
+
+NAME = "prepare"
+
+#: the flags of ``qkv train`` that ``qkv prepare`` takes (what decides the prepared data)
+PREPARE_FLAGS = (
+    "--data",
+    "--valid",
+    "--test",
+    "--src-lang",
+    "--tgt-lang",
+    "--format",
+    "--src-column",
+    "--tgt-column",
+    "--max-skipped",
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``qkv prepare``'s sub-parser."""
+    p = subparsers.add_parser(
+        NAME,
+        help="read, split, tokenize and encode a corpus once, for qkv train --data FOLDER",
+        description="Prepare a corpus of any size: the split, the tokenizers (trained on a "
+        "seeded sample) and token arrays on disk in --out; qkv train --data OUT then "
+        "trains with flat memory on every rank. A second prepare of unchanged data does "
+        "nothing; a killed one continues where it stopped.",
+    )
+    p.add_argument("--out", required=True, help="the folder to write (e.g. data-bin/)")
+    p.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
+    for name in PREPARE_FLAGS:
+        key, typ, text = TRAIN_FLAGS[name]
+        shown = with_default(text, lambda k=key: train_flag_default(k))
+        kw: dict[str, Any] = {"type": typ, "default": argparse.SUPPRESS, "help": shown}
+        if name in ("--data", "--valid", "--test"):
+            kw |= {"nargs": "+", "metavar": "FILE"}
+        p.add_argument(name, **kw)
+    p.add_argument("--pair", metavar="SRC-TGT", help="the language pair (as qkv train --pair)")
+    p.add_argument(
+        "--strict", action="store_true", help="refuse a data file with any unreadable line"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a data setting, e.g. --set valid=2000 --set vocab_size=16000 (repeatable)",
+    )
+    clean = p.add_argument_group("cleaning (the training pairs only; off by default)")
+    clean.add_argument(
+        "--max-ratio",
+        type=float,
+        metavar="R",
+        help="drop a pair whose longer side has more than R times the characters of the other",
+    )
+    clean.add_argument("--dedup", action="store_true", help="drop repeated pairs (by hash)")
+    clean.add_argument(
+        "--drop-copies", action="store_true", help="drop a pair whose target is its source"
+    )
+    clean.add_argument(
+        "--check-languages",
+        action="store_true",
+        help="drop a pair whose sides are not detected as the source and target languages "
+        "(py3langid: pip install 'qkv[langid]')",
+    )
+    p.add_argument(
+        "--workers", type=int, default=0, help="processes that encode (default 0: every core)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prepare the corpus as the command line says; print the folder."""
+    require(f"qkv {NAME}", _config_parser(args))
+    from ..data.prepared import Cleaning
+    from ..train.corpus import prepare_corpus
+
+    args.resume, args.resume_from = False, None
+    try:
+        if args.workers < 0:
+            raise ValueError(f"--workers: expected 0 (every core) or more, got {args.workers}")
+        config, _ = train_config(args)
+        cleaning = Cleaning(
+            max_ratio=args.max_ratio,
+            dedup=args.dedup,
+            drop_copies=args.drop_copies,
+            languages=("?", "?") if args.check_languages else None,  # the corpus's, once known
+        )
+        say = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+        out = prepare_corpus(
+            config,
+            args.out,
+            workers=args.workers or None,
+            say=say,
+            stream=None if args.quiet else sys.stderr,
+            cleaning=cleaning,
+        )
+    except MissingDependency as e:
+        raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None
+    except user_errors() as e:
+        return fail(NAME, _named(e, args))
+    except KeyboardInterrupt:
+        print("qkv prepare: interrupted; run it again to continue", file=sys.stderr)
+        return 130
+    print(f"prepared: {out}")
+    return 0

@@ -1,0 +1,468 @@
+"""A prepared corpus: token arrays on disk that any number of processes read and share.
+
+``qkv prepare`` (:func:`qkv.train.prepare_corpus`) reads a corpus once and writes a folder::
+
+    manifest.json           what the folder is: the source files (size, mtime, BLAKE2b), the
+                            settings that made it, the languages, the split, the arrays' types
+    report.json             what preparing found: pairs read and kept, tokens, lengths, times
+    tokenizers/             the source and target tokenizers (as a run's checkpoints hold them)
+    train.src.tok           every training source's token ids, one after the other
+    train.src.idx           int64 offsets: sentence ``i`` is ``tok[idx[i]:idx[i + 1]]``
+    train.src.len           uint16 lengths (saturated at 65,535), what batching sorts by
+    train.tgt.*             the same for the targets
+    valid.jsonl, test.jsonl the held-out parts as text: raw and normalised source and target
+
+The token files are raw arrays (``uint16`` when the vocabulary has at most 65,536 pieces, else
+``int32``), read a sentence at a time with ``pread`` (:class:`TokenColumn`): a process reads only
+the sentences of the batches it pads, and the ranks of one machine share the pages through the
+page cache. ``manifest.json`` is
+written last, so a folder without it is not (yet) a prepared corpus.
+
+:func:`source_record` and :func:`check_sources` tie the folder to its text: a source file whose
+size or modification time changed is hashed again, and one whose content changed is named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CLEAN_REASONS",
+    "MANIFEST",
+    "PREPARED_VERSION",
+    "Cleaning",
+    "PreparedCorpus",
+    "PreparedSplit",
+    "TokenArraysWriter",
+    "TokenColumn",
+    "check_sources",
+    "encode_chunk",
+    "file_digest",
+    "init_encoder",
+    "is_prepared",
+    "pair_hashes",
+    "read_manifest",
+    "source_record",
+    "token_dtype",
+    "write_json_atomic",
+]
+
+#: the folder's format; a newer one is refused with the version it needs
+PREPARED_VERSION = 1
+MANIFEST = "manifest.json"
+_LEN_MAX = np.iinfo(np.uint16).max
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The type of the token files for a vocabulary of ``vocab_size`` pieces."""
+    return np.dtype(np.uint16 if vocab_size <= _LEN_MAX + 1 else np.int32)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------- the sources
+def file_digest(path: str | Path, chunk: int = 1 << 22) -> str:
+    """BLAKE2b (16 bytes, hex) of a file's bytes, read in chunks."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def source_record(key: str, path: str | Path) -> dict[str, Any]:
+    """What a manifest says of one source file: the setting that named it (``data``,
+    ``valid_data``, ``test_data``), its absolute path, size, modification time and digest."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return {
+        "key": key,
+        "path": str(p),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "blake2b": file_digest(p),
+    }
+
+
+def check_sources(records: Iterable[dict[str, Any]], folder: str | Path, remedy: str) -> None:
+    """Check that the source files a prepared corpus was made from are unchanged.
+
+    A file whose size and modification time are the recorded ones is taken as unchanged
+    (nothing read); otherwise its content is hashed again.
+
+    Raises:
+        ValueError: a file is missing or its content changed; the message names the setting,
+            the file, what changed and ``remedy``.
+    """
+    for r in records:
+        p = Path(r["path"])
+        where = f"{r['key']}: {str(p)!r}"
+        if not p.is_file():
+            raise ValueError(f"{where} was prepared into {str(folder)!r} and is gone; {remedy}")
+        st = p.stat()
+        if st.st_size == r["size"] and st.st_mtime_ns == r["mtime_ns"]:
+            continue
+        if st.st_size != r["size"]:
+            raise ValueError(
+                f"{where} changed since it was prepared into {str(folder)!r} (size "
+                f"{r['size']} -> {st.st_size} bytes); {remedy}"
+            )
+        if file_digest(p) != r["blake2b"]:
+            raise ValueError(
+                f"{where} changed since it was prepared into {str(folder)!r} (same size, "
+                f"other content: BLAKE2b {r['blake2b']} recorded); {remedy}"
+            )
+
+
+# ---------------------------------------------------------------------------- writing
+class TokenArraysWriter:
+    """Append encoded sentences to the three files of one column (``NAME.tok``, ``.idx``,
+    ``.len``), written as ``.tmp`` files and renamed by :meth:`close`.
+
+    Args:
+        folder: where the files go.
+        name: the column, e.g. ``"train.src"``.
+        dtype: the token type (:func:`token_dtype`).
+    """
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype) -> None:
+        self.folder, self.name, self.dtype = Path(folder), name, np.dtype(dtype)
+        self._files = {
+            ext: open(self.folder / f"{name}.{ext}.tmp", "wb")  # noqa: SIM115 - closed by close()
+            for ext in ("tok", "idx", "len")
+        }
+        self._offset = 0
+        self.count = 0
+        self._files["idx"].write(np.zeros(1, dtype=np.int64).tobytes())
+
+    def append(self, lengths: np.ndarray, tokens: np.ndarray) -> None:
+        """Add ``len(lengths)`` sentences: ``lengths`` ``(n,)``, ``tokens`` their ids, flat."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != len(tokens):
+            raise ValueError(f"tokens: expected {int(lengths.sum())} ids, got {len(tokens)}")
+        offsets = self._offset + np.cumsum(lengths)
+        self._files["tok"].write(np.asarray(tokens, dtype=self.dtype).tobytes())
+        self._files["idx"].write(offsets.astype(np.int64).tobytes())
+        self._files["len"].write(np.minimum(lengths, _LEN_MAX).astype(np.uint16).tobytes())
+        self._offset = int(offsets[-1]) if len(offsets) else self._offset
+        self.count += len(lengths)
+
+    def close(self) -> None:
+        """Flush the files to disk and give them their names."""
+        for ext, f in self._files.items():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            os.replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
+
+
+# ---------------------------------------------------------------------------- reading
+class TokenColumn:
+    """One column of a prepared corpus (e.g. the training sources), read where it is needed.
+
+    ``lengths`` reads the ``(n,)`` uint16 array of lengths; ``column[i]`` is sentence ``i``'s
+    token ids, read with ``pread`` from the files (two offsets, then the ids). This is what
+    :class:`qkv.data.TokenBatcher` takes in place of a list of id lists.
+
+    The files are read, not mapped: the pages come from the page cache, which every process
+    of the machine shares, and nothing stays in the reading process. (A memory map counts every
+    page it touches, and the kernel maps the neighbours of each with it, in every process's
+    resident memory: random batches over a large corpus grow it by hundreds of megabytes.)
+    """
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype, count: int) -> None:
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self._count = count
+        self._len_path = folder / f"{name}.len"
+        _check_size(self._len_path, np.uint16, count)
+        idx, tok = folder / f"{name}.idx", folder / f"{name}.tok"
+        _check_size(idx, np.int64, count + 1)
+        self._idx = os.open(idx, os.O_RDONLY)
+        self._tok = os.open(tok, os.O_RDONLY)
+        total = int(self._offsets(count)[0])
+        _check_size(tok, self.dtype, total)
+
+    def _offsets(self, i: int, n: int = 1) -> np.ndarray:
+        return np.frombuffer(os.pread(self._idx, 8 * n, 8 * i), dtype=np.int64)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(n,)`` uint16, read from the file (a fresh array: nothing of it stays in the
+        process once the caller lets it go)."""
+        return np.fromfile(self._len_path, dtype=np.uint16, count=self._count)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        a, b = (int(x) for x in self._offsets(int(i), 2))
+        size = self.dtype.itemsize
+        return np.frombuffer(os.pread(self._tok, (b - a) * size, a * size), dtype=self.dtype)
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_idx", None), getattr(self, "_tok", None)):
+            if fd is not None:
+                os.close(fd)
+
+
+def _check_size(path: Path, dtype: Any, count: int) -> None:
+    """``path`` holds ``count`` items of ``dtype``; a clear error otherwise."""
+    dtype = np.dtype(dtype)
+    want = count * dtype.itemsize
+    size = path.stat().st_size if path.is_file() else None
+    if size != want:
+        raise ValueError(
+            f"data: {str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
+            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again"
+        )
+
+
+def is_prepared(path: str | Path | list | None) -> bool:
+    """Is ``path`` a prepared corpus's folder (it holds a ``manifest.json``)?"""
+    return isinstance(path, (str, Path)) and (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any]:
+    """The ``manifest.json`` of a prepared corpus.
+
+    Raises:
+        ValueError: not a prepared corpus, or one of a newer format.
+    """
+    path = Path(folder) / MANIFEST
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"data: {str(folder)!r} is not a prepared corpus ({e})") from None
+    if not isinstance(m, dict) or m.get("type") != "qkv.PreparedCorpus":
+        raise ValueError(f"data: {str(path)!r} is not the manifest of a prepared corpus")
+    version = m.get("version")
+    if not isinstance(version, int) or version > PREPARED_VERSION:
+        raise ValueError(
+            f"data: {str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
+            f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv"
+        )
+    return m
+
+
+@dataclass(frozen=True)
+class PreparedSplit:
+    """What a run trained on a prepared corpus records as its split: the corpus, its
+    identity and the sizes of its parts (the indices stay in the corpus). Saved in the run's
+    ``split.json`` like a :class:`qkv.data.Split`."""
+
+    corpus: str
+    fingerprint: str
+    n: int
+    seed: int
+    sizes: tuple[int, int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "qkv.PreparedSplit",
+            "corpus": self.corpus,
+            "fingerprint": self.fingerprint,
+            "n": self.n,
+            "seed": self.seed,
+            "sizes": list(self.sizes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PreparedSplit:
+        if not isinstance(d, dict) or d.get("type") != "qkv.PreparedSplit":
+            raise ValueError(f"d must be a dict from PreparedSplit.to_dict, got {d!r:.80}")
+        a, b, c = (int(x) for x in d["sizes"])
+        return cls(str(d["corpus"]), str(d["fingerprint"]), int(d["n"]), int(d["seed"]), (a, b, c))
+
+    @staticmethod
+    def describes(d: Any) -> bool:
+        """Is ``d`` (a run's saved split) a prepared corpus's?"""
+        return isinstance(d, dict) and d.get("type") == "qkv.PreparedSplit"
+
+
+class PreparedCorpus:
+    """A prepared corpus opened for reading (see the module docstring).
+
+    Attributes:
+        folder: the folder.
+        manifest: its ``manifest.json``.
+        src, tgt: the training columns (:class:`TokenColumn`).
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder).resolve()
+        self.manifest = read_manifest(self.folder)
+        counts = self.manifest["counts"]
+        dtype = np.dtype(self.manifest["token_dtype"])
+        self.src = TokenColumn(self.folder, "train.src", dtype, int(counts["train"]))
+        self.tgt = TokenColumn(self.folder, "train.tgt", dtype, int(counts["train"]))
+
+    @property
+    def n_train(self) -> int:
+        return len(self.src)
+
+    @property
+    def fingerprint(self) -> str:
+        """The identity of the prepared data (the split's fingerprint, the settings, the
+        tokenizers): a run records it and a resumed run checks it."""
+        return str(self.manifest["fingerprint"])
+
+    def split(self) -> PreparedSplit:
+        s = self.manifest["split"]
+        c = self.manifest["counts"]
+        return PreparedSplit(
+            str(self.folder),
+            self.fingerprint,
+            int(s["n"]),
+            int(s["seed"]),
+            (int(c["train"]), int(c["valid"]), int(c["test"])),
+        )
+
+    def held_out(self, part: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The ``valid`` or ``test`` part as ``(raw pairs, normalised pairs)``."""
+        if part not in ("valid", "test"):
+            raise ValueError(f"part: expected 'valid' or 'test', got {part!r}")
+        raw: list[tuple[str, str]] = []
+        norm: list[tuple[str, str]] = []
+        with open(self.folder / f"{part}.jsonl", encoding="utf-8") as f:
+            for line in f:
+                rs, rt, ns, nt = json.loads(line)
+                raw.append((rs, rt))
+                norm.append((ns, nt))
+        return raw, norm
+
+
+# ---------------------------------------------------------------------------- cleaning
+@dataclass(frozen=True)
+class Cleaning:
+    """The cleaning NMT practitioners apply to web-crawled corpora, each off by default; applied
+    by ``qkv prepare`` to the training pairs only (the held-out parts stay as read).
+
+    Attributes:
+        max_ratio: drop a pair whose longer side has more than this many times the characters
+            of the shorter (a sentence aligned with a paragraph), or None.
+        dedup: drop a pair equal to an earlier one (after normalisation; by a 64-bit hash).
+        drop_copies: drop a pair whose target is its source (untranslated text).
+        languages: ``(source, target)`` codes: drop a pair whose source is not detected as the
+            source language or whose target is not the target language, detection being
+            restricted to these two (py3langid); None: no check.
+    """
+
+    max_ratio: float | None = None
+    dedup: bool = False
+    drop_copies: bool = False
+    languages: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        r = self.max_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r < 1):
+            raise ValueError(f"max_ratio: expected a number >= 1 or None, got {r!r}")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.max_ratio or self.dedup or self.drop_copies or self.languages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_ratio": self.max_ratio,
+            "dedup": self.dedup,
+            "drop_copies": self.drop_copies,
+            "languages": list(self.languages) if self.languages else None,
+        }
+
+    def reasons(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        """Per pair (normalised), 0 to keep it, else the 1-based index in :data:`CLEAN_REASONS`
+        of the first rule that drops it (deduplication aside: see :func:`pair_hashes`)."""
+        out = np.zeros(len(pairs), dtype=np.int8)
+        for i, (s, t) in enumerate(pairs):
+            a, b = len(s), len(t)
+            if self.drop_copies and s == t:
+                out[i] = 1
+            elif self.max_ratio and max(a, b) > self.max_ratio * max(min(a, b), 1):
+                out[i] = 2
+        if self.languages:
+            from .languages import detect_languages
+
+            src, tgt = self.languages
+            both = (src, tgt)
+            found_s = detect_languages([s for s, _ in pairs], candidates=both)
+            found_t = detect_languages([t for _, t in pairs], candidates=both)
+            for i, ((cs, _), (ct, _)) in enumerate(zip(found_s, found_t)):
+                if out[i] == 0 and ((cs and cs != src) or (ct and ct != tgt)):
+                    out[i] = 3
+        return out
+
+
+#: why a pair was cleaned away, by the codes of :meth:`Cleaning.reasons` (then ``duplicate``)
+CLEAN_REASONS = ("source = target", "length ratio", "language", "duplicate")
+
+
+def pair_hashes(pairs: list[tuple[str, str]]) -> np.ndarray:
+    """A 64-bit BLAKE2b hash of every pair, what deduplication compares."""
+    out = np.empty(len(pairs), dtype=np.uint64)
+    for i, (s, t) in enumerate(pairs):
+        h = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8)
+        h.update(b"\t" + t.encode("utf-8", "surrogatepass"))
+        out[i] = int.from_bytes(h.digest(), "little")
+    return out
+
+
+# ---------------------------------------------------------------------------- encoding workers
+_WORKER: dict[str, Any] = {}
+
+
+def init_encoder(tokenizers: str, cleaning: Cleaning | None = None) -> None:
+    """A worker's start: load the tokenizers saved in the folder ``tokenizers``; ``cleaning``
+    what :func:`encode_chunk` also judges."""
+    from .tokenizers import load_tokenizers
+
+    _WORKER["tokenizers"] = load_tokenizers(tokenizers)
+    _WORKER["cleaning"] = cleaning
+
+
+def encode_chunk(pairs: list[tuple[str, str]]) -> tuple[np.ndarray, ...]:
+    """Normalise and encode raw ``pairs`` with the worker's tokenizers (:func:`init_encoder`),
+    exactly as a run encodes its training pairs.
+
+    Returns:
+        ``(src_lengths, src_tokens, tgt_lengths, tgt_tokens)``: int64 ``(n,)`` lengths and the
+        int64 ids of all sentences of each side, one after the other; with an active
+        :class:`Cleaning`, also the ``(n,)`` int8 reasons and the uint64 pair hashes.
+    """
+    src_tok, tgt_tok = _WORKER["tokenizers"]
+    cleaning: Cleaning | None = _WORKER.get("cleaning")
+    out = []
+    normalised = []
+    for side, tok in ((0, src_tok), (1, tgt_tok)):
+        texts = [tok.normalize(p[side]) for p in pairs]
+        ids = [tok.encode_normalized(t) for t in texts]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter((i for x in ids for i in x), dtype=np.int64, count=int(lengths.sum()))
+        out += [lengths, flat]
+        normalised.append(texts)
+    if cleaning is not None and cleaning.active:
+        norm_pairs = list(zip(normalised[0], normalised[1]))
+        out += [cleaning.reasons(norm_pairs), pair_hashes(norm_pairs)]
+    return tuple(out)

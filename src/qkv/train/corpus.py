@@ -1,0 +1,565 @@
+"""Prepare a corpus once (``qkv prepare``), and a run's data read from the prepared folder.
+
+:func:`prepare_corpus` does what a run does to its file before the first update -- read it,
+find its languages, split it, choose the normaliser and the tokenizers (trained on a seeded
+sample of at most :data:`~qkv.train.run_data.TOKENIZER_SAMPLE` pairs) -- then encodes the
+training pairs with every core and writes the token arrays of
+:mod:`qkv.data.prepared`. The pairs, the tokens and therefore the batches are the ones a run
+reading the file itself gets, for the same settings and seed.
+
+It is resumable: the work goes into ``OUT/.work`` (the tokenizers, then one file per chunk of
+encoded pairs), and a prepare killed and started again with the same sources and settings
+keeps what was done. A second prepare of unchanged data is a no-op.
+
+:func:`prepared_run_data` is a run's :class:`~qkv.train.run_data.RunData` from such a folder:
+the source files checked (a changed one is named), the settings checked against the ones the
+folder was made with, the held-out parts read as text, the training pairs left on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data import load_tokenizers, save_tokenizers
+from ..data.languages import detect_languages
+from ..data.prepared import (
+    CLEAN_REASONS,
+    MANIFEST,
+    PREPARED_VERSION,
+    Cleaning,
+    PreparedCorpus,
+    TokenArraysWriter,
+    check_sources,
+    encode_chunk,
+    init_encoder,
+    read_manifest,
+    source_record,
+    token_dtype,
+    write_json_atomic,
+)
+from .config import TrainConfig
+from .presets import resolve_config
+from .run_data import (
+    TOKENIZER_SAMPLE,
+    RunData,
+    apply_split,
+    read_run_files,
+    run_languages,
+    run_normalizer,
+    run_split,
+    run_tokenizers,
+    tokenizer_sample,
+)
+
+__all__ = [
+    "DATA_KEYS",
+    "TOKENIZER_KEYS",
+    "open_prepared",
+    "prepare_command",
+    "prepare_corpus",
+    "prepared_run_data",
+    "prepared_settings",
+]
+
+#: the settings that decide a prepared corpus's content (``data`` aside): a run on the folder
+#: takes them from it, and may not give other values
+DATA_KEYS = (
+    "valid_data",
+    "test_data",
+    "data_format",
+    "src_column",
+    "tgt_column",
+    "max_pairs",
+    "max_skipped",
+    "valid",
+    "test",
+    "split_seed",
+    "normalizer",
+    "tokenizer",
+    "min_freq",
+    "vocab_size",
+    "joint_vocab",
+    "subword_model",
+    "byte_fallback",
+    "character_coverage",
+    "src_lang",
+    "tgt_lang",
+)
+#: the resolved settings the tokenizers were made with; a run's must resolve to the same
+TOKENIZER_KEYS = ("normalizer", "tokenizer", "joint_vocab", "vocab_size", "min_freq")
+#: pairs one worker encodes at a time (one file of ``OUT/.work`` each)
+CHUNK = 20_000
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+Say = Callable[[str], None]
+
+
+def _absolute(config: TrainConfig) -> TrainConfig:
+    changes: dict[str, Any] = {}
+    for key in ("data", "valid_data", "test_data"):
+        v = getattr(config, key)
+        if isinstance(v, str):
+            changes[key] = str(Path(v).resolve())
+        elif isinstance(v, list):
+            changes[key] = [str(Path(p).resolve()) for p in v]
+    return config.updated(changes) if changes else config
+
+
+def _sources(config: TrainConfig) -> list[dict[str, Any]]:
+    records = []
+    for key in ("data", "valid_data", "test_data"):
+        v = getattr(config, key)
+        for p in [v] if isinstance(v, str) else (v or []):
+            try:
+                records.append(source_record(key, p))
+            except OSError as e:
+                raise FileNotFoundError(f"{key}: {p!r} cannot be read: {e.strerror}") from None
+    return records
+
+
+def _settings(config: TrainConfig) -> dict[str, Any]:
+    d = config.to_dict()
+    return {"data": d["data"], **{k: d[k] for k in DATA_KEYS}}
+
+
+def _progress(total: int, say: Say, stream: Any) -> Callable[[int], None]:
+    """A progress line with the rate and the time left: redrawn in place on a terminal,
+    else said every 10 seconds."""
+    t0 = time.monotonic()
+    last = [0.0]
+    tty = stream is not None and getattr(stream, "isatty", lambda: False)()
+
+    def update(done: int) -> None:
+        now = time.monotonic()
+        if done < total and now - last[0] < (0.5 if tty else 10.0):
+            return
+        last[0] = now
+        rate = done / max(now - t0, 1e-9)
+        eta = (total - done) / rate if rate > 0 else float("inf")
+        line = (
+            f"encoding: {done:,}/{total:,} pairs ({done / max(total, 1):.0%}), "
+            f"{rate:,.0f} pairs/s, ETA {eta:.0f} s"
+        )
+        if tty:
+            stream.write("\r" + line + ("\n" if done >= total else ""))
+            stream.flush()
+        else:
+            say(line)
+
+    return update
+
+
+def _chunks(pairs: list, todo: list[int]) -> Iterator[list]:
+    for i in todo:
+        yield pairs[i * CHUNK : (i + 1) * CHUNK]
+
+
+def _encode(
+    pairs: list, work: Path, workers: int, say: Say, stream: Any, cleaning: Cleaning | None
+) -> None:
+    """Encode ``pairs`` in chunks of :data:`CHUNK` into ``work/chunk-N.npz``, with ``workers``
+    processes, skipping the chunks a killed prepare finished."""
+    n_chunks = -(-len(pairs) // CHUNK)
+    todo = [i for i in range(n_chunks) if not (work / f"chunk-{i:06d}.npz").is_file()]
+    if len(todo) < n_chunks:
+        say(f"resuming: {n_chunks - len(todo)} of {n_chunks} chunks encoded before")
+    progress = _progress(len(pairs), say, stream)
+    done = (n_chunks - len(todo)) * CHUNK
+    tokdir = str(work / "tokenizers")
+
+    def store(i: int, arrays: tuple) -> None:
+        nonlocal done
+        tmp = work / f".chunk-{i:06d}.tmp.npz"
+        np.savez(tmp, *arrays)
+        os.replace(tmp, work / f"chunk-{i:06d}.npz")
+        done += len(arrays[0])
+        progress(min(done, len(pairs)))
+
+    if workers <= 1 or len(todo) <= 1:
+        init_encoder(tokdir, cleaning)
+        for i, chunk in zip(todo, _chunks(pairs, todo)):
+            store(i, encode_chunk(chunk))
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    with ctx.Pool(workers, initializer=init_encoder, initargs=(tokdir, cleaning)) as pool:
+        for i, arrays in zip(todo, pool.imap(encode_chunk, _chunks(pairs, todo))):
+            store(i, arrays)
+
+
+def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, int, dict]:
+    """The chunks of ``work`` joined into the training columns, the pairs that cleaning
+    dropped left out: the token statistics, the pairs kept, the pairs dropped by reason."""
+    writers = [TokenArraysWriter(work, name, dtype) for name in ("train.src", "train.tgt")]
+    n_chunks = -(-n // CHUNK)
+    hist = [np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)]
+    dropped = dict.fromkeys(CLEAN_REASONS, 0)
+    seen: set[int] = set()
+    for i in range(n_chunks):
+        with np.load(work / f"chunk-{i:06d}.npz") as z:
+            arrays = [z[f"arr_{k}"] for k in range(len(z.files))]
+        keep = None
+        if len(arrays) == 6:  # cleaned: the reasons, then the hashes
+            reasons, hashes = arrays[4], arrays[5]
+            if dedup:
+                for j, h in enumerate(hashes.tolist()):
+                    if reasons[j] == 0 and h in seen:
+                        reasons[j] = len(CLEAN_REASONS)
+                    seen.add(h)
+            for code, name in enumerate(CLEAN_REASONS, start=1):
+                dropped[name] += int(np.count_nonzero(reasons == code))
+            keep = reasons == 0
+        for side, w in enumerate(writers):
+            lengths, tokens = arrays[2 * side], arrays[2 * side + 1]
+            if keep is not None:
+                tokens = tokens[np.repeat(keep, lengths)]
+                lengths = lengths[keep]
+            w.append(lengths, tokens)
+            counts = np.bincount(lengths)
+            if len(counts) > len(hist[side]):
+                hist[side] = np.pad(hist[side], (0, len(counts) - len(hist[side])))
+            hist[side][: len(counts)] += counts
+    for w in writers:
+        w.close()
+    kept = writers[0].count
+    stats = {}
+    for side, name in enumerate(("src", "tgt")):
+        h = hist[side]
+        total = int((h * np.arange(len(h))).sum())
+        cum = np.cumsum(h)
+        stats[name] = {
+            "tokens": total,
+            "mean_length": round(total / max(kept, 1), 2),
+            "p99_length": int(np.searchsorted(cum, 0.99 * kept)) if kept else 0,
+            "max_length": int(len(h) - 1),
+        }
+    return stats, kept, dropped
+
+
+def _held_out(path: Path, raw: list, norm: list) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for (rs, rt), (ns, nt) in zip(raw, norm):
+            f.write(json.dumps([rs, rt, ns, nt], ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _is_done(out: Path, sources: list, settings: dict) -> bool:
+    """Does ``out`` already hold this very preparation (same sources and settings)?"""
+    if not (out / MANIFEST).is_file():
+        return False
+    try:
+        m = read_manifest(out)
+    except ValueError:
+        return False
+    return m.get("settings") == settings and m.get("sources") == sources
+
+
+def _work_folder(out: Path, state: dict, say: Say) -> Path:
+    """``OUT/.work``, kept when a killed prepare of the same sources and settings left it."""
+    work = out / ".work"
+    state_file = work / "state.json"
+    if state_file.is_file():
+        try:
+            same = json.loads(state_file.read_text(encoding="utf-8")) == state
+        except ValueError:
+            same = False
+        if same:
+            return work
+        say(f"{work}: left by a prepare of other data or settings; starting over")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    write_json_atomic(state_file, state)
+    return work
+
+
+@dataclasses.dataclass
+class _Read:
+    """The corpus read and split, the settings resolved for its size (languages included)."""
+
+    how: str
+    split: Any
+    train: list
+    valid: list
+    test: list
+    resolved: TrainConfig
+    cleaning: Cleaning | None
+
+
+def _read(config: TrainConfig, cleaning: Cleaning | None) -> _Read:
+    """Read the run's files, find the languages, split, resolve the settings: what a run does
+    before its tokenizers."""
+    files = read_run_files(config)
+    src, tgt, how = run_languages(config, files.pairs[: files.sizes[0]], files.data_format)
+    config = config.updated({"src_lang": src, "tgt_lang": tgt})
+    split = run_split(config, files)
+    train, valid, test = apply_split(split, files.pairs, files.source, "prepare again")
+    if not train or not valid:
+        raise ValueError(
+            f"data: {files.source} gives {len(train)} training and {len(valid)} validation "
+            "pairs; expected some of each (more data, or other valid/test sizes)"
+        )
+    del files
+    resolved, _ = resolve_config(config, len(train))
+    if cleaning is not None and cleaning.languages is not None:
+        if not (src and tgt):
+            raise ValueError(
+                "check_languages: the source and target languages are not known; give "
+                "--src-lang and --tgt-lang (or --pair)"
+            )
+        cleaning = dataclasses.replace(cleaning, languages=(src, tgt))
+        detect_languages(["a sentence"])  # py3langid is installed: said before any work
+    return _Read(how, split, train, valid, test, resolved, cleaning)
+
+
+def _tokenizers(tokdir: Path, resolved: TrainConfig, train: list, say: Say) -> tuple:
+    """The tokenizers a killed prepare trained already, else trained on the seeded sample of the
+    training pairs (saved into ``tokdir``, marked done)."""
+    if (tokdir / "done").is_file():
+        say("tokenizers: trained before, kept")
+        return load_tokenizers(tokdir)
+    norm = run_normalizer(resolved)
+    sample = norm.pairs(tokenizer_sample(train, resolved.split_seed))
+    say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
+    toks = run_tokenizers(resolved, norm, sample)
+    if tokdir.exists():
+        shutil.rmtree(tokdir)
+    save_tokenizers(tokdir, *toks)
+    (tokdir / "done").write_text("", encoding="utf-8")
+    return toks
+
+
+#: what a prepared corpus holds besides its manifest and report
+_PRODUCTS = (
+    "tokenizers",
+    "train.src.tok",
+    "train.src.idx",
+    "train.src.len",
+    "train.tgt.tok",
+    "train.tgt.idx",
+    "train.tgt.len",
+    "valid.jsonl",
+    "test.jsonl",
+)
+
+
+def _install(work: Path, out: Path) -> None:
+    """Move the finished files of ``work`` into ``out`` (replacing older ones)."""
+    for name in _PRODUCTS:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(work / name, target)
+
+
+def prepare_corpus(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    say: Say | None = None,
+    stream: Any = None,
+    cleaning: Cleaning | None = None,
+) -> Path:
+    """Prepare the corpus ``config.data`` (and ``valid_data``/``test_data``) into ``out``.
+
+    Args:
+        config: a run's settings; those of :data:`DATA_KEYS` decide the folder's content
+            (format, columns, split, normaliser, tokenizers), as they decide a run's.
+        out: the folder to write (created; a prepared corpus of other data there is replaced).
+        workers: processes that encode (default: every core).
+        say: where progress messages go (default: nowhere).
+        stream: a terminal to redraw the progress line on (default: messages via ``say``).
+        cleaning: filters for the training pairs (:class:`qkv.data.prepared.Cleaning`), or
+            None; with any, the training pairs are no longer the ones a run reading the file
+            trains on.
+
+    Returns:
+        the folder, absolute.
+
+    Raises:
+        ValueError, FileNotFoundError: no data file, or one that cannot be read (the message
+            names the setting).
+    """
+    say = say or (lambda _m: None)
+    config = _absolute(config)
+    if config.data is None:
+        raise ValueError("data: expected a corpus file (or two aligned files) to prepare, got None")
+    out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a folder, got the file {str(out)!r}")
+    t0 = time.monotonic()
+    cleaning = cleaning if cleaning is not None and cleaning.active else None
+    sources, settings = _sources(config), _settings(config)
+    settings["cleaning"] = cleaning.to_dict() if cleaning is not None else None
+    if _is_done(out, sources, settings):
+        say(f"{out}: already prepared from these files with these settings; nothing to do")
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # the folder is not a corpus until it is again
+    work = _work_folder(out, {"sources": sources, "settings": settings}, say)
+    times: dict[str, float] = {"hashing": time.monotonic() - t0}
+
+    t = time.monotonic()
+    r = _read(config, cleaning)
+    cleaning, split, train, valid, test, resolved = (
+        r.cleaning, r.split, r.train, r.valid, r.test, r.resolved)  # fmt: skip
+    src, tgt = resolved.src_lang, resolved.tgt_lang
+    times["reading"] = time.monotonic() - t
+    say(f"read {len(train) + len(valid) + len(test):,} pairs ({len(train):,} train, "
+        f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
+
+    t = time.monotonic()
+    toks = _tokenizers(work / "tokenizers", resolved, train, say)
+    times["tokenizers"] = time.monotonic() - t
+    norm = run_normalizer(resolved, toks)
+    _held_out(work / "valid.jsonl", valid, norm.pairs(valid))
+    _held_out(work / "test.jsonl", test, norm.pairs(test))
+
+    t = time.monotonic()
+    _encode(train, work, workers or os.cpu_count() or 1, say, stream, cleaning)
+    times["encoding"] = time.monotonic() - t
+    t = time.monotonic()
+    dtype = token_dtype(max(toks[0].vocab_size, toks[1].vocab_size))
+    stats, kept, dropped = _assemble(work, len(train), dtype, bool(cleaning and cleaning.dedup))
+    times["writing"] = time.monotonic() - t
+    if kept == 0:
+        raise ValueError(f"cleaning: every one of the {len(train)} training pairs was dropped "
+                         f"({dropped}); relax the cleaning")  # fmt: skip
+    counts = {"train": kept, "valid": len(valid), "test": len(test)}
+    resolved_data = {k: getattr(resolved, k) for k in TOKENIZER_KEYS}
+    fp = hashlib.blake2b(
+        json.dumps([split.fingerprint, resolved_data, counts, stats], sort_keys=True).encode(),
+        digest_size=16,
+    ).hexdigest()
+    _install(work, out)  # everything into place, the manifest last
+    (out / "tokenizers" / "done").unlink(missing_ok=True)
+    times = {k: round(v, 2) for k, v in times.items()}
+    report = {
+        "pairs": counts,
+        "read_train": len(train),
+        "cleaning": settings["cleaning"],
+        "dropped": dropped if cleaning is not None else None,
+        "languages": [src, tgt],
+        "languages_from": r.how,
+        "vocab_size": [toks[0].vocab_size, toks[1].vocab_size],
+        "tokenizer_trained_on": min(len(train), TOKENIZER_SAMPLE),
+        "tokens": stats,
+        "seconds": times,
+        "workers": workers or os.cpu_count() or 1,
+    }
+    write_json_atomic(out / "report.json", report)
+    manifest = {
+        "type": "qkv.PreparedCorpus",
+        "version": PREPARED_VERSION,
+        "fingerprint": fp,
+        "sources": sources,
+        "settings": settings,
+        "resolved": {**resolved_data, "src_lang": src, "tgt_lang": tgt},
+        "split": {
+            "n": split.n,
+            "seed": split.seed,
+            "fingerprint": split.fingerprint,
+            "grouping": split.grouping,
+        },
+        "counts": counts,
+        "token_dtype": dtype.name,
+    }
+    write_json_atomic(out / MANIFEST, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    if cleaning is not None:
+        say("cleaning dropped " + ", ".join(f"{v:,} ({k})" for k, v in dropped.items()))
+    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
+    return out
+
+
+# ---------------------------------------------------------------------------- a run's data
+def prepare_command(folder: Path, manifest: dict) -> str:
+    """The ``qkv prepare`` command that makes ``folder`` again from its sources."""
+    data = [r["path"] for r in manifest["sources"] if r["key"] == "data"]
+    return f"qkv prepare --data {' '.join(data)} --out {folder}"
+
+
+def prepared_settings(config: TrainConfig, corpus: PreparedCorpus) -> TrainConfig:
+    """``config`` with the data settings of the prepared corpus it names.
+
+    Raises:
+        ValueError: a data setting given (not at its default) that differs from the one the
+            corpus was made with (named, with both values).
+    """
+    m = corpus.manifest
+    made = {**m["settings"], "src_lang": m["resolved"]["src_lang"],
+            "tgt_lang": m["resolved"]["tgt_lang"]}  # fmt: skip
+    for key in DATA_KEYS:
+        given = getattr(config, key)
+        if given != _DEFAULTS[key] and given != made[key] and made[key] is not None:
+            raise ValueError(
+                f"{key}: the prepared corpus {str(corpus.folder)!r} was made with {made[key]!r}, "
+                f"given {given!r}; drop the setting, or prepare again with it "
+                f"({prepare_command(corpus.folder, m)} ...)"
+            )
+    return config.updated({k: made[k] for k in DATA_KEYS})
+
+
+def prepared_run_data(
+    config: TrainConfig,
+    corpus: PreparedCorpus,
+    tokenizers: tuple[Any, Any] | None = None,
+) -> RunData:
+    """A run's data from a prepared corpus: its tokenizers (or the checkpoint's, ``tokenizers``),
+    its held-out parts as text; the training pairs stay in the token arrays on disk.
+
+    Raises:
+        ValueError: the resolved tokenizer settings differ from the corpus's.
+    """
+    resolved = corpus.manifest["resolved"]
+    for key in TOKENIZER_KEYS:
+        if getattr(config, key) != resolved[key]:
+            raise ValueError(
+                f"{key}: the prepared corpus {str(corpus.folder)!r} was made with "
+                f"{resolved[key]!r}, the run resolves it to {getattr(config, key)!r}; prepare "
+                f"again with the run's settings"
+            )
+    toks = tokenizers if tokenizers is not None else load_tokenizers(corpus.folder / "tokenizers")
+    raw_valid, valid = corpus.held_out("valid")
+    raw_test, test = corpus.held_out("test")
+    data = [r["path"] for r in corpus.manifest["sources"] if r["key"] == "data"]
+    return RunData(
+        split=corpus.split(),
+        train=[],
+        valid=valid,
+        test=test,
+        src_tokenizer=toks[0],
+        tgt_tokenizer=toks[1],
+        source=f"{corpus.folder} (prepared from {' + '.join(data)})",
+        raw_valid=[t for _, t in raw_valid],
+        raw_test=[t for _, t in raw_test],
+        prepared=corpus,
+    )
+
+
+def open_prepared(folder: str | Path) -> PreparedCorpus:
+    """The prepared corpus in ``folder``, its source files checked unchanged.
+
+    Raises:
+        ValueError: a source file changed or is gone (named), or the folder is damaged.
+    """
+    corpus = PreparedCorpus(folder)
+    remedy = (
+        f"prepare again ({prepare_command(corpus.folder, corpus.manifest)}), or put back "
+        "the file it was prepared from"
+    )
+    check_sources(corpus.manifest["sources"], corpus.folder, remedy)
+    return corpus

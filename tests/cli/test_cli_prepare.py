@@ -1,0 +1,35 @@
+"""``qkv prepare``: the folder printed on stdout, progress on stderr, bad input one line."""
+
+from __future__ import annotations
+
+import json
+
+from _train_helpers import run_qkv
+
+
+def test_prepare_prints_the_folder_and_a_second_run_does_nothing(tmp_path, corpus_file):
+    out = tmp_path / "bin"
+    args = ("prepare", "--data", str(corpus_file), "--out", str(out), "--set", "valid=40",
+            "--set", "test=40", "--set", "tokenizer=word", "--workers", "1")  # fmt: skip
+    r = run_qkv(*args)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"prepared: {out}"
+    assert "encoding: " in r.stderr and "ETA" in r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sources"][0]["path"] == str(corpus_file)
+    assert manifest["counts"]["valid"] >= 40
+    again = run_qkv(*args)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+
+
+def test_bad_input_is_one_line_naming_the_flag(tmp_path):
+    r = run_qkv("prepare", "--data", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "b"))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("qkv prepare: error: --data: ") and "missing.tsv" in lines[-1]
+    assert "Traceback" not in r.stderr
+    r = run_qkv("prepare", "--data", "x.tsv", "--out", str(tmp_path / "b"), "--workers", "-1")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "qkv prepare: error: --workers: expected 0 (every core) or more, got -1"
+    )

@@ -1,0 +1,230 @@
+"""Training from a prepared corpus (qkv prepare, then qkv train --data FOLDER): the same pairs,
+tokens and batches as a run reading the file itself; resumable exactly; a changed source
+named; a killed prepare continued; a second prepare a no-op."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from _train_helpers import run_qkv, tiny_config
+from safetensors.torch import load_file
+
+from qkv.data.prepared import PreparedCorpus
+from qkv.train.checkpoint import latest_checkpoint
+from qkv.train.corpus import prepare_corpus
+
+_SPM = {"normalizer": "auto", "tokenizer": "auto", "preset": "auto", "max_tokens": 400}
+
+
+def _setup(config, out):
+    """What ``train()`` sets up before its first update, for a new run of ``config``."""
+    from qkv.inference.layout import RunLayout
+    from qkv.train import distributed as D
+    from qkv.train.prepare import open_run, prepare
+
+    info = D.setup("cpu")
+    layout = RunLayout(out)
+    settings, resumed = open_run(config, layout, info, False, lambda _m: None)
+    return prepare(settings, resumed, layout, info)
+
+
+@pytest.mark.parametrize("text", ["word", "sentencepiece"])
+def test_prepared_data_gives_the_batches_of_the_file(tmp_path, corpus_file, text):
+    config = tiny_config(data=str(corpus_file), seed=4, **(_SPM if text != "word" else {}))
+    folder = prepare_corpus(config, tmp_path / "bin", workers=2)
+    a = _setup(config, tmp_path / "a")
+    b = _setup(config.updated({"data": str(folder)}), tmp_path / "b")
+    assert b.data.prepared is not None and b.data.train == []
+    assert a.data.n_train == b.data.n_train == len(a.data.train)
+    assert a.data.src_tokenizer.tokens() == b.data.src_tokenizer.tokens()
+    assert a.data.tgt_tokenizer.tokens() == b.data.tgt_tokenizer.tokens()
+    assert (a.data.valid, a.data.raw_valid) == (b.data.valid, b.data.raw_valid)
+    assert (a.data.test, a.data.raw_test) == (b.data.test, b.data.raw_test)
+    assert a.config.to_dict() | {"data": None} == b.config.to_dict() | {"data": None}
+    assert a.model_config == b.model_config
+    assert a.batcher.state_dict() == b.batcher.state_dict()
+    for _epoch in range(2):
+        xs, ys = list(a.batcher), list(b.batcher)
+        assert len(xs) == len(ys) > 3
+        for x, y in zip(xs, ys):
+            for f in ("src", "src_valid_lens", "tgt_in", "tgt_out", "tgt_valid_lens", "indices"):
+                assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+def test_a_second_prepare_is_a_no_op_and_other_settings_prepare_again(tmp_path, corpus_file):
+    config = tiny_config(data=str(corpus_file))
+    said: list[str] = []
+    folder = prepare_corpus(config, tmp_path / "bin", say=said.append)
+    stamp = (folder / "manifest.json").stat().st_mtime_ns
+    said.clear()
+    prepare_corpus(config, folder, say=said.append)
+    assert said == [f"{folder}: already prepared from these files with these settings; "
+                    "nothing to do"]  # fmt: skip
+    assert (folder / "manifest.json").stat().st_mtime_ns == stamp
+    prepare_corpus(config.updated({"valid": 60}), folder, say=said.append)
+    assert PreparedCorpus(folder).manifest["counts"]["valid"] >= 60
+    assert not (folder / ".work").exists()
+
+
+class _Killed(BaseException):
+    pass
+
+
+def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monkeypatch):
+    import qkv.train.corpus as corpus
+
+    config = tiny_config(data=str(corpus_file))
+    monkeypatch.setattr(corpus, "CHUNK", 100)
+    calls = []
+    real = corpus.encode_chunk
+    dying = [True]
+
+    def dies_at_the_third(pairs):
+        calls.append(len(pairs))
+        if dying[0] and len(calls) == 3:
+            raise _Killed  # as a kill between two chunks: each chunk's file is written whole
+        return real(pairs)
+
+    monkeypatch.setattr(corpus, "encode_chunk", dies_at_the_third)
+    with pytest.raises(_Killed):
+        prepare_corpus(config, tmp_path / "bin", workers=1)
+    assert not (tmp_path / "bin" / "manifest.json").exists()
+    assert len(list((tmp_path / "bin" / ".work").glob("chunk-*.npz"))) == 2
+    calls.clear()
+    dying[0] = False
+    said: list[str] = []
+    folder = prepare_corpus(config, tmp_path / "bin", workers=1, say=said.append)
+    assert "tokenizers: trained before, kept" in said
+    assert any(m.startswith("resuming: 2 of 6 chunks encoded before") for m in said), said
+    assert len(calls) == 4  # only the chunks left
+    monkeypatch.setattr(corpus, "encode_chunk", real)
+    fresh = prepare_corpus(config, tmp_path / "fresh", workers=2)
+    for name in ("train.src.tok", "train.src.idx", "train.tgt.tok", "train.tgt.len"):
+        assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
+    a, b = PreparedCorpus(folder).manifest, PreparedCorpus(fresh).manifest
+    assert a["fingerprint"] == b["fingerprint"]
+
+
+def test_a_changed_source_file_is_named(tmp_path, corpus_file):
+    data = tmp_path / "en-fr.txt"
+    data.write_bytes(corpus_file.read_bytes())
+    folder = prepare_corpus(tiny_config(data=str(data)), tmp_path / "bin")
+    with open(data, "a", encoding="utf-8") as f:
+        f.write("One more.\tEncore un.\n")
+    r = run_qkv("train", "--data", str(folder), "--out", str(tmp_path / "run"), "--max-steps", "2")
+    assert r.returncode == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"qkv train: error: --data: '{data}' changed since it was prepared "
+                           f"into '{folder}' (size ")  # fmt: skip
+    assert f"qkv prepare --data {data} --out {folder}" in line
+
+
+def test_a_setting_the_corpus_was_not_made_with_is_named(tmp_path, corpus_file):
+    folder = prepare_corpus(tiny_config(data=str(corpus_file)), tmp_path / "bin")
+    r = run_qkv("train", "--data", str(folder), "--out", str(tmp_path / "run"),
+                "--set", "split_seed=3")  # fmt: skip
+    assert r.returncode == 2
+    assert "split_seed: the prepared corpus" in r.stderr and "was made with 0, given 3" in r.stderr
+
+
+STEPS = 24
+
+
+def _train_args(data, out):
+    return [
+        "train", "--data", str(data), "--out", str(out), "--max-steps", str(STEPS),
+        "--save-every", "7", "--eval-every", "1000", "--log-every", "10", "--threads", "1",
+        "--max-tokens", "500", "--warmup-steps", "5", "--lr", "3e-3", "--seed", "3",
+        "--set", "eval_sentences=5", "--set", "model.num_hiddens=32",
+        "--set", "model.ffn_num_hiddens=64", "--set", "model.num_heads=2",
+        "--set", "model.num_enc_layers=1", "--set", "model.num_dec_layers=1",
+        "--set", "model.dropout=0.2", "--set", "average_last=1", "--set", "tune_decoding=false",
+    ]  # fmt: skip
+
+
+def test_a_run_on_prepared_data_killed_mid_epoch_resumes_exactly(tmp_path, corpus_file):
+    folder = prepare_corpus(
+        tiny_config(data=str(corpus_file)).updated(_SPM | {"valid": 40, "test": 40}),
+        tmp_path / "bin",
+    )
+    ref_out, cut_out = tmp_path / "reference", tmp_path / "interrupted"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkv.cli", *_train_args(folder, cut_out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    first = cut_out / "checkpoints" / "step-00000007" / "manifest.json"
+    deadline = time.monotonic() + 120
+    while not first.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    killed_at = json.loads((first.parent / "trainer.json").read_text())["data"]
+    assert killed_at["epoch"] == 0 and killed_at["batch_index"] == 7  # mid-epoch
+    resumed = run_qkv(*_train_args(folder, cut_out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    reference = run_qkv(*_train_args(folder, ref_out))
+    assert reference.returncode == 0, reference.stderr
+    a = latest_checkpoint(ref_out / "checkpoints")
+    b = latest_checkpoint(cut_out / "checkpoints")
+    assert a.name == b.name == f"step-{STEPS:08d}"
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    ta, tb = (json.loads((c / "trainer.json").read_text())["data"] for c in (a, b))
+    assert ta == tb
+    split = json.loads((b / "split.json").read_text())
+    assert split["type"] == "qkv.PreparedSplit" and split["corpus"] == str(folder)
+
+
+def test_evaluate_scores_the_held_out_parts_of_a_prepared_run(tmp_path, corpus_file):
+    from qkv.train import train
+    from qkv.train.run_data import saved_run_pairs
+
+    config = tiny_config(data=str(corpus_file), max_steps=2, eval_every=2, save_every=2)
+    folder = prepare_corpus(config, tmp_path / "bin")
+    train(config.updated({"data": str(folder)}), tmp_path / "run", progress=False)
+    pairs, what = saved_run_pairs(tmp_path / "run", "test")
+    assert what == f"the test split of the prepared corpus {folder}"
+    a = _setup(config, tmp_path / "a")
+    assert [t for _, t in pairs] == a.data.raw_test and len(pairs) == 40
+    with pytest.raises(ValueError, match="part: the run trained on the prepared corpus"):
+        saved_run_pairs(tmp_path / "run", "train")
+    assert np.array_equal(PreparedCorpus(folder).src.lengths, [len(x) for x in a.batcher._src])
+
+
+def test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs(
+    tmp_path, corpus_file
+):
+    from qkv.data import read_pairs, write_pairs
+    from qkv.data.prepared import Cleaning
+
+    pairs = read_pairs(corpus_file)[0]
+    dirty = [*pairs, *pairs[:50], ("Same text.", "Same text."), ("Yes.", "Oui. " * 30)]
+    data = tmp_path / "dirty.txt"
+    write_pairs(data, dirty)
+    config = tiny_config(data=str(data))
+    clean = Cleaning(max_ratio=4, dedup=True, drop_copies=True)
+    folder = prepare_corpus(config, tmp_path / "bin", cleaning=clean)
+    report = json.loads((folder / "report.json").read_text())
+    raw = PreparedCorpus(folder)
+    plain = prepare_corpus(config, tmp_path / "plain")
+    n_plain = PreparedCorpus(plain).n_train
+    assert report["dropped"]["source = target"] == 1
+    assert report["dropped"]["length ratio"] == 1
+    duplicates = report["dropped"]["duplicate"]
+    assert 0 < duplicates <= 50  # the copies of held-out pairs are held out with them
+    assert raw.n_train == n_plain - 2 - duplicates == report["pairs"]["train"]
+    assert raw.manifest["settings"]["cleaning"]["dedup"] is True
