@@ -34,6 +34,8 @@ from .checkpoint import (
     LoadedCheckpoint,
     latest_checkpoint,
     load_model_weights,
+    model_languages,
+    read_json,
     remove_stale_temporaries,
     repair_best_pointer,
     resume_checkpoint,
@@ -303,6 +305,10 @@ def _resumed_data(
         ) from None
     # what may change on resume comes from the invocation; the rest is the run's own
     run_cfg = run_cfg.updated({k: getattr(settings, k) for k in sorted(RESUMABLE_KEYS)})
+    langs = model_languages(read_json(ckpt.path, "model.json"), ckpt.path)
+    if langs is not None and not (run_cfg.src_lang and run_cfg.tgt_lang):
+        # settings saved before they held the languages: the checkpoint's model records them
+        run_cfg = run_cfg.updated({"src_lang": langs[0], "tgt_lang": langs[1]})
     if isinstance(split, PreparedSplit):
         corpus = open_prepared(str(run_cfg.data))
         if corpus.fingerprint != split.fingerprint:
