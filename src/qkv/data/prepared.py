@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,6 @@ __all__ = [
     "read_manifest",
     "source_record",
     "token_dtype",
-    "write_json_atomic",
 ]
 
 #: the folder's format; a newer one is refused with the version it needs
@@ -65,21 +63,6 @@ _LEN_MAX = np.iinfo(np.uint16).max
 def token_dtype(vocab_size: int) -> np.dtype:
     """The type of the token files for a vocabulary of ``vocab_size`` pieces."""
     return np.dtype(np.uint16 if vocab_size <= _LEN_MAX + 1 else np.int32)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------- the sources

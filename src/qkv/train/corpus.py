@@ -46,8 +46,9 @@ from ..data.prepared import (
     read_manifest,
     source_record,
     token_dtype,
-    write_json_atomic,
 )
+from ..inference.writing import atomic_file
+from .checkpoint import atomic_write_json
 from .config import TrainConfig
 from .presets import resolve_config
 from .run_data import (
@@ -248,11 +249,9 @@ def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, i
 
 
 def _held_out(path: Path, raw: list, norm: list) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_file(path, "w", encoding="utf-8") as f:
         for (rs, rt), (ns, nt) in zip(raw, norm):
             f.write(json.dumps([rs, rt, ns, nt], ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def _is_done(out: Path, sources: list, settings: dict) -> bool:
@@ -281,7 +280,7 @@ def _work_folder(out: Path, state: dict, say: Say) -> Path:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    write_json_atomic(state_file, state)
+    atomic_write_json(state_file, state)
     return work
 
 
@@ -460,7 +459,7 @@ def prepare_corpus(
         "seconds": times,
         "workers": workers or os.cpu_count() or 1,
     }
-    write_json_atomic(out / "report.json", report)
+    atomic_write_json(out / "report.json", report)
     manifest = {
         "type": "qkv.PreparedCorpus",
         "version": PREPARED_VERSION,
@@ -477,7 +476,7 @@ def prepare_corpus(
         "counts": counts,
         "token_dtype": dtype.name,
     }
-    write_json_atomic(out / MANIFEST, manifest)
+    atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(work, ignore_errors=True)
     if cleaning is not None:
         say("cleaning dropped " + ", ".join(f"{v:,} ({k})" for k, v in dropped.items()))
