@@ -17,39 +17,91 @@ How to decode is one value, :class:`Decoding`; every engine (qkv's :class:`qkv.t
 Translator`, CTranslate2's, ONNX's) is a :class:`TextTranslator`.
 """
 
-from .decode import decode_texts, generate_ids, never_generated
-from .device import pick_device
-from .engine import TextTranslator, TranslatorBase, evaluate_pairs, recorded_languages
-from .layout import RunLayout
-from .limits import position_limits
-from .options import CANDIDATES, Decoding, default_max_len
-from .quantize import QUANTIZATIONS, check_quantize, quantize_model
-from .saved import (
-    CheckpointError,
-    LoadedCheckpoint,
-    SavedModel,
-    best_checkpoint,
-    find_checkpoints,
-    latest_checkpoint,
-    load_checkpoint,
-    load_model,
-    load_model_weights,
-    model_languages,
-    read_weights,
-    resolve_model_dir,
-    verify_checkpoint,
-)
-from .scores import BLEU_TOKENIZERS, Evaluation, bleu_tokenizer, corpus_scores
-from .writing import (
-    BUNDLED_DATA,
-    BUNDLED_LANGUAGES,
-    NoSpaceError,
-    model_card,
-    remove_stale_folders,
-    run_card,
-    save_model,
-    write_model_folder,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names below are, for type checkers and editors
+    from .decode import decode_texts, generate_ids, never_generated
+    from .device import pick_device
+    from .engine import TextTranslator, TranslatorBase, evaluate_pairs, recorded_languages
+    from .layout import RunLayout
+    from .limits import position_limits
+    from .options import CANDIDATES, Decoding, default_max_len
+    from .quantize import QUANTIZATIONS, check_quantize, quantize_model
+    from .saved import (
+        CheckpointError,
+        LoadedCheckpoint,
+        SavedModel,
+        best_checkpoint,
+        find_checkpoints,
+        latest_checkpoint,
+        load_checkpoint,
+        load_model,
+        load_model_weights,
+        model_languages,
+        read_weights,
+        resolve_model_dir,
+        verify_checkpoint,
+    )
+    from .scores import BLEU_TOKENIZERS, Evaluation, bleu_tokenizer, corpus_scores
+    from .writing import (
+        BUNDLED_DATA,
+        BUNDLED_LANGUAGES,
+        NoSpaceError,
+        model_card,
+        remove_stale_folders,
+        run_card,
+        save_model,
+        write_model_folder,
+    )
+
+#: each public name and the module that defines it: loaded when first used, so that a
+#: light one (``Decoding``, ``RunLayout``) does not import torch (``qkv translate --help``)
+_WHERE: dict[str, str] = {
+    "BLEU_TOKENIZERS": "scores",
+    "BUNDLED_DATA": "writing",
+    "BUNDLED_LANGUAGES": "writing",
+    "CANDIDATES": "options",
+    "CheckpointError": "saved",
+    "Decoding": "options",
+    "Evaluation": "scores",
+    "LoadedCheckpoint": "saved",
+    "NoSpaceError": "writing",
+    "QUANTIZATIONS": "quantize",
+    "RunLayout": "layout",
+    "SavedModel": "saved",
+    "TextTranslator": "engine",
+    "TranslatorBase": "engine",
+    "best_checkpoint": "saved",
+    "bleu_tokenizer": "scores",
+    "check_quantize": "quantize",
+    "corpus_scores": "scores",
+    "decode_texts": "decode",
+    "default_max_len": "options",
+    "evaluate_pairs": "engine",
+    "find_checkpoints": "saved",
+    "generate_ids": "decode",
+    "latest_checkpoint": "saved",
+    "load_checkpoint": "saved",
+    "load_model": "saved",
+    "load_model_weights": "saved",
+    "model_card": "writing",
+    "model_languages": "saved",
+    "never_generated": "decode",
+    "pick_device": "device",
+    "position_limits": "limits",
+    "quantize_model": "quantize",
+    "read_weights": "saved",
+    "recorded_languages": "engine",
+    "remove_stale_folders": "writing",
+    "resolve_model_dir": "saved",
+    "run_card": "writing",
+    "save_model": "writing",
+    "verify_checkpoint": "saved",
+    "write_model_folder": "writing",
+}
 
 __all__ = [
     "BLEU_TOKENIZERS",
@@ -94,3 +146,17 @@ __all__ = [
     "verify_checkpoint",
     "write_model_folder",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{where}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
