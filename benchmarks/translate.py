@@ -7,10 +7,17 @@ sources of random ids whose lengths are log-normal between 5 and 27 tokens, in i
 A *mode* is a search (greedy, beam 4), a thread count (2 and 1) and a batching:
 
 * **batch 32**: every system decodes the same batches of 32 sentences, in input order;
-* **own batching**: each engine batches all the sentences its own way, with the same budget of
-  ``Decoding.max_tokens`` (4,096) source tokens: qkv by its token budget (times the beam;
-  :func:`qkv.inference.generate_ids`, what ``qkv translate --batch-tokens`` runs), CTranslate2
-  by ``max_batch_size`` with ``batch_type="tokens"``.
+* **own batching**: each engine batches all the sentences its own way, sorted by length, with
+  the same budget of 4,096 (``Decoding().max_tokens``) padded source tokens a batch: CTranslate2
+  by ``max_batch_size`` with ``batch_type="tokens"``, qkv by its token budget
+  (:func:`qkv.inference.generate_ids`, what ``qkv translate --batch-tokens`` runs) set to 4,096
+  times the beam. The two settings count differently: CTranslate2 charges a sentence its source
+  length whatever the beam, ``Decoding.max_tokens`` charges its source length times the beam
+  (the rows a batch decodes). Giving qkv the same number, 4,096, had it decode beam 4 in
+  batches of 1,024 source tokens (4 batches of the 200 sentences, 85 down to 10 of them) while
+  CTranslate2 decoded up to 4,096 (the 200 sentences hold 2,490: one or two batches): a
+  quarter of the batch, which cost qkv most at 2 threads. Both now batch the same source
+  tokens (qkv: 2 batches, 183 and 17 sentences).
 
 The systems:
 
@@ -64,8 +71,8 @@ PAD, BOS, EOS = 0, 1, 2
 Batches = list[tuple[Tensor, Tensor]]
 #: a system: the sentences' ids (no EOS) in, each sentence's output ids out
 System = Callable[[list[list[int]]], list[list[int]]]
-#: the token budget of "own batching" (qkv's default Decoding.max_tokens; CTranslate2's
-#: max_batch_size in tokens)
+#: the source-token budget of "own batching" (qkv's default Decoding.max_tokens; CTranslate2's
+#: max_batch_size in tokens; qkv's max_tokens is this times the beam, see the docstring)
 BUDGET = Decoding().max_tokens
 
 
@@ -516,7 +523,8 @@ class Setup:
         warm-up and the timed rounds call the same objects)."""
         steps, beam = self.steps, mode.beam
         if mode.own_batching:  # qkv's token budget over all the sentences
-            dec = Decoding(beam_size=beam, max_output_len=steps, max_tokens=BUDGET)
+            # max_tokens counts source tokens times the beam, CTranslate2's budget source tokens
+            dec = Decoding(beam_size=beam, max_output_len=steps, max_tokens=BUDGET * beam)
 
             def qkv(m) -> System:
                 def run(srcs: list[list[int]]) -> list[list[int]]:
