@@ -167,6 +167,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="most attention weights one /attention answer holds (default: the viewer's cap, "
         "qkv.viz.MAX_CELLS)",
     )
+    _add_connection_flags(p)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads torch decodes with (0: chosen from the machine's load, and followed)",
+    )
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
+    return p
+
+
+def _add_connection_flags(p: argparse.ArgumentParser) -> None:
+    """The server's connection flags: shutdown, header timeout, connection cap."""
     p.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -191,16 +206,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="most connections open at once; beyond, 503 and closed (default: the open-file "
         "limit, ulimit -n, less 200)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        metavar="N",
-        help="CPU threads torch decodes with (0: chosen from the machine's load, and followed)",
-    )
-    p.add_argument("--access-log", action="store_true", help="log every request")
-    p.add_argument("--quiet", action="store_true", help="warnings only on stderr")
-    return p
 
 
 def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
