@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 TINY = {
     "transformer": {
@@ -59,3 +62,25 @@ def run_qkv(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
         env=env,
         **kw,
     )
+
+
+def kill_when_checkpointed(args: list[str], checkpoint: Path, within_s: float = 120) -> int:
+    """Run ``qkv ARGS`` (one thread) and SIGKILL it as soon as ``checkpoint`` (a checkpoint
+    folder) is wholly on disk (its manifest written); the process's return code."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkv.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    manifest = checkpoint / "manifest.json"
+    deadline = time.monotonic() + within_s
+    while not manifest.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, f"no checkpoint within {within_s:g} s"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    return proc.returncode

@@ -5,16 +5,11 @@ named; a killed prepare continued; a second prepare a no-op."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
-from _train_helpers import run_qkv, tiny_config
+from _train_helpers import kill_when_checkpointed, run_qkv, tiny_config
 from safetensors.torch import load_file
 
 from qkv.data.prepared import PreparedCorpus
@@ -156,22 +151,8 @@ def test_a_run_on_prepared_data_killed_mid_epoch_resumes_exactly(tmp_path, corpu
         tmp_path / "bin",
     )
     ref_out, cut_out = tmp_path / "reference", tmp_path / "interrupted"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qkv.cli", *_train_args(folder, cut_out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
     first = cut_out / "checkpoints" / "step-00000007" / "manifest.json"
-    deadline = time.monotonic() + 120
-    while not first.exists():
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    proc.stderr.close()
+    kill_when_checkpointed(_train_args(folder, cut_out), first.parent)
     killed_at = json.loads((first.parent / "trainer.json").read_text())["data"]
     assert killed_at["epoch"] == 0 and killed_at["batch_index"] == 7  # mid-epoch
     resumed = run_qkv(*_train_args(folder, cut_out), "--resume")

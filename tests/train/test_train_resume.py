@@ -4,15 +4,11 @@ same weights, optimizer state and data position as a run that was never interrup
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
-from _train_helpers import run_qkv
+from _train_helpers import kill_when_checkpointed, run_qkv
 from safetensors.torch import load_file
 
 from qkv.train.checkpoint import latest_checkpoint
@@ -42,23 +38,9 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, corpus_fi
     ref_out, cut_out = tmp_path / "reference", tmp_path / "interrupted"
 
     # the interrupted run: SIGKILL as soon as its first checkpoint is on disk
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qkv.cli", *_train_args(corpus_file, cut_out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    first = cut_out / "checkpoints" / "step-00000010" / "manifest.json"
-    deadline = time.monotonic() + 120
-    while not first.exists():
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
+    args = _train_args(corpus_file, cut_out)
+    code = kill_when_checkpointed(args, cut_out / "checkpoints" / "step-00000010")
+    assert code == -signal.SIGKILL
     killed_at = latest_checkpoint(cut_out / "checkpoints")
     assert killed_at is not None and killed_at.name < f"step-{STEPS:08d}", "ran to the end"
 
