@@ -187,6 +187,17 @@ QKV = [sys.executable, "-m", "qkv.cli"]
 FIRST = r"\b1/\d+ loss"  # the progress line of update 1 (--log-every 1)
 
 
+def _torchrun(folder: Path, run: Path) -> list[str]:
+    """``qkv train`` on ``folder`` under torchrun, two ranks of one thread each, into a fresh
+    ``run`` (``measure(..., skip=2)`` counts the two ranks, not the agent)."""
+    shutil.rmtree(run, ignore_errors=True)
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "qkv.cli",
+           *_train_args(str(folder), run)]  # fmt: skip
+    cmd[cmd.index("--threads") + 1] = "1"
+    return cmd
+
+
 def _train_args(data: str, out: Path) -> list[str]:
     return [
         "train", "--data", data, "--out", str(out), "--max-steps", str(STEPS),
@@ -223,13 +234,7 @@ def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool)
         r["train_file"] = measure([*QKV, *_train_args(str(corpus), run), *HELD_OUT], FIRST)
         print(f"{n}: train from the file {r['train_file']}", flush=True)
     if torchrun:
-        run = work / f"run-ddp-{n}"
-        shutil.rmtree(run, ignore_errors=True)
-        torchrun = str(Path(sys.executable).with_name("torchrun"))
-        cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "qkv.cli",
-               *_train_args(str(folder), run)]  # fmt: skip
-        cmd[cmd.index("--threads") + 1] = "1"
-        r["torchrun_2"] = measure(cmd, FIRST, skip=2)  # the two ranks, not the agent
+        r["torchrun_2"] = measure(_torchrun(folder, work / f"run-ddp-{n}"), FIRST, skip=2)
         print(f"{n}: torchrun {r['torchrun_2']}", flush=True)
     return r
 
@@ -278,13 +283,7 @@ def run_tiled(n: int, base: int, work: Path, torchrun: bool) -> dict:
     r["train"] = measure([*QKV, *_train_args(str(folder), run)], FIRST)
     print(f"{n} (tiled): train {r['train']}", flush=True)
     if torchrun:
-        run = work / f"run-ddp-{n}-tiled"
-        shutil.rmtree(run, ignore_errors=True)
-        torchrun_bin = str(Path(sys.executable).with_name("torchrun"))
-        cmd = [torchrun_bin, "--standalone", "--nproc_per_node", "2", "-m", "qkv.cli",
-               *_train_args(str(folder), run)]  # fmt: skip
-        cmd[cmd.index("--threads") + 1] = "1"
-        r["torchrun_2"] = measure(cmd, FIRST, skip=2)
+        r["torchrun_2"] = measure(_torchrun(folder, work / f"run-ddp-{n}-tiled"), FIRST, skip=2)
         print(f"{n} (tiled): torchrun {r['torchrun_2']}", flush=True)
     return r
 
