@@ -19,6 +19,11 @@ For each size (default 100k and 1M pairs; ``--sizes 100000 1000000 10000000`` ad
   largest size only): the peak of the summed RSS and of the summed PSS (shared pages split
   between the processes that map them) of the two ranks (torchrun's agent process aside),
   against the one process's.
+* **The floor of torchrun** (beside the torchrun row): :mod:`benchmarks.ddp_floor`, plain
+  PyTorch DDP training the same model on random batches of the same token budget with no data
+  pipeline, one process of two threads and two ranks of one thread: what two processes cost
+  whatever their data does (each imports torch and holds a replica of the model, its gradients
+  and AdamW's moments).
 
 Memory is sampled every 0.1 s from ``/proc`` over the process tree (RSS and PSS from
 ``smaps_rollup``), and the peak RSS of a single process is also read from ``getrusage``.
@@ -236,7 +241,28 @@ def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool)
     if torchrun:
         r["torchrun_2"] = measure(_torchrun(folder, work / f"run-ddp-{n}"), FIRST, skip=2)
         print(f"{n}: torchrun {r['torchrun_2']}", flush=True)
+        r["floor"] = measure_floor(work / f"run-{n}")
     return r
+
+
+def measure_floor(run: Path) -> dict:
+    """:mod:`benchmarks.ddp_floor` on the model ``run`` trained: one process of two threads,
+    then two ranks of one thread under torchrun; their peaks and ratios."""
+    model = run / "final" / "model.json"
+    resolved = json.loads((run / "final" / "trainer.json").read_text())["resolved_config"]
+    budget = resolved["max_tokens"]
+    args = ["-m", "benchmarks.ddp_floor", "--model", str(model), "--max-tokens", str(budget),
+            "--steps", str(STEPS)]  # fmt: skip
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    one = measure([sys.executable, *args, "--threads", "2"], FIRST, cwd=ROOT)
+    two = measure([torchrun, "--standalone", "--nproc_per_node", "2", *args, "--threads", "1"],
+                  FIRST, cwd=ROOT, skip=2)  # fmt: skip
+    out = {"one": one, "torchrun_2": two}
+    for kind in ("rss", "pss"):
+        key = f"tree_peak_{kind}_gib"
+        out[f"2_vs_1_{kind}"] = round(two[key] / one[key], 3)
+    print(f"floor: {out}", flush=True)
+    return out
 
 
 def tile_folder(src: Path, dst: Path, times: int) -> None:
@@ -328,6 +354,9 @@ def summarize(record: dict) -> dict:
         out["torchrun_tiled"] = bool(r.get("tiled_from"))
         out["torchrun_2_vs_1_rss"] = round(two["tree_peak_rss_gib"] / one["tree_peak_rss_gib"], 3)
         out["torchrun_2_vs_1_pss"] = round(two["tree_peak_pss_gib"] / one["tree_peak_pss_gib"], 3)
+        if "floor" in r:
+            out["floor_2_vs_1_rss"] = r["floor"]["2_vs_1_rss"]
+            out["floor_2_vs_1_pss"] = r["floor"]["2_vs_1_pss"]
     for r in results:
         same = next((b for b in results if b["pairs"] == 100_000
                      and bool(b.get("tiled_from")) == bool(r.get("tiled_from"))), None)  # fmt: skip

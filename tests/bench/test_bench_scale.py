@@ -49,3 +49,32 @@ def test_readme_quotes_the_scale_figures():
             assert f"{r['train_file']['peak_rss_gib']:.2f} GiB" in row, (n, "file RSS")
         if "torchrun_2" in r:
             assert f"{r['torchrun_2']['tree_peak_rss_gib']:.2f}" in row, (n, "torchrun")
+
+
+def test_ddp_floor_trains_the_run_model_on_random_batches(tmp_path, capsys):
+    from benchmarks.ddp_floor import main
+
+    model = tmp_path / "model.json"
+    config = {"kind": "transformer", "src_vocab_size": 37, "tgt_vocab_size": 37,
+              "num_hiddens": 16, "ffn_num_hiddens": 24, "num_heads": 2, "num_enc_layers": 1,
+              "num_dec_layers": 1, "dropout": 0.0, "max_len": 64}  # fmt: skip
+    model.write_text(json.dumps({"config": config}))
+    main(["--model", str(model), "--max-tokens", "60", "--steps", "3", "--threads", "1",
+          "--length", "7"])  # fmt: skip
+    lines = capsys.readouterr().err.splitlines()
+    assert [x.split(" loss ")[0] for x in lines] == ["1/3", "2/3", "3/3"]
+    losses = [float(x.split(" loss ")[1]) for x in lines]
+    assert all(0 < v < 10 for v in losses)  # a finite cross-entropy near log(37) = 3.6
+
+
+def test_summary_sets_qkv_torchrun_beside_its_floor():
+    from benchmarks.scale import summarize
+
+    one = {"tree_peak_rss_gib": 1.0, "tree_peak_pss_gib": 0.9, "peak_rss_gib": 1.0,
+           "first_update_s": 1.0}  # fmt: skip
+    two = {"tree_peak_rss_gib": 1.8, "tree_peak_pss_gib": 1.5}
+    floor = {"2_vs_1_rss": 1.99, "2_vs_1_pss": 1.82}
+    r = {"pairs": 100_000, "train": one, "torchrun_2": two, "floor": floor}
+    out = summarize({"results": [r]})
+    assert out["torchrun_2_vs_1_rss"] == 1.8 and out["torchrun_2_vs_1_pss"] == round(1.5 / 0.9, 3)
+    assert out["floor_2_vs_1_rss"] == 1.99 and out["floor_2_vs_1_pss"] == 1.82

@@ -169,6 +169,57 @@ def test_sequence_loss_matches_cross_entropy(eps):
         sequence_loss(logits, target[:, :2])
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.35])
+def test_sequence_loss_gradient_is_the_formulas(eps):
+    # d loss / d logits = keep * (softmax - (1 - eps) onehot - eps / V), checked numerically
+    logits = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 7, (2, 5))
+    target[1, 3:] = 0
+    torch.autograd.gradcheck(lambda x: sequence_loss(x, target, label_smoothing=eps)[0], (logits,))
+    loss, nll, _ = sequence_loss(logits, target, label_smoothing=eps)
+    assert loss.dtype == torch.float64 and not nll.requires_grad
+    (3.0 * loss).backward()
+    p = logits.detach().softmax(-1)
+    onehot = F.one_hot(target, 7).double()
+    expected = 3.0 * (target != 0).unsqueeze(-1) * (p - (1 - eps) * onehot - eps / 7)
+    torch.testing.assert_close(logits.grad, expected)
+
+
+def _vocabulary_sized_results(fn, numel: int) -> int:
+    """How many (B, Lt, V)-sized tensors the aten operators run by ``fn`` make anew (not in
+    place, not views)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    made = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            # in place (mul_) or a view (view, detach): no new memory
+            if all(r.alias_info is None for r in func._schema.returns):
+                made.extend(t for t in torch.utils._pytree.tree_leaves(out)
+                            if isinstance(t, torch.Tensor) and t.numel() >= numel)  # fmt: skip
+            return out
+
+    with Count():
+        fn()
+    return len(made)
+
+
+def test_sequence_loss_backward_makes_one_vocabulary_sized_tensor():
+    # the memory a 32k vocabulary costs: autograd's composition of the same loss (log-softmax,
+    # gather, mean, where) makes a gradient for the log-probabilities, one for the gather, one for
+    # the mean, then the logits'; the loss's own backward makes the logits' gradient only
+    logits = torch.randn(3, 4, 50, requires_grad=True)
+    target = torch.randint(1, 50, (3, 4))
+    loss, _, _ = sequence_loss(logits, target, label_smoothing=0.1)
+    assert _vocabulary_sized_results(loss.backward, logits.numel()) == 1
+    assert logits.grad.dtype == logits.dtype and torch.isfinite(logits.grad).all()
+    half = logits.detach().bfloat16().requires_grad_()
+    sequence_loss(half, target)[0].backward()
+    assert half.grad.dtype == torch.bfloat16
+
+
 def test_yaml_numbers_written_without_a_dot(tmp_path):
     # PyYAML reads 1e-3 (no dot) as a string; a config file means the number
     cfg = tmp_path / "run.yaml"

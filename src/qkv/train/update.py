@@ -100,8 +100,9 @@ def train_update(
     total_tokens = int(count.item())
     scale = world / max(total_tokens, 1)
     lr = schedule.step()
-    loss_acc = torch.zeros((), device=device)
-    nll_acc = torch.zeros((), device=device)
+    # summed in float64: the losses of micro-batches are float32 (float64 for a float64 model)
+    loss_acc = torch.zeros((), device=device, dtype=torch.float64)
+    nll_acc = torch.zeros((), device=device, dtype=torch.float64)
     is_ddp = isinstance(model, nn.parallel.DistributedDataParallel)
     autocast = (
         torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -118,6 +119,7 @@ def train_update(
             loss_sum, nll_sum, _ = sequence_loss(
                 logits, b.tgt_out, pad_id=pad_id, label_smoothing=label_smoothing
             )
+            del logits  # the loss keeps what its backward needs: one (B, Lt, V) tensor, not two
             (loss_sum * scale).backward()
         loss_acc += loss_sum.detach()
         nll_acc += nll_sum
