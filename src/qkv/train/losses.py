@@ -46,9 +46,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         probs, target, keep = ctx.saved_tensors
         eps = ctx.eps
         grad = probs - eps / probs.shape[-1] if eps else probs.clone()
-        grad.scatter_add_(
-            -1, target.unsqueeze(-1), grad.new_full((grad.shape[0], 1), eps - 1.0)
-        )
+        grad.scatter_add_(-1, target.unsqueeze(-1), grad.new_full((grad.shape[0], 1), eps - 1.0))
         grad.mul_((keep.to(grad.dtype) * grad_loss).unsqueeze(-1))
         return grad.to(ctx.logits_dtype), None, None, None
 
