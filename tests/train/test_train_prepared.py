@@ -79,16 +79,16 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     config = tiny_config(data=str(corpus_file))
     monkeypatch.setattr(corpus, "CHUNK", 100)
     calls = []
-    real = corpus.encode_chunk
+    real = corpus.encode_rows
     dying = [True]
 
-    def dies_at_the_third(pairs):
-        calls.append(len(pairs))
+    def dies_at_the_third(task):
+        calls.append(len(task[3]))
         if dying[0] and len(calls) == 3:
             raise _Killed  # as a kill between two chunks: each chunk's file is written whole
-        return real(pairs)
+        return real(task)
 
-    monkeypatch.setattr(corpus, "encode_chunk", dies_at_the_third)
+    monkeypatch.setattr(corpus, "encode_rows", dies_at_the_third)
     with pytest.raises(_Killed):
         prepare_corpus(config, tmp_path / "bin", workers=1)
     assert not (tmp_path / "bin" / "manifest.json").exists()
@@ -97,10 +97,10 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     dying[0] = False
     said: list[str] = []
     folder = prepare_corpus(config, tmp_path / "bin", workers=1, say=said.append)
-    assert "tokenizers: trained before, kept" in said
+    assert "reading: done before, kept" in said and "tokenizers: trained before, kept" in said
     assert any(m.startswith("resuming: 2 of 6 chunks encoded before") for m in said), said
     assert len(calls) == 4  # only the chunks left
-    monkeypatch.setattr(corpus, "encode_chunk", real)
+    monkeypatch.setattr(corpus, "encode_rows", real)
     fresh = prepare_corpus(config, tmp_path / "fresh", workers=2)
     for name in ("train.src.tok", "train.src.idx", "train.tgt.tok", "train.tgt.len"):
         assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
