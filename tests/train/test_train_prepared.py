@@ -108,6 +108,48 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     assert a["fingerprint"] == b["fingerprint"]
 
 
+@pytest.mark.parametrize("layout", ["one file", "aligned files and a validation file"])
+def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
+    tmp_path, monkeypatch, layout
+):
+    """The stream (chunks of 7 pairs, raw pairs read back 5 rows at a time, two workers) gives
+    what a run reading the whole file holds: its training pairs encoded, its held-out parts,
+    its split's fingerprint."""
+    import qkv.train.corpus as corpus
+    from qkv.data import bundled_pairs, encode_pairs, write_pairs
+    from qkv.data.prepared import RawPairs
+    from qkv.train.run_data import load_run_data, read_run_files, run_split
+
+    pairs = bundled_pairs()[:97] + [("Go.", "Va !"), ("go .", "Vas-y !"), ("GO\u00a0.", "Va.")]
+    config = tiny_config(valid=9, test=0.1)
+    if layout == "one file":
+        write_pairs(tmp_path / "en-fr.txt", pairs)
+        config = config.updated({"data": str(tmp_path / "en-fr.txt")})
+    else:
+        for side, lang in enumerate(("en", "fr")):
+            (tmp_path / f"c.{lang}").write_text("".join(p[side] + "\n" for p in pairs[:80]))
+        write_pairs(tmp_path / "valid.txt", pairs[80:])
+        config = config.updated(
+            {"data": [str(tmp_path / "c.en"), str(tmp_path / "c.fr")],
+             "valid_data": str(tmp_path / "valid.txt")}  # fmt: skip
+        )
+    monkeypatch.setattr(corpus, "CHUNK", 7)
+    monkeypatch.setattr(RawPairs, "BLOCK", 5)
+    folder = prepare_corpus(config, tmp_path / "bin", workers=2)
+    files = read_run_files(config)  # what a run reads and splits (run_split: given files too)
+    ref = load_run_data(config, split=run_split(config, files), pairs=(files.pairs, files.source))
+    prepared = PreparedCorpus(folder)
+    src_ids, tgt_ids = encode_pairs(
+        ref.train, ref.src_tokenizer, ref.tgt_tokenizer, pre_normalized=True
+    )
+    assert prepared.n_train == len(ref.train) > 50
+    assert [prepared.src[i].tolist() for i in range(prepared.n_train)] == src_ids
+    assert [prepared.tgt[i].tolist() for i in range(prepared.n_train)] == tgt_ids
+    assert prepared.held_out("valid")[1] == ref.valid and prepared.held_out("test")[1] == ref.test
+    split = prepared.manifest["split"]
+    assert (split["n"], split["fingerprint"]) == (ref.split.n, ref.split.fingerprint)
+
+
 def test_a_changed_source_file_is_named(tmp_path, corpus_file):
     data = tmp_path / "en-fr.txt"
     data.write_bytes(corpus_file.read_bytes())
