@@ -251,3 +251,97 @@ def test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs(
     assert 0 < duplicates <= 50  # the copies of held-out pairs are held out with them
     assert raw.n_train == n_plain - 2 - duplicates == report["pairs"]["train"]
     assert raw.manifest["settings"]["cleaning"]["dedup"] is True
+
+
+# ---------------------------------------------------------------------------- qkv train FILE
+def test_which_data_files_a_run_prepares_into_its_folder(tmp_path, corpus_file, monkeypatch):
+    import gzip
+
+    import qkv.train.corpus as corpus
+    from qkv.train.corpus import data_bytes, prepare_reason
+
+    size = corpus_file.stat().st_size
+    config = tiny_config(data=str(corpus_file))
+    assert prepare_reason(config) is None  # small: read into memory
+    assert prepare_reason(config.updated({"prepare_data": "always"})) == "prepare_data=always"
+    monkeypatch.setattr(corpus, "PREPARE_ABOVE", size - 1)
+    assert "above the" in prepare_reason(config) and "--prepare-data never" in prepare_reason(config)
+    assert prepare_reason(config.updated({"prepare_data": "never"})) is None
+    monkeypatch.setattr(corpus, "PREPARE_ABOVE", size)
+    assert prepare_reason(config) is None
+    assert "x 2 processes" in prepare_reason(config, world_size=2)  # each rank holds a copy
+    assert prepare_reason(tiny_config()) is None  # the bundled corpus
+    folder = prepare_corpus(config, tmp_path / "bin")
+    assert prepare_reason(config.updated({"data": str(folder), "prepare_data": "always"})) is None
+    gz = tmp_path / "en-fr.txt.gz"
+    gz.write_bytes(gzip.compress(corpus_file.read_bytes()))
+    assert data_bytes(str(gz)) == size > gz.stat().st_size  # the text's size, from the trailer
+    assert data_bytes([str(corpus_file), str(corpus_file)]) == 2 * size
+
+
+@pytest.mark.parametrize("how", ["above the threshold", "always"])
+def test_a_run_on_a_large_file_prepares_it_and_trains_on_the_same_batches(
+    tmp_path, corpus_file, monkeypatch, how
+):
+    import qkv.train.corpus as corpus
+
+    config = tiny_config(data=str(corpus_file), seed=4, **_SPM)
+    if how == "always":
+        big = config.updated({"prepare_data": "always"})
+    else:
+        monkeypatch.setattr(corpus, "PREPARE_ABOVE", 1000)
+        big = config
+    a = _setup(config.updated({"prepare_data": "never"}), tmp_path / "a")
+    b = _setup(big, tmp_path / "b")
+    assert a.data.prepared is None and b.data.prepared is not None
+    assert b.data.prepared.folder == (tmp_path / "b" / "data").resolve()
+    assert b.settings["data"] == str(corpus_file)  # train.json keeps the file the run was given
+    assert a.data.src_tokenizer.tokens() == b.data.src_tokenizer.tokens()
+    assert (a.data.valid, a.data.raw_test) == (b.data.valid, b.data.raw_test)
+    assert a.model_config == b.model_config
+    assert a.batcher.state_dict() == b.batcher.state_dict()
+    xs, ys = list(a.batcher), list(b.batcher)
+    assert len(xs) == len(ys) > 3
+    for x, y in zip(xs, ys):
+        for f in ("src", "src_valid_lens", "tgt_in", "tgt_out", "tgt_valid_lens", "indices"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+@pytest.mark.slow
+def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, corpus_file):
+    """Killed mid-epoch, resumed: the prepared folder found again (not prepared again), and the
+    weights those of a run that read the same file into memory."""
+    ref_out, cut_out = tmp_path / "in-memory", tmp_path / "prepared"
+    args = _train_args(corpus_file, cut_out) + ["--prepare-data", "always"]
+    first = cut_out / "checkpoints" / "step-00000007"
+    kill_when_checkpointed(args, first)
+    manifest = cut_out / "data" / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    resumed = run_qkv(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "data: preparing" not in resumed.stderr and manifest.stat().st_mtime_ns == stamp
+    reference = run_qkv(*_train_args(corpus_file, ref_out), "--prepare-data", "never")
+    assert reference.returncode == 0, reference.stderr
+    assert not (ref_out / "data").exists()
+    a = latest_checkpoint(ref_out / "checkpoints")
+    b = latest_checkpoint(cut_out / "checkpoints")
+    assert a.name == b.name == f"step-{STEPS:08d}"
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    split = json.loads((b / "split.json").read_text())
+    assert split["type"] == "qkv.PreparedSplit" and split["corpus"] == str(cut_out / "data")
+    train_json = json.loads((b / "train.json").read_text())
+    assert train_json["data"] == str(corpus_file)
+
+
+def test_a_run_that_prepares_says_so_in_one_line(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    r = run_qkv("train", "--data", str(corpus_file), "--out", str(out), "--max-steps", "1",
+                "--prepare-data", "always", "--set", "tokenizer=word", "--threads", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "data: preparing" in line]
+    assert len(said) == 1 and f"into {out.resolve() / 'data'} (prepare_data=always)" in said[0]
+    bad = run_qkv("train", "--data", str(corpus_file), "--out", str(tmp_path / "x"),
+                  "--prepare-data", "sometimes")  # fmt: skip
+    assert bad.returncode == 2
+    assert "--prepare-data: expected 'auto', 'always' or 'never'" in bad.stderr.splitlines()[-1]

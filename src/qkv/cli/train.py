@@ -65,6 +65,12 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "refuse a data file whose unreadable lines (blank ones aside) exceed this fraction",
     ),
+    "--prepare-data": (
+        "prepare_data",
+        str,
+        "auto (a data file above 64 MiB is prepared into OUT/data first, as qkv prepare "
+        "does, and trained from there with flat memory), always or never",
+    ),
     "--model": ("model", str, "transformer or bahdanau"),
     "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
     "--max-steps": ("max_steps", int, "the most optimizer updates"),

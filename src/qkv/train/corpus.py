@@ -46,6 +46,7 @@ from ..data.prepared import (
     TokenArraysWriter,
     check_sources,
     encode_rows,
+    is_prepared,
     read_manifest,
     source_record,
     token_dtype,
@@ -70,10 +71,14 @@ from .run_data import (
 
 __all__ = [
     "DATA_KEYS",
+    "PREPARE_ABOVE",
+    "RUN_DATA_DIR",
     "TOKENIZER_KEYS",
+    "data_bytes",
     "open_prepared",
     "prepare_command",
     "prepare_corpus",
+    "prepare_reason",
     "prepared_run_data",
     "prepared_settings",
 ]
@@ -608,6 +613,50 @@ def _prepare(
 
 
 # ---------------------------------------------------------------------------- a run's data
+#: ``prepare_data="auto"``: a data file of more bytes than this (times the run's processes) is
+#: prepared into the run's folder. Read into memory, a pair costs a run about 14 bytes of
+#: memory per byte of text (Python strings, token lists): 64 MiB of text is about 1.5 GiB.
+PREPARE_ABOVE = 64 * 2**20
+#: where ``qkv train`` prepares a data file of its own, in its ``--out`` folder
+RUN_DATA_DIR = "data"
+
+
+def data_bytes(data: str | list[str]) -> int:
+    """The bytes of text of a run's data file (the sum of two aligned files); a ``.gz`` file
+    counted by the size its gzip trailer records (the larger of it and the file's)."""
+    total = 0
+    for path in [data] if isinstance(data, str) else data:
+        size = os.stat(path).st_size
+        if path.endswith(".gz") and size >= 4:
+            with open(path, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+        total += size
+    return total
+
+
+def prepare_reason(config: TrainConfig, world_size: int = 1) -> str | None:
+    """Why a new run of ``config`` prepares its data file into its folder first, in words, or
+    None when it reads the file into memory: ``prepare_data`` (``always``, ``never``; ``auto``:
+    more than :data:`PREPARE_ABOVE` bytes of text per run, counting every process of a
+    torchrun run, which each hold their copy). The bundled corpus and a prepared folder are
+    never prepared."""
+    if config.data is None or is_prepared(config.data) or config.prepare_data == "never":
+        return None
+    if config.prepare_data == "always":
+        return "prepare_data=always"
+    try:
+        size = data_bytes(config.data)
+    except OSError:
+        return None  # reading it says what is wrong
+    held = size * max(world_size, 1)
+    if held <= PREPARE_ABOVE:
+        return None
+    per = f" x {world_size} processes" if world_size > 1 else ""
+    return (f"{size / 2**20:,.0f} MiB of text{per}, above the {PREPARE_ABOVE // 2**20} MiB a "
+            "run reads into memory; --prepare-data never to read it anyway")  # fmt: skip
+
+
 def prepare_command(folder: Path, manifest: dict) -> str:
     """The ``qkv prepare`` command that makes ``folder`` again from its sources."""
     data = [r["path"] for r in manifest["sources"] if r["key"] == "data"]
