@@ -113,14 +113,15 @@ def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
     tmp_path, monkeypatch, layout
 ):
     """The stream (chunks of 7 pairs, raw pairs read back 5 rows at a time, two workers) gives
-    what a run reading the whole file holds: its training pairs encoded, its held-out parts,
-    its split's fingerprint."""
+    what a run reading the whole file holds: its training pairs encoded with tokenizers learnt
+    from the same sample, its held-out parts, its split's fingerprint."""
     import qkv.train.corpus as corpus
     from qkv.data import bundled_pairs, encode_pairs, write_pairs
     from qkv.data.prepared import RawPairs
+    from qkv.train import run_data
     from qkv.train.run_data import load_run_data, read_run_files, run_split
 
-    pairs = bundled_pairs()[:97] + [("Go.", "Va !"), ("go .", "Vas-y !"), ("GO\u00a0.", "Va.")]
+    pairs = [*bundled_pairs()[:97], ("Go.", "Va !"), ("go .", "Vas-y !"), ("GO\u00a0.", "Va.")]
     config = tiny_config(valid=9, test=0.1)
     if layout == "one file":
         write_pairs(tmp_path / "en-fr.txt", pairs)
@@ -129,12 +130,13 @@ def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
         for side, lang in enumerate(("en", "fr")):
             (tmp_path / f"c.{lang}").write_text("".join(p[side] + "\n" for p in pairs[:80]))
         write_pairs(tmp_path / "valid.txt", pairs[80:])
-        config = config.updated(
-            {"data": [str(tmp_path / "c.en"), str(tmp_path / "c.fr")],
-             "valid_data": str(tmp_path / "valid.txt")}  # fmt: skip
-        )
+        aligned = [str(tmp_path / "c.en"), str(tmp_path / "c.fr")]
+        config = config.updated({"data": aligned, "valid_data": str(tmp_path / "valid.txt")})
     monkeypatch.setattr(corpus, "CHUNK", 7)
     monkeypatch.setattr(RawPairs, "BLOCK", 5)
+    # the tokenizers learn from a seeded sample of 50 of the training pairs, in both paths
+    monkeypatch.setattr(run_data.tokenizer_sample, "__defaults__", (50,))
+    monkeypatch.setattr(run_data.tokenizer_sample_indices, "__defaults__", (50,))
     folder = prepare_corpus(config, tmp_path / "bin", workers=2)
     files = read_run_files(config)  # what a run reads and splits (run_split: given files too)
     ref = load_run_data(config, split=run_split(config, files), pairs=(files.pairs, files.source))
@@ -265,7 +267,9 @@ def test_which_data_files_a_run_prepares_into_its_folder(tmp_path, corpus_file, 
     assert prepare_reason(config) is None  # small: read into memory
     assert prepare_reason(config.updated({"prepare_data": "always"})) == "prepare_data=always"
     monkeypatch.setattr(corpus, "PREPARE_ABOVE", size - 1)
-    assert "above the" in prepare_reason(config) and "--prepare-data never" in prepare_reason(config)
+    assert "above the" in prepare_reason(config) and "--prepare-data never" in prepare_reason(
+        config
+    )
     assert prepare_reason(config.updated({"prepare_data": "never"})) is None
     monkeypatch.setattr(corpus, "PREPARE_ABOVE", size)
     assert prepare_reason(config) is None
@@ -312,7 +316,7 @@ def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, 
     """Killed mid-epoch, resumed: the prepared folder found again (not prepared again), and the
     weights those of a run that read the same file into memory."""
     ref_out, cut_out = tmp_path / "in-memory", tmp_path / "prepared"
-    args = _train_args(corpus_file, cut_out) + ["--prepare-data", "always"]
+    args = [*_train_args(corpus_file, cut_out), "--prepare-data", "always"]
     first = cut_out / "checkpoints" / "step-00000007"
     kill_when_checkpointed(args, first)
     manifest = cut_out / "data" / "manifest.json"
