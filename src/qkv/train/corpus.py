@@ -7,9 +7,19 @@ training pairs with every core and writes the token arrays of
 :mod:`qkv.data.prepared`. The pairs, the tokens and therefore the batches are the ones a run
 reading the file itself gets, for the same settings and seed.
 
-It is resumable: the work goes into ``OUT/.work`` (the tokenizers, then one file per chunk of
-encoded pairs), and a prepare killed and started again with the same sources and settings
-keeps what was done. A second prepare of unchanged data is a no-op.
+It reads in a stream, holding at most a chunk of :data:`CHUNK` pairs of text: a first pass
+writes the pairs to ``OUT/.work`` as raw text (:class:`~qkv.data.prepared.RawPairsWriter`) with
+two hashes per source, the split is made from those arrays
+(:func:`~qkv.data.splits.split_parts`, which is :func:`~qkv.data.splits.split_pairs`'s split),
+and the languages' sample, the held-out parts, the tokenizers' sample and each worker's chunk
+are read back by row.
+
+It is resumable: the work goes into ``OUT/.work`` (the raw pairs, the tokenizers, then one file
+per chunk of encoded pairs), and a prepare killed and started again with the same sources and
+settings keeps what was done. A second prepare of unchanged data is a no-op.
+
+:func:`prepare_reason` is when ``qkv train --data FILE`` prepares its file into its own folder
+first (``prepare_data``, :data:`PREPARE_ABOVE`).
 
 :func:`prepared_run_data` is a run's :class:`~qkv.train.run_data.RunData` from such a folder:
 the source files checked (a changed one is named), the settings checked against the ones the
@@ -614,9 +624,10 @@ def _prepare(
 
 # ---------------------------------------------------------------------------- a run's data
 #: ``prepare_data="auto"``: a data file of more bytes than this (times the run's processes) is
-#: prepared into the run's folder. Read into memory, a pair costs a run about 14 bytes of
-#: memory per byte of text (Python strings, token lists): 64 MiB of text is about 1.5 GiB.
-PREPARE_ABOVE = 64 * 2**20
+#: prepared into the run's folder. Read into memory (Python strings, token lists, the
+#: tokenizers' training beside them), the benchmark's corpus peaked at 1.48 GiB for 27.7 MiB of
+#: text (200k pairs) and 1.63 GiB for 41.6 MiB (300k); prepared first, at 1.19 GiB for 200k.
+PREPARE_ABOVE = 32 * 2**20
 #: where ``qkv train`` prepares a data file of its own, in its ``--out`` folder
 RUN_DATA_DIR = "data"
 
