@@ -108,6 +108,35 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     assert a["fingerprint"] == b["fingerprint"]
 
 
+def test_a_prepare_killed_while_reading_reads_again_and_gives_the_same_folder(
+    tmp_path, corpus_file, monkeypatch
+):
+    import qkv.train.corpus as corpus
+
+    config = tiny_config(data=str(corpus_file))
+    monkeypatch.setattr(corpus, "CHUNK", 64)
+    real = corpus.group_hashes
+    calls = []
+
+    def dies_at_the_fourth(sources, seed):
+        calls.append(len(sources))
+        if len(calls) == 4:
+            raise _Killed  # the first pass half done: no rows.json yet
+        return real(sources, seed)
+
+    monkeypatch.setattr(corpus, "group_hashes", dies_at_the_fourth)
+    with pytest.raises(_Killed):
+        prepare_corpus(config, tmp_path / "bin", workers=1)
+    assert not (tmp_path / "bin" / ".work" / "rows.json").exists()
+    said: list[str] = []
+    folder = prepare_corpus(config, tmp_path / "bin", workers=1, say=said.append)
+    assert "reading: done before, kept" not in said and sum(calls[4:]) == 600
+    monkeypatch.setattr(corpus, "group_hashes", real)
+    fresh = prepare_corpus(config, tmp_path / "fresh", workers=2)
+    for name in ("train.src.tok", "train.src.idx", "train.tgt.tok", "valid.jsonl", "test.jsonl"):
+        assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("layout", ["one file", "aligned files and a validation file"])
 def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
     tmp_path, monkeypatch, layout
