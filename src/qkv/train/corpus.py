@@ -361,6 +361,13 @@ def _spill(config: TrainConfig, work: Path, say: Say, pool: Any) -> dict[str, An
     return meta
 
 
+def _smallest_sources(raw: RawPairs, groups: list[np.ndarray]) -> list[str]:
+    """Each group's smallest raw source (the groups' rows read in one pass)."""
+    sources = raw.sources(np.concatenate(groups))
+    ends = np.cumsum([len(g) for g in groups]).tolist()
+    return [min(sources[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+
+
 def _split(config: TrainConfig, work: Path, sizes: list[int], raw: RawPairs) -> np.ndarray:
     """Per raw pair its part (:data:`~qkv.data.splits.TRAIN`, ``VALID``, ``TEST``): the split
     a run makes (:func:`~qkv.train.run_data.run_split`), from the hashes of the first pass."""
@@ -374,7 +381,7 @@ def _split(config: TrainConfig, work: Path, sizes: list[int], raw: RawPairs) -> 
         0 if given_valid else config.valid,
         0 if given_test else config.test,
         config.split_seed,
-        lambda groups: [min(raw.sources(g)) for g in groups],
+        lambda groups: _smallest_sources(raw, groups),
     )
     del keys, ranks
     return np.concatenate([parts, np.full(n_valid, VALID, np.int8), np.full(n_test, TEST, np.int8)])
