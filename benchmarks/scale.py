@@ -214,7 +214,9 @@ def _uptime() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool) -> dict:
+def run_prepare(n: int, work: Path, pairs: list) -> dict:
+    """``qkv prepare`` of ``corpus-N.tsv`` (written first if need be) into a fresh ``bin-N``,
+    then again (a no-op): the row's ``corpus_bytes``, ``prepare`` and ``prepare_again_s``."""
     corpus = work / f"corpus-{n}.tsv"
     if not corpus.is_file():
         t = time.monotonic()
@@ -222,13 +224,19 @@ def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool)
         print(f"{n}: corpus written in {time.monotonic() - t:.0f} s", flush=True)
     folder = work / f"bin-{n}"
     shutil.rmtree(folder, ignore_errors=True)
-    r: dict[str, Any] = {"pairs": n, "corpus_bytes": corpus.stat().st_size}
+    r: dict[str, Any] = {"corpus_bytes": corpus.stat().st_size}
     r["prepare"] = measure([*QKV, "prepare", "--data", str(corpus), "--out", str(folder),
                             *HELD_OUT])  # fmt: skip
     r["prepare"]["report"] = json.loads((folder / "report.json").read_text())
     r["prepare_again_s"] = measure([*QKV, "prepare", "--data", str(corpus), "--out",
                                     str(folder), *HELD_OUT])["wall_s"]  # fmt: skip
     print(f"{n}: prepare {r['prepare']['wall_s']} s", flush=True)
+    return r
+
+
+def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool) -> dict:
+    corpus, folder = work / f"corpus-{n}.tsv", work / f"bin-{n}"
+    r: dict[str, Any] = {"pairs": n, **run_prepare(n, work, pairs)}
     run = work / f"run-{n}"
     shutil.rmtree(run, ignore_errors=True)
     r["train"] = measure([*QKV, *_train_args(str(folder), run)], FIRST)
@@ -236,7 +244,9 @@ def run_size(n: int, work: Path, pairs: list, baseline_max: int, torchrun: bool)
     if n <= baseline_max:
         run = work / f"run-file-{n}"
         shutil.rmtree(run, ignore_errors=True)
-        r["train_file"] = measure([*QKV, *_train_args(str(corpus), run), *HELD_OUT], FIRST)
+        r["train_file"] = measure(
+            [*QKV, *_train_args(str(corpus), run), *HELD_OUT, "--prepare-data", "never"], FIRST
+        )  # in memory, as before (a large file is prepared into the run otherwise)
         print(f"{n}: train from the file {r['train_file']}", flush=True)
     if torchrun:
         r["torchrun_2"] = measure(_torchrun(folder, work / f"run-ddp-{n}"), FIRST, skip=2)
@@ -381,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tile", metavar="BASE:N",
                    help="train on bin-BASE's arrays repeated to N pairs (no prepare at N)")  # fmt: skip
     p.add_argument("--no-torchrun", action="store_true", help="with --tile: one process only")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="measure qkv prepare alone, keeping the rest of each size's row")  # fmt: skip
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     record = json.loads(args.json.read_text()) if args.json.is_file() else {"results": []}
@@ -392,12 +404,18 @@ def main(argv: list[str] | None = None) -> None:
         jobs = [(int(n), int(base))]
     for n, base in jobs:
         load_before = _uptime()
-        if base is not None:
+        if args.prepare_only:  # the prepare entries replaced, with their own conditions
+            old = [x for x in record["results"] if x["pairs"] == n and not x.get("tiled_from")]
+            r = {**(old[0] if old else {"pairs": n}), **run_prepare(n, args.work, pairs)}
+            r["prepare"]["load_before"], r["prepare"]["load_after"] = load_before, _uptime()
+            r["prepare"]["conditions"] = args.conditions
+        elif base is not None:
             r = run_tiled(n, base, args.work, not args.no_torchrun)
         else:
             r = run_size(n, args.work, pairs, args.baseline_max, n == ddp_size)
-        r["load_before"], r["load_after"] = load_before, _uptime()
-        r["conditions"] = args.conditions
+        if not args.prepare_only:
+            r["load_before"], r["load_after"] = load_before, _uptime()
+            r["conditions"] = args.conditions
         same = (n, r.get("tiled_from"))
         record["results"] = [
             x for x in record["results"] if (x["pairs"], x.get("tiled_from")) != same

@@ -33,3 +33,16 @@ def test_bad_input_is_one_line_naming_the_flag(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == (
         "qkv prepare: error: --workers: expected 0 (every core) or more, got -1"
     )
+
+
+def test_a_mostly_unreadable_file_is_refused_as_a_run_refuses_it(tmp_path):
+    """The stream (read in the workers' feeder) ends on the reader's check, as a run's read."""
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a\tb\nbad line\nc\td\nanother bad\n", encoding="utf-8")
+    prep = run_qkv("prepare", "--data", str(bad), "--out", str(tmp_path / "b"), "--workers", "2")
+    run = run_qkv("train", "--data", str(bad), "--out", str(tmp_path / "r"),
+                  "--prepare-data", "never")  # fmt: skip
+    assert prep.returncode == run.returncode == 2
+    why = prep.stderr.strip().splitlines()[-1].removeprefix("qkv prepare: error: ")
+    assert why == run.stderr.strip().splitlines()[-1].removeprefix("qkv train: error: ")
+    assert why.startswith(f"--data: 2 of the 4 lines of {bad} (50.0%) cannot be read")

@@ -118,3 +118,90 @@ def test_a_truncated_array_is_a_clear_error(tmp_path):
     tok.write_bytes(tok.read_bytes()[:-2])
     with pytest.raises(ValueError, match=r"train\.src\.tok' should hold \d+ uint16 values"):
         TokenColumn(tmp_path, "train.src", np.uint16, 50)
+
+
+# ---------------------------------------------------------------------------- prepare's stream
+def _variants(seed: int, n: int) -> list[tuple[str, str]]:
+    """Pairs whose sources repeat, also as variants a normaliser makes equal (case, spaces)."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["go", "Go", "GO", "stop", "run", "the cat", "a dog"]
+    ends = [".", " .", "!", "  !", "\u00a0!"]
+    return [
+        (" ".join(rng.choice(words) for _ in range(rng.randint(1, 3))) + rng.choice(ends), f"t{i}")
+        for i in range(n)
+    ]
+
+
+def _split_both(pairs, valid, test, seed):
+    from qkv.data.splits import TEST, TRAIN, VALID, group_hashes, split_pairs, split_parts
+
+    want = split_pairs(pairs, valid=valid, test=test, seed=seed)
+    keys, ranks = group_hashes([s for s, _ in pairs], seed)
+    asked = []
+
+    def smallest(groups):
+        asked.append(len(groups))
+        return [min(pairs[i][0] for i in g) for g in groups]
+
+    parts = split_parts(keys, ranks, valid, test, seed, smallest)
+    got = tuple(tuple(np.flatnonzero(parts == p).tolist()) for p in (TRAIN, VALID, TEST))
+    return (want.train, want.valid, want.test), got, asked
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("sizes", [(0.1, 0.1), (3, 0), (0, 5), (0.3, 0.2), (0, 0)])
+def test_the_split_from_hash_arrays_is_split_pairs(seed, sizes):
+    pairs = _variants(seed, 20 + 13 * seed)
+    want, got, asked = _split_both(pairs, *sizes, seed)
+    assert got == want
+    assert sum(asked) < len(pairs)  # only groups whose sources differ are read as text
+
+
+def test_the_split_from_hash_arrays_breaks_digest_ties_by_the_text(monkeypatch):
+    import hashlib
+
+    import qkv.data.splits as splits
+
+    real = hashlib.blake2b
+
+    class Weak:  # 8-byte digests of one byte: groups tie, as 64-bit collisions would
+        def __init__(self, data=b"", digest_size=64):
+            self.h, self.size = real(data, digest_size=digest_size), digest_size
+
+        def update(self, data):
+            self.h.update(data)
+
+        def digest(self):
+            d = self.h.digest()
+            return d[:1] + bytes(7) if self.size == 8 else d
+
+        def hexdigest(self):
+            return self.digest().hex()
+
+    monkeypatch.setattr(splits.hashlib, "blake2b", Weak)
+    for seed in range(4):
+        want, got, _ = _split_both(_variants(10 + seed, 300), 0.2, 0.1, seed)
+        assert got == want
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 16])
+def test_raw_pairs_read_back_by_row_in_any_order(tmp_path, monkeypatch, block):
+    from qkv.data.prepared import RawPairs, RawPairsWriter
+    from qkv.data.splits import fingerprint
+
+    pairs = [*_variants(3, 50), ("tab\there", "new\nline"), ("\ud800 lone", "é ü 中文"), ("x", "")]
+    w = RawPairsWriter(tmp_path)
+    seen = b"".join(w.append(pairs[a : a + 7]) for a in range(0, len(pairs), 7))
+    w.close()
+    import hashlib
+
+    assert hashlib.blake2b(seen, digest_size=16).hexdigest() == fingerprint(pairs)
+    monkeypatch.setattr(RawPairs, "BLOCK", block)
+    raw = RawPairs(tmp_path)
+    assert len(raw) == len(pairs)
+    assert raw.pairs(np.arange(len(pairs))) == pairs
+    rows = np.random.default_rng(0).permutation(len(pairs))[:20]
+    assert raw.pairs(rows) == [pairs[i] for i in rows]
+    assert raw.sources([4, 2]) == [pairs[4][0], pairs[2][0]]

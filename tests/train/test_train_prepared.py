@@ -79,16 +79,16 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     config = tiny_config(data=str(corpus_file))
     monkeypatch.setattr(corpus, "CHUNK", 100)
     calls = []
-    real = corpus.encode_chunk
+    real = corpus.encode_rows
     dying = [True]
 
-    def dies_at_the_third(pairs):
-        calls.append(len(pairs))
+    def dies_at_the_third(task):
+        calls.append(len(task[3]))
         if dying[0] and len(calls) == 3:
             raise _Killed  # as a kill between two chunks: each chunk's file is written whole
-        return real(pairs)
+        return real(task)
 
-    monkeypatch.setattr(corpus, "encode_chunk", dies_at_the_third)
+    monkeypatch.setattr(corpus, "encode_rows", dies_at_the_third)
     with pytest.raises(_Killed):
         prepare_corpus(config, tmp_path / "bin", workers=1)
     assert not (tmp_path / "bin" / "manifest.json").exists()
@@ -97,15 +97,88 @@ def test_a_killed_prepare_continues_where_it_stopped(tmp_path, corpus_file, monk
     dying[0] = False
     said: list[str] = []
     folder = prepare_corpus(config, tmp_path / "bin", workers=1, say=said.append)
-    assert "tokenizers: trained before, kept" in said
+    assert "reading: done before, kept" in said and "tokenizers: trained before, kept" in said
     assert any(m.startswith("resuming: 2 of 6 chunks encoded before") for m in said), said
     assert len(calls) == 4  # only the chunks left
-    monkeypatch.setattr(corpus, "encode_chunk", real)
+    monkeypatch.setattr(corpus, "encode_rows", real)
     fresh = prepare_corpus(config, tmp_path / "fresh", workers=2)
     for name in ("train.src.tok", "train.src.idx", "train.tgt.tok", "train.tgt.len"):
         assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
     a, b = PreparedCorpus(folder).manifest, PreparedCorpus(fresh).manifest
     assert a["fingerprint"] == b["fingerprint"]
+
+
+def test_a_prepare_killed_while_reading_reads_again_and_gives_the_same_folder(
+    tmp_path, corpus_file, monkeypatch
+):
+    import qkv.train.corpus as corpus
+
+    config = tiny_config(data=str(corpus_file))
+    monkeypatch.setattr(corpus, "CHUNK", 64)
+    real = corpus.group_hashes
+    calls = []
+
+    def dies_at_the_fourth(sources, seed):
+        calls.append(len(sources))
+        if len(calls) == 4:
+            raise _Killed  # the first pass half done: no rows.json yet
+        return real(sources, seed)
+
+    monkeypatch.setattr(corpus, "group_hashes", dies_at_the_fourth)
+    with pytest.raises(_Killed):
+        prepare_corpus(config, tmp_path / "bin", workers=1)
+    assert not (tmp_path / "bin" / ".work" / "rows.json").exists()
+    said: list[str] = []
+    folder = prepare_corpus(config, tmp_path / "bin", workers=1, say=said.append)
+    assert "reading: done before, kept" not in said and sum(calls[4:]) == 600
+    monkeypatch.setattr(corpus, "group_hashes", real)
+    fresh = prepare_corpus(config, tmp_path / "fresh", workers=2)
+    for name in ("train.src.tok", "train.src.idx", "train.tgt.tok", "valid.jsonl", "test.jsonl"):
+        assert (folder / name).read_bytes() == (fresh / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("layout", ["one file", "aligned files and a validation file"])
+def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
+    tmp_path, monkeypatch, layout
+):
+    """The stream (chunks of 7 pairs, raw pairs read back 5 rows at a time, two workers) gives
+    what a run reading the whole file holds: its training pairs encoded with tokenizers learnt
+    from the same sample, its held-out parts, its split's fingerprint."""
+    import qkv.train.corpus as corpus
+    from qkv.data import bundled_pairs, encode_pairs, write_pairs
+    from qkv.data.prepared import RawPairs
+    from qkv.train import run_data
+    from qkv.train.run_data import load_run_data, read_run_files, run_split
+
+    pairs = [*bundled_pairs()[:97], ("Go.", "Va !"), ("go .", "Vas-y !"), ("GO\u00a0.", "Va.")]
+    config = tiny_config(valid=9, test=0.1)
+    if layout == "one file":
+        write_pairs(tmp_path / "en-fr.txt", pairs)
+        config = config.updated({"data": str(tmp_path / "en-fr.txt")})
+    else:
+        for side, lang in enumerate(("en", "fr")):
+            (tmp_path / f"c.{lang}").write_text("".join(p[side] + "\n" for p in pairs[:80]))
+        write_pairs(tmp_path / "valid.txt", pairs[80:])
+        aligned = [str(tmp_path / "c.en"), str(tmp_path / "c.fr")]
+        config = config.updated({"data": aligned, "valid_data": str(tmp_path / "valid.txt")})
+    monkeypatch.setattr(corpus, "CHUNK", 7)
+    monkeypatch.setattr(RawPairs, "BLOCK", 5)
+    # the tokenizers learn from a seeded sample of 50 of the training pairs, in both paths
+    monkeypatch.setattr(run_data.tokenizer_sample, "__defaults__", (50,))
+    monkeypatch.setattr(run_data.tokenizer_sample_indices, "__defaults__", (50,))
+    folder = prepare_corpus(config, tmp_path / "bin", workers=2)
+    files = read_run_files(config)  # what a run reads and splits (run_split: given files too)
+    ref = load_run_data(config, split=run_split(config, files), pairs=(files.pairs, files.source))
+    prepared = PreparedCorpus(folder)
+    src_ids, tgt_ids = encode_pairs(
+        ref.train, ref.src_tokenizer, ref.tgt_tokenizer, pre_normalized=True
+    )
+    assert prepared.n_train == len(ref.train) > 50
+    assert [prepared.src[i].tolist() for i in range(prepared.n_train)] == src_ids
+    assert [prepared.tgt[i].tolist() for i in range(prepared.n_train)] == tgt_ids
+    assert prepared.held_out("valid")[1] == ref.valid and prepared.held_out("test")[1] == ref.test
+    split = prepared.manifest["split"]
+    assert (split["n"], split["fingerprint"]) == (ref.split.n, ref.split.fingerprint)
 
 
 def test_a_changed_source_file_is_named(tmp_path, corpus_file):
@@ -209,3 +282,99 @@ def test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs(
     assert 0 < duplicates <= 50  # the copies of held-out pairs are held out with them
     assert raw.n_train == n_plain - 2 - duplicates == report["pairs"]["train"]
     assert raw.manifest["settings"]["cleaning"]["dedup"] is True
+
+
+# ---------------------------------------------------------------------------- qkv train FILE
+def test_which_data_files_a_run_prepares_into_its_folder(tmp_path, corpus_file, monkeypatch):
+    import gzip
+
+    import qkv.train.corpus as corpus
+    from qkv.train.corpus import data_bytes, prepare_reason
+
+    size = corpus_file.stat().st_size
+    config = tiny_config(data=str(corpus_file))
+    assert prepare_reason(config) is None  # small: read into memory
+    assert prepare_reason(config.updated({"prepare_data": "always"})) == "prepare_data=always"
+    monkeypatch.setattr(corpus, "PREPARE_ABOVE", size - 1)
+    assert "above the" in prepare_reason(config) and "--prepare-data never" in prepare_reason(
+        config
+    )
+    assert prepare_reason(config.updated({"prepare_data": "never"})) is None
+    monkeypatch.setattr(corpus, "PREPARE_ABOVE", size)
+    assert prepare_reason(config) is None
+    assert "x 2 processes" in prepare_reason(config, world_size=2)  # each rank holds a copy
+    assert prepare_reason(tiny_config()) is None  # the bundled corpus
+    folder = prepare_corpus(config, tmp_path / "bin")
+    assert prepare_reason(config.updated({"data": str(folder), "prepare_data": "always"})) is None
+    gz = tmp_path / "en-fr.txt.gz"
+    gz.write_bytes(gzip.compress(corpus_file.read_bytes()))
+    assert data_bytes(str(gz)) == size > gz.stat().st_size  # the text's size, from the trailer
+    assert data_bytes([str(corpus_file), str(corpus_file)]) == 2 * size
+
+
+@pytest.mark.parametrize("how", ["above the threshold", "always"])
+def test_a_run_on_a_large_file_prepares_it_and_trains_on_the_same_batches(
+    tmp_path, corpus_file, monkeypatch, how
+):
+    import qkv.train.corpus as corpus
+
+    config = tiny_config(data=str(corpus_file), seed=4, **_SPM)
+    if how == "always":
+        big = config.updated({"prepare_data": "always"})
+    else:
+        monkeypatch.setattr(corpus, "PREPARE_ABOVE", 1000)
+        big = config
+    a = _setup(config.updated({"prepare_data": "never"}), tmp_path / "a")
+    b = _setup(big, tmp_path / "b")
+    assert a.data.prepared is None and b.data.prepared is not None
+    assert b.data.prepared.folder == (tmp_path / "b" / "data").resolve()
+    assert b.settings["data"] == str(corpus_file)  # train.json keeps the file the run was given
+    assert a.data.src_tokenizer.tokens() == b.data.src_tokenizer.tokens()
+    assert (a.data.valid, a.data.raw_test) == (b.data.valid, b.data.raw_test)
+    assert a.model_config == b.model_config
+    assert a.batcher.state_dict() == b.batcher.state_dict()
+    xs, ys = list(a.batcher), list(b.batcher)
+    assert len(xs) == len(ys) > 3
+    for x, y in zip(xs, ys):
+        for f in ("src", "src_valid_lens", "tgt_in", "tgt_out", "tgt_valid_lens", "indices"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+
+
+@pytest.mark.slow
+def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, corpus_file):
+    """Killed mid-epoch, resumed: the prepared folder found again (not prepared again), and the
+    weights those of a run that read the same file into memory."""
+    ref_out, cut_out = tmp_path / "in-memory", tmp_path / "prepared"
+    args = [*_train_args(corpus_file, cut_out), "--prepare-data", "always"]
+    first = cut_out / "checkpoints" / "step-00000007"
+    kill_when_checkpointed(args, first)
+    manifest = cut_out / "data" / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    resumed = run_qkv(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "data: preparing" not in resumed.stderr and manifest.stat().st_mtime_ns == stamp
+    reference = run_qkv(*_train_args(corpus_file, ref_out), "--prepare-data", "never")
+    assert reference.returncode == 0, reference.stderr
+    assert not (ref_out / "data").exists()
+    a = latest_checkpoint(ref_out / "checkpoints")
+    b = latest_checkpoint(cut_out / "checkpoints")
+    assert a.name == b.name == f"step-{STEPS:08d}"
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    split = json.loads((b / "split.json").read_text())
+    assert split["type"] == "qkv.PreparedSplit" and split["corpus"] == str(cut_out / "data")
+    train_json = json.loads((b / "train.json").read_text())
+    assert train_json["data"] == str(corpus_file)
+
+
+def test_a_run_that_prepares_says_so_in_one_line(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    r = run_qkv("train", "--data", str(corpus_file), "--out", str(out), "--max-steps", "1",
+                "--prepare-data", "always", "--set", "tokenizer=word", "--threads", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "data: preparing" in line]
+    assert len(said) == 1 and f"into {out.resolve() / 'data'} (prepare_data=always)" in said[0]
+    bad = run_qkv("train", "--data", str(corpus_file), "--out", str(tmp_path / "x"),
+                  "--prepare-data", "sometimes")  # fmt: skip
+    assert bad.returncode == 2
+    assert "--prepare-data: expected 'auto', 'always' or 'never'" in bad.stderr.splitlines()[-1]

@@ -37,10 +37,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         NAME,
         help="read, split, tokenize and encode a corpus once, for qkv train --data FOLDER",
-        description="Prepare a corpus of any size: the split, the tokenizers (trained on a "
-        "seeded sample) and token arrays on disk in --out; qkv train --data OUT then "
-        "trains with flat memory on every rank. A second prepare of unchanged data does "
-        "nothing; a killed one continues where it stopped.",
+        description="Prepare a corpus of any size, read as a stream (a chunk of pairs in "
+        "memory at a time): the split, the tokenizers (trained on a seeded sample) and token "
+        "arrays on disk in --out; qkv train --data OUT then trains with flat memory on every "
+        "rank (qkv train --data FILE does this itself, into OUT/data, for a large file). A "
+        "second prepare of unchanged data does nothing; a killed one continues where it "
+        "stopped.",
     )
     p.add_argument("--out", required=True, help="the folder to write (e.g. data-bin/)")
     p.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")

@@ -65,6 +65,12 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "refuse a data file whose unreadable lines (blank ones aside) exceed this fraction",
     ),
+    "--prepare-data": (
+        "prepare_data",
+        str,
+        "prepare the data file into OUT/data first (as qkv prepare does) and train from there "
+        "with flat memory: auto, always or never",
+    ),
     "--model": ("model", str, "transformer or bahdanau"),
     "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
     "--max-steps": ("max_steps", int, "the most optimizer updates"),
@@ -104,6 +110,7 @@ _AUTO_MEANS: dict[str, str] = {
     "tgt_lang": "read from the data (columns, file suffixes, fra.txt) or detected",
     "tokenize": "the target language's, as sacrebleu -l SRC-TGT picks it",
     "data_format": "guessed from the file",
+    "prepare_data": "a file above {prepare_mib} MiB of text (times the torchrun processes)",
     "src_column": "src or source",
     "tgt_column": "tgt or target",
     "preset": "from the corpus, budget and device",
@@ -128,6 +135,7 @@ def train_flag_default(key: str) -> str:
     for None or ``"auto"`` what that stands for."""
     from ..train import Plan, TrainConfig
     from ..train.config import DEFAULT_MAX_STEPS
+    from ..train.corpus import PREPARE_ABOVE
 
     default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
     if default is not None and default != "auto":
@@ -137,6 +145,7 @@ def train_flag_default(key: str) -> str:
         warmup=Plan.WARMUP_FRACTION,
         evals=Plan.EVALS,
         saves=Plan.SAVES,
+        prepare_mib=PREPARE_ABOVE // 2**20,
     )
     return means if default is None else f"auto: {means}"
 

@@ -41,10 +41,13 @@ __all__ = [
     "Cleaning",
     "PreparedCorpus",
     "PreparedSplit",
+    "RawPairs",
+    "RawPairsWriter",
     "TokenArraysWriter",
     "TokenColumn",
     "check_sources",
     "encode_chunk",
+    "encode_rows",
     "file_digest",
     "init_encoder",
     "is_prepared",
@@ -159,6 +162,95 @@ class TokenArraysWriter:
             os.fsync(f.fileno())
             f.close()
             os.replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
+
+
+# ---------------------------------------------------------------------------- raw pairs
+class RawPairsWriter:
+    """The pairs of a corpus as ``qkv prepare`` reads them, appended a chunk at a time to four
+    files of ``folder``: ``raw.src``/``raw.tgt`` (UTF-8 text, one sentence after the other)
+    and ``raw.src.idx``/``raw.tgt.idx`` (int64 byte offsets, ``n + 1``). What preparing reads
+    back by index (:class:`RawPairs`) instead of holding the corpus."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._files = [
+            open(self.folder / name, "wb")  # noqa: SIM115 - closed by close()
+            for name in ("raw.src", "raw.src.idx", "raw.tgt", "raw.tgt.idx")
+        ]
+        self._offsets = [0, 0]
+        self.count = 0
+        for f in self._files[1::2]:
+            f.write(np.zeros(1, dtype=np.int64).tobytes())
+
+    def append(self, pairs: list[tuple[str, str]]) -> bytes:
+        """Add ``pairs``; returns their bytes as :func:`qkv.data.fingerprint` hashes them."""
+        sides = []
+        for side in (0, 1):
+            data = [p[side].encode("utf-8", "surrogatepass") for p in pairs]
+            lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
+            self._files[2 * side].write(b"".join(data))
+            ends = self._offsets[side] + np.cumsum(lengths)
+            self._files[2 * side + 1].write(ends.tobytes())
+            if len(ends):
+                self._offsets[side] = int(ends[-1])
+            sides.append(data)
+        self.count += len(pairs)
+        return b"".join(x for s, t in zip(*sides) for x in (s, b"\t", t, b"\n"))
+
+    def close(self) -> None:
+        for f in self._files:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+class RawPairs:
+    """The pairs :class:`RawPairsWriter` wrote, read back by index a block at a time."""
+
+    #: pairs read in one go at most
+    BLOCK = 1 << 16
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        size = (self.folder / "raw.src.idx").stat().st_size
+        self.count = size // 8 - 1
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _side(self, side: str, a: int, b: int) -> tuple[np.ndarray, bytes]:
+        with open(self.folder / f"raw.{side}.idx", "rb") as f:
+            f.seek(8 * a)
+            offsets = np.frombuffer(f.read(8 * (b - a + 1)), dtype=np.int64)
+        with open(self.folder / f"raw.{side}", "rb") as f:
+            f.seek(int(offsets[0]))
+            data = f.read(int(offsets[-1] - offsets[0]))
+        return offsets - offsets[0], data
+
+    def sources(self, indices: np.ndarray) -> list[str]:
+        """The source sides of the pairs at ``indices`` (in any order)."""
+        return [s for s, _ in self.pairs(indices)]
+
+    def pairs(self, indices: np.ndarray | list[int]) -> list[tuple[str, str]]:
+        """The pairs at ``indices``, in that order (read in blocks of the sorted indices)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        order = np.argsort(idx, kind="stable")
+        out: list[tuple[str, str] | None] = [None] * len(idx)
+        sorted_idx = idx[order]
+        i = 0
+        while i < len(sorted_idx):
+            a = int(sorted_idx[i])
+            j = int(np.searchsorted(sorted_idx, a + self.BLOCK, side="left"))
+            b = int(sorted_idx[j - 1]) + 1
+            (so, sd), (to, td) = self._side("src", a, b), self._side("tgt", a, b)
+            for k in range(i, j):
+                r = int(sorted_idx[k]) - a
+                out[int(order[k])] = (
+                    sd[so[r] : so[r + 1]].decode("utf-8", "surrogatepass"),
+                    td[to[r] : to[r + 1]].decode("utf-8", "surrogatepass"),
+                )
+            i = j
+        return out  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- reading
@@ -423,6 +515,17 @@ def init_encoder(tokenizers: str, cleaning: Cleaning | None = None) -> None:
 
     _WORKER["tokenizers"] = load_tokenizers(tokenizers)
     _WORKER["cleaning"] = cleaning
+    _WORKER["loaded"] = (tokenizers, cleaning)
+
+
+def encode_rows(task: tuple[str, Cleaning | None, str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """:func:`encode_chunk` of the pairs a :class:`RawPairs` folder holds at some indices:
+    ``task`` is ``(tokenizers folder, cleaning, raw pairs folder, indices)``. The worker loads
+    the tokenizers at its first task (a pool started before they were trained can run it)."""
+    tokenizers, cleaning, raw, indices = task
+    if _WORKER.get("loaded") != (tokenizers, cleaning):
+        init_encoder(tokenizers, cleaning)
+    return encode_chunk(RawPairs(Path(raw)).pairs(indices))
 
 
 def encode_chunk(pairs: list[tuple[str, str]]) -> tuple[np.ndarray, ...]:

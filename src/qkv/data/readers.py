@@ -61,7 +61,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Union
 
-__all__ = ["FORMATS", "MAX_RECORD_LINES", "ReadReport", "read_pairs"]
+__all__ = ["FORMATS", "MAX_RECORD_LINES", "ReadReport", "iter_pairs", "read_pairs"]
 
 FORMATS = ("fra", "tsv", "csv", "jsonl", "aligned")
 
@@ -411,9 +411,8 @@ def _pick(
     )
 
 
-def _keep(
-    pairs: list[tuple[str, str]], report: ReadReport, n: int, src: str, tgt: str, raw: str
-) -> None:
+def _keep(report: ReadReport, n: int, src: str, tgt: str, raw: str) -> tuple[str, str] | None:
+    """The pair stripped, or None (and the line reported) when a side is empty."""
     src, tgt = src.strip(), tgt.strip()
     if not src and not tgt:
         report.skip("blank_line", n, raw)
@@ -422,7 +421,8 @@ def _keep(
     elif not tgt:
         report.skip("empty_target", n, raw)
     else:
-        pairs.append((src, tgt))
+        return src, tgt
+    return None
 
 
 # A header row in a file without one: language codes (ISO 639-1, and common 639-2/3 ones) or
@@ -473,8 +473,7 @@ def _looks_like_header(cols: Sequence[str]) -> bool:
     return a != b and _header_word(a) and _header_word(b)
 
 
-def _read_fra(lines: Iterator[bytes], report: ReadReport) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
+def _read_fra(lines: Iterator[bytes], report: ReadReport) -> Iterator[tuple[str, str]]:
     for n, line in _decoded(lines, report):
         report.lines += 1
         if not line.strip():
@@ -487,8 +486,8 @@ def _read_fra(lines: Iterator[bytes], report: ReadReport) -> list[tuple[str, str
         if n == 1 and _looks_like_header(cols):
             report.skip("header_row", n, line)
             continue
-        _keep(pairs, report, n, cols[0], cols[1], line)
-    return pairs
+        if (pair := _keep(report, n, cols[0], cols[1], line)) is not None:
+            yield pair
 
 
 def _header(
@@ -521,7 +520,6 @@ def _header(
 
 
 def _row(
-    pairs: list[tuple[str, str]],
     report: ReadReport,
     n: int,
     row: list[str],
@@ -529,34 +527,34 @@ def _row(
     t: int,
     width: int,
     delimiter: str,
-) -> None:
+) -> tuple[str, str] | None:
     text = delimiter.join(row)
     if not row or not any(c.strip() for c in row):
         report.skip("blank_line", n, text)
     elif len(row) != width:
         report.skip("wrong_column_count", n, f"{len(row)} columns, header has {width}: {text}")
     else:
-        _keep(pairs, report, n, row[s], row[t], text)
+        return _keep(report, n, row[s], row[t], text)
+    return None
 
 
 def _read_tsv(
     lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
-) -> list[tuple[str, str]]:
+) -> Iterator[tuple[str, str]]:
     """One record per physical line, split on tabs; no quoting (``"`` is ordinary text)."""
     head = _header(lines, "\t", src_column, tgt_column, report.path)
     if head is None:
-        return []
+        return
     s, t, width = head
-    pairs: list[tuple[str, str]] = []
     for n, line in _decoded(lines, report, first_line=2):
         report.lines += 1
-        _row(pairs, report, n, line.split("\t"), s, t, width, "\t")
-    return pairs
+        if (pair := _row(report, n, line.split("\t"), s, t, width, "\t")) is not None:
+            yield pair
 
 
 def _read_csv(
     lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
-) -> list[tuple[str, str]]:
+) -> Iterator[tuple[str, str]]:
     """CSV with quoting; every physical line is counted, and a quote left open is reported.
 
     Streamed: only the lines of the record being read are held (at most
@@ -565,9 +563,8 @@ def _read_csv(
     """
     head = _header(lines, ",", src_column, tgt_column, report.path)
     if head is None:
-        return []
+        return
     s, t, width = head
-    pairs: list[tuple[str, str]] = []
     source = _decoded(lines, report, first_line=2)
     pending: deque[tuple[int, str]] = deque()  # lines to read again (after a broken record)
     record: list[tuple[int, str]] = []  # the lines the reader took for the record it reads
@@ -593,7 +590,7 @@ def _read_csv(
             error = ""
         except StopIteration:
             if not record:
-                return pairs
+                return
             row, broken, error = [], "unterminated_quote", ""
         except csv.Error as e:
             row, error = [], f"{e}: "
@@ -606,14 +603,14 @@ def _read_csv(
             reader = None
         else:
             report.lines += len(record)
-            _row(pairs, report, n, row, s, t, width, ",")
+            if (pair := _row(report, n, row, s, t, width, ",")) is not None:
+                yield pair
         record.clear()
 
 
 def _read_jsonl(
     lines: Iterator[bytes], report: ReadReport, src_column: str | None, tgt_column: str | None
-) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
+) -> Iterator[tuple[str, str]]:
     src_key, tgt_key = src_column, tgt_column
     for n, line in _decoded(lines, report):
         report.lines += 1
@@ -636,12 +633,11 @@ def _read_jsonl(
         if not isinstance(s, str) or not isinstance(t, str):
             report.skip("missing_field", n, line)
             continue
-        _keep(pairs, report, n, s, t, line)
-    return pairs
+        if (pair := _keep(report, n, s, t, line)) is not None:
+            yield pair
 
 
-def _read_aligned(a: Path, b: Path, report: ReadReport) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
+def _read_aligned(a: Path, b: Path, report: ReadReport) -> Iterator[tuple[str, str]]:
     na = nb = 0
     for n, (ra, rb) in enumerate(zip_longest(_read_lines(a), _read_lines(b)), start=1):
         na, nb = na + (ra is not None), nb + (rb is not None)
@@ -654,13 +650,13 @@ def _read_aligned(a: Path, b: Path, report: ReadReport) -> list[tuple[str, str]]
             which = a.name if _bad(ra) else b.name
             report.skip("undecodable", n, f"{which}: {e.reason} at byte {e.start}")
             continue
-        _keep(pairs, report, n, sa, sb, f"{sa}\t{sb}")
+        if (pair := _keep(report, n, sa, sb, f"{sa}\t{sb}")) is not None:
+            yield pair
     if na != nb:
         raise ValueError(
             f"path: aligned files must have the same number of lines, got {na} in "
             f"{str(a)!r} and {nb} in {str(b)!r}; the pairs cannot be trusted"
         )
-    return pairs
 
 
 def _bad(b: bytes) -> bool:
@@ -701,38 +697,23 @@ def guess_format(path: PathLike | tuple[PathLike, PathLike] | list[PathLike]) ->
     return "fra"
 
 
-def read_pairs(
+def iter_pairs(
     path: PathLike | tuple[PathLike, PathLike] | list[PathLike],
     format: str | None = None,
     *,
     src_column: str | None = None,
     tgt_column: str | None = None,
     max_examples: int = 5,
-) -> tuple[list[tuple[str, str]], ReadReport]:
-    """Read ``(source, target)`` sentence pairs from a file in any supported format.
+) -> tuple[Iterator[tuple[str, str]], ReadReport]:
+    """The pairs of :func:`read_pairs` as a stream: only the line being read is held.
 
-    The file is read as a stream of lines (never loaded whole); it must be a regular file.
-
-    Args:
-        path: a file, or a pair ``(source_file, target_file)`` (tuple or list) of aligned
-            files. Names ending in ``.gz`` are decompressed.
-        format: one of :data:`FORMATS`, or None to guess it (see :func:`guess_format`; a
-            tab-separated file guessed ``"fra"`` is read as ``"tsv"`` when a column is named).
-        src_column, tgt_column: column (tsv/csv header) or field (jsonl) names; default the
-            first present of ``src``/``source`` and ``tgt``/``target``. Header names match
-            regardless of case; jsonl field names exactly.
-        max_examples: how many skipped lines of each reason the report keeps.
+    The arguments are checked (and the format guessed) at once; the file's own errors come
+    from the stream as it reaches them, with the messages of :func:`read_pairs`, the last one
+    (no pair at all) at its end.
 
     Returns:
-        ``(pairs, report)``: a list of ``(source, target)`` strings, each side stripped of
-        surrounding whitespace and non-empty, in file order; and a :class:`ReadReport`.
-
-    Raises:
-        ValueError: an unknown format, a missing column, aligned files of different lengths,
-            a file that is not a regular file, a bad or truncated ``.gz``, a NUL byte (UTF-16
-            or UTF-32 without its byte-order mark, binary data), or a file from which no pair
-            could be read (the message says why).
-        FileNotFoundError: ``path`` does not exist.
+        ``(stream, report)``: an iterator of ``(source, target)`` pairs in file order, and the
+        :class:`ReadReport` it fills in as it goes (complete once the stream is exhausted).
     """
     if format is not None and format not in FORMATS:
         raise ValueError(f"format: expected one of {FORMATS} or None, got {format!r}")
@@ -760,7 +741,7 @@ def read_pairs(
             )
         a, b = Path(path[0]), Path(path[1])
         report = ReadReport(f"{a} + {b}", format, max_examples=max_examples)
-        pairs = _read_aligned(a, b, report)
+        pairs: Iterator[tuple[str, str]] = _read_aligned(a, b, report)
     else:
         if isinstance(path, (tuple, list)):
             raise TypeError(
@@ -777,14 +758,61 @@ def read_pairs(
         else:
             read = _read_tsv if format == "tsv" else _read_csv
             pairs = read(lines, report, src_column, tgt_column)
-    report.pairs = len(pairs)
-    if not pairs:
+    return _counted(pairs, report), report
+
+
+def _counted(pairs: Iterator[tuple[str, str]], report: ReadReport) -> Iterator[tuple[str, str]]:
+    """``pairs``, counted into ``report.pairs``; a ValueError saying why at the end of a file
+    that gave none."""
+    for pair in pairs:
+        report.pairs += 1
+        yield pair
+    if not report.pairs:
         if report.lines == 0:
             why = "it has no data lines"
         else:
             why = f"all {report.lines} lines were skipped:\n{report}"
         raise ValueError(f"path: no sentence pair could be read from {report.path}: {why}")
-    return pairs, report
+
+
+def read_pairs(
+    path: PathLike | tuple[PathLike, PathLike] | list[PathLike],
+    format: str | None = None,
+    *,
+    src_column: str | None = None,
+    tgt_column: str | None = None,
+    max_examples: int = 5,
+) -> tuple[list[tuple[str, str]], ReadReport]:
+    """Read ``(source, target)`` sentence pairs from a file in any supported format.
+
+    The file is read as a stream of lines (never loaded whole); it must be a regular file.
+    :func:`iter_pairs` gives the same pairs one at a time, for a corpus too large to hold.
+
+    Args:
+        path: a file, or a pair ``(source_file, target_file)`` (tuple or list) of aligned
+            files. Names ending in ``.gz`` are decompressed.
+        format: one of :data:`FORMATS`, or None to guess it (see :func:`guess_format`; a
+            tab-separated file guessed ``"fra"`` is read as ``"tsv"`` when a column is named).
+        src_column, tgt_column: column (tsv/csv header) or field (jsonl) names; default the
+            first present of ``src``/``source`` and ``tgt``/``target``. Header names match
+            regardless of case; jsonl field names exactly.
+        max_examples: how many skipped lines of each reason the report keeps.
+
+    Returns:
+        ``(pairs, report)``: a list of ``(source, target)`` strings, each side stripped of
+        surrounding whitespace and non-empty, in file order; and a :class:`ReadReport`.
+
+    Raises:
+        ValueError: an unknown format, a missing column, aligned files of different lengths,
+            a file that is not a regular file, a bad or truncated ``.gz``, a NUL byte (UTF-16
+            or UTF-32 without its byte-order mark, binary data), or a file from which no pair
+            could be read (the message says why).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    stream, report = iter_pairs(
+        path, format, src_column=src_column, tgt_column=tgt_column, max_examples=max_examples
+    )
+    return list(stream), report
 
 
 def write_pairs(path: PathLike, pairs: Sequence[tuple[str, str]], attribution: str = "") -> None:

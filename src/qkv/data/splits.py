@@ -25,7 +25,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SPLIT_VERSION", "Split", "fingerprint", "normalized_source", "split_pairs"]
+import numpy as np
+
+__all__ = [
+    "SPLIT_VERSION",
+    "Split",
+    "fingerprint",
+    "group_hashes",
+    "normalized_source",
+    "split_pairs",
+    "split_parts",
+]
 
 #: Version of the saved format. 1: no ``version``/``grouping`` fields, sources grouped by their
 #: raw text. 2: ``grouping`` says how sources were compared (``"normalized"``, ``"custom"``).
@@ -261,3 +271,100 @@ def split_pairs(
         test=tuple(sorted(test_idx)),
         grouping="normalized" if key is None else "custom",
     )
+
+
+# ---------------------------------------------------------------------------- in a stream
+#: the parts :func:`split_parts` gives each pair
+TRAIN, VALID, TEST = 0, 1, 2
+
+
+def group_hashes(sources: Sequence[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`split_parts` needs of each source, so that a corpus too large to hold can
+    be split a chunk at a time with the result of :func:`split_pairs` (default grouping).
+
+    Returns:
+        ``(keys, ranks)``: ``(n, 2)`` uint64, a 128-bit BLAKE2b of each source's
+        :func:`normalized_source` (its group); ``(n,)`` uint64, the seeded 64-bit BLAKE2b of the
+        raw source that orders the groups, as a big-endian number (so numbers compare as the
+        digests' bytes do).
+    """
+    salt = str(seed).encode() + b"\x00"
+    keys, ranks = bytearray(), bytearray()
+    for s in sources:
+        keys += hashlib.blake2b(normalized_source(s).encode("utf-8", "surrogatepass"),
+                                digest_size=16).digest()  # fmt: skip
+        ranks += hashlib.blake2b(salt + s.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return (
+        np.frombuffer(bytes(keys), dtype=np.uint64).reshape(-1, 2),
+        np.frombuffer(bytes(ranks), dtype=">u8").astype(np.uint64),
+    )
+
+
+def _rank(source: str, seed: int) -> int:
+    salt = str(seed).encode() + b"\x00"
+    digest = hashlib.blake2b(salt + source.encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big")
+
+
+def split_parts(
+    keys: np.ndarray,
+    ranks: np.ndarray,
+    valid: float | int,
+    test: float | int,
+    seed: int,
+    smallest: Callable[[list[np.ndarray]], list[str]],
+) -> np.ndarray:
+    """The split of :func:`split_pairs` (default grouping) from :func:`group_hashes` arrays:
+    ``(n,)`` int8 of :data:`TRAIN`, :data:`VALID`, :data:`TEST` per pair.
+
+    A group is ordered by its smallest raw source; where its pairs' sources differ (``"Go."``
+    and ``"go ."``) or two groups' digests tie, ``smallest`` is asked for the text: given the
+    pair indices of some groups, it returns each group's smallest raw source. Only those
+    groups' sources are read; everything else is arrays of ``n`` numbers.
+    """
+    n = len(ranks)
+    if n == 0:
+        raise ValueError("pairs must not be empty")
+    n_valid, n_test = _size(valid, n, "valid"), _size(test, n, "test")
+    if n_valid + n_test > n:
+        raise ValueError(f"valid + test must not exceed the {n} pairs, got {n_valid} + {n_test}")
+    order = np.lexsort((keys[:, 1], keys[:, 0]))
+    sk = keys[order]
+    starts = np.flatnonzero(np.r_[True, (sk[1:] != sk[:-1]).any(axis=1)])
+    del sk
+    sizes = np.diff(np.r_[starts, n])
+    sr = ranks[order]
+    lo, hi = np.minimum.reduceat(sr, starts), np.maximum.reduceat(sr, starts)
+    del sr
+
+    def members(groups: list[int]) -> list[np.ndarray]:
+        return [np.sort(order[starts[g] : starts[g] + sizes[g]]) for g in groups]
+
+    text: dict[int, str] = {}
+    mixed = np.flatnonzero(lo != hi).tolist()  # sources that differ: the smallest one's rank
+    if mixed:
+        text.update(zip(mixed, smallest(members(mixed))))
+        lo[mixed] = np.array([_rank(text[g], seed) for g in mixed], dtype=np.uint64)
+    gorder = np.argsort(lo, kind="stable")
+    sorted_lo = lo[gorder]
+    tied = np.flatnonzero(sorted_lo[1:] == sorted_lo[:-1])  # equal digests: by the text
+    if len(tied):
+        need = sorted({int(gorder[i]) for i in tied} | {int(gorder[i + 1]) for i in tied})
+        fetch = [g for g in need if g not in text]
+        if fetch:
+            text.update(zip(fetch, smallest(members(fetch))))
+        pos = np.unique(np.r_[tied, tied + 1])
+        for value in np.unique(sorted_lo[pos]):
+            run = pos[sorted_lo[pos] == value]
+            gorder[run] = sorted(gorder[run].tolist(), key=text.__getitem__)
+    sizes_o = sizes[gorder]
+    excl = np.cumsum(sizes_o) - sizes_o
+    kt = int(np.searchsorted(excl, n_test, side="left"))
+    base = int(excl[kt]) if kt < len(excl) else 0
+    kv = kt + int(np.searchsorted(excl[kt:] - base, n_valid, side="left"))
+    group_part = np.full(len(starts), TRAIN, dtype=np.int8)
+    group_part[gorder[:kt]] = TEST
+    group_part[gorder[kt:kv]] = VALID
+    parts = np.empty(n, dtype=np.int8)
+    parts[order] = np.repeat(group_part, sizes)
+    return parts

@@ -65,6 +65,7 @@ RESUMABLE_KEYS: frozenset[str] = frozenset(
         "average_last",
         "tune_decoding",
         "max_skipped",
+        "prepare_data",
     }
 )
 
@@ -111,6 +112,12 @@ class TrainConfig:
         max_skipped: the largest fraction of the file's lines (blank lines aside) that may be
             unreadable (wrong columns, an empty side, bad UTF-8, ...); a file with more is
             refused, with the counts. 0: any unreadable line is an error (``--strict``).
+        prepare_data: ``"auto"``: a data file larger than
+            :data:`qkv.train.corpus.PREPARE_ABOVE` bytes (times the processes of a torchrun
+            run) is prepared into ``OUT/data`` (:func:`qkv.train.prepare_corpus`: token arrays
+            on disk) and trained from there, a smaller one read into memory (the same
+            batches either way); ``"always"`` or ``"never"`` to choose. A resumed run keeps
+            the data it started with.
         valid, test: held-out parts, a fraction (float) or a count (int); see
             :func:`qkv.data.split_pairs`.
         split_seed: the split's seed.
@@ -195,6 +202,7 @@ class TrainConfig:
     tgt_column: str | None = None
     max_pairs: int | None = None
     max_skipped: float = 0.1
+    prepare_data: str = "auto"
     valid: float | int = 0.05
     test: float | int = 0.05
     split_seed: int = 0
@@ -310,6 +318,11 @@ class TrainConfig:
             _is_num(self.max_skipped) and 0 <= self.max_skipped <= 1,
             "max_skipped",
             "a fraction of the lines in [0, 1]",
+        )
+        need(
+            self.prepare_data in ("auto", "always", "never"),
+            "prepare_data",
+            "'auto', 'always' or 'never'",
         )
         for name in ("valid", "test"):
             v = getattr(self, name)

@@ -7,9 +7,19 @@ training pairs with every core and writes the token arrays of
 :mod:`qkv.data.prepared`. The pairs, the tokens and therefore the batches are the ones a run
 reading the file itself gets, for the same settings and seed.
 
-It is resumable: the work goes into ``OUT/.work`` (the tokenizers, then one file per chunk of
-encoded pairs), and a prepare killed and started again with the same sources and settings
-keeps what was done. A second prepare of unchanged data is a no-op.
+It reads in a stream, holding at most a chunk of :data:`CHUNK` pairs of text: a first pass
+writes the pairs to ``OUT/.work`` as raw text (:class:`~qkv.data.prepared.RawPairsWriter`) with
+two hashes per source, the split is made from those arrays
+(:func:`~qkv.data.splits.split_parts`, which is :func:`~qkv.data.splits.split_pairs`'s split),
+and the languages' sample, the held-out parts, the tokenizers' sample and each worker's chunk
+are read back by row.
+
+It is resumable: the work goes into ``OUT/.work`` (the raw pairs, the tokenizers, then one file
+per chunk of encoded pairs), and a prepare killed and started again with the same sources and
+settings keeps what was done. A second prepare of unchanged data is a no-op.
+
+:func:`prepare_reason` is when ``qkv train --data FILE`` prepares its file into its own folder
+first (``prepare_data``, :data:`PREPARE_ABOVE`).
 
 :func:`prepared_run_data` is a run's :class:`~qkv.train.run_data.RunData` from such a folder:
 the source files checked (a changed one is named), the settings checked against the ones the
@@ -18,7 +28,9 @@ folder was made with, the held-out parts read as text, the training pairs left o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -39,36 +51,44 @@ from ..data.prepared import (
     PREPARED_VERSION,
     Cleaning,
     PreparedCorpus,
+    RawPairs,
+    RawPairsWriter,
     TokenArraysWriter,
     check_sources,
-    encode_chunk,
-    init_encoder,
+    encode_rows,
+    is_prepared,
     read_manifest,
     source_record,
     token_dtype,
 )
+from ..data.splits import TEST, TRAIN, VALID, group_hashes, split_parts
 from ..inference.writing import atomic_file
 from .checkpoint import atomic_write_json
 from .config import TrainConfig
 from .presets import resolve_config
 from .run_data import (
+    DETECT_SAMPLE,
     TOKENIZER_SAMPLE,
     RunData,
-    apply_split,
-    read_run_files,
+    describe_data,
+    iter_run_files,
+    run_data_format,
     run_languages,
     run_normalizer,
-    run_split,
     run_tokenizers,
-    tokenizer_sample,
+    tokenizer_sample_indices,
 )
 
 __all__ = [
     "DATA_KEYS",
+    "PREPARE_ABOVE",
+    "RUN_DATA_DIR",
     "TOKENIZER_KEYS",
+    "data_bytes",
     "open_prepared",
     "prepare_command",
     "prepare_corpus",
+    "prepare_reason",
     "prepared_run_data",
     "prepared_settings",
 ]
@@ -161,42 +181,45 @@ def _progress(total: int, say: Say, stream: Any) -> Callable[[int], None]:
     return update
 
 
-def _chunks(pairs: list, todo: list[int]) -> Iterator[list]:
-    for i in todo:
-        yield pairs[i * CHUNK : (i + 1) * CHUNK]
-
-
 def _encode(
-    pairs: list, work: Path, workers: int, say: Say, stream: Any, cleaning: Cleaning | None
+    train: np.ndarray, work: Path, pool: Any, say: Say, stream: Any, cleaning: Cleaning | None
 ) -> None:
-    """Encode ``pairs`` in chunks of :data:`CHUNK` into ``work/chunk-N.npz``, with ``workers``
-    processes, skipping the chunks a killed prepare finished."""
-    n_chunks = -(-len(pairs) // CHUNK)
+    """Encode the training pairs (``train``: their rows in ``work``'s raw pairs) in chunks of
+    :data:`CHUNK` into ``work/chunk-N.npz``, in ``pool`` (or here when None), skipping the
+    chunks a killed prepare finished. A worker reads its chunk's text from the raw pairs: only
+    row numbers travel."""
+    n_chunks = -(-len(train) // CHUNK)
     todo = [i for i in range(n_chunks) if not (work / f"chunk-{i:06d}.npz").is_file()]
     if len(todo) < n_chunks:
         say(f"resuming: {n_chunks - len(todo)} of {n_chunks} chunks encoded before")
-    progress = _progress(len(pairs), say, stream)
+    progress = _progress(len(train), say, stream)
     done = (n_chunks - len(todo)) * CHUNK
-    tokdir = str(work / "tokenizers")
-
-    def store(i: int, arrays: tuple) -> None:
-        nonlocal done
+    tasks = (
+        (str(work / "tokenizers"), cleaning, str(work), train[i * CHUNK : (i + 1) * CHUNK])
+        for i in todo
+    )
+    results = pool.imap(encode_rows, tasks) if pool is not None else map(encode_rows, tasks)
+    for i, arrays in zip(todo, results):
         tmp = work / f".chunk-{i:06d}.tmp.npz"
         np.savez(tmp, *arrays)
         os.replace(tmp, work / f"chunk-{i:06d}.npz")
         done += len(arrays[0])
-        progress(min(done, len(pairs)))
+        progress(min(done, len(train)))
 
-    if workers <= 1 or len(todo) <= 1:
-        init_encoder(tokdir, cleaning)
-        for i, chunk in zip(todo, _chunks(pairs, todo)):
-            store(i, encode_chunk(chunk))
-        return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
-    with ctx.Pool(workers, initializer=init_encoder, initargs=(tokdir, cleaning)) as pool:
-        for i, arrays in zip(todo, pool.imap(encode_chunk, _chunks(pairs, todo))):
-            store(i, arrays)
+
+def _duplicates(work: Path, n_chunks: int) -> np.ndarray:
+    """Per training pair, whether an earlier pair has its hash (kept or not): the chunks'
+    hashes read as one array, the first of each value found by sorting."""
+    hashes = []
+    for i in range(n_chunks):
+        with np.load(work / f"chunk-{i:06d}.npz") as z:
+            hashes.append(z["arr_5"])
+    every = np.concatenate(hashes)
+    del hashes
+    _, first = np.unique(every, return_index=True)
+    later = np.ones(len(every), dtype=bool)
+    later[first] = False
+    return later
 
 
 def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, int, dict]:
@@ -206,18 +229,17 @@ def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, i
     n_chunks = -(-n // CHUNK)
     hist = [np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)]
     dropped = dict.fromkeys(CLEAN_REASONS, 0)
-    seen: set[int] = set()
+    later = _duplicates(work, n_chunks) if dedup else None
+    start = 0
     for i in range(n_chunks):
         with np.load(work / f"chunk-{i:06d}.npz") as z:
             arrays = [z[f"arr_{k}"] for k in range(len(z.files))]
         keep = None
         if len(arrays) == 6:  # cleaned: the reasons, then the hashes
-            reasons, hashes = arrays[4], arrays[5]
-            if dedup:
-                for j, h in enumerate(hashes.tolist()):
-                    if reasons[j] == 0 and h in seen:
-                        reasons[j] = len(CLEAN_REASONS)
-                    seen.add(h)
+            reasons = arrays[4]
+            if later is not None:
+                dup = later[start : start + len(reasons)] & (reasons == 0)
+                reasons[dup] = len(CLEAN_REASONS)
             for code, name in enumerate(CLEAN_REASONS, start=1):
                 dropped[name] += int(np.count_nonzero(reasons == code))
             keep = reasons == 0
@@ -231,6 +253,7 @@ def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, i
             if len(counts) > len(hist[side]):
                 hist[side] = np.pad(hist[side], (0, len(counts) - len(hist[side])))
             hist[side][: len(counts)] += counts
+        start += len(arrays[0])
     for w in writers:
         w.close()
     kept = writers[0].count
@@ -284,33 +307,121 @@ def _work_folder(out: Path, state: dict, say: Say) -> Path:
     return work
 
 
+def _spill(config: TrainConfig, work: Path, say: Say, pool: Any) -> dict[str, Any]:
+    """The first pass: the run's files read as a stream (:func:`iter_run_files`: every format,
+    the same checks and errors) into ``work``'s raw pairs, a chunk of :data:`CHUNK` pairs at a
+    time, with each source's split hashes (:func:`qkv.data.splits.group_hashes`, in ``pool``)
+    and the fingerprint of all. Kept once done (``rows.json``): a resumed prepare reads no
+    text again.
+
+    Returns:
+        ``{"sizes": [data, valid_data, test_data], "fingerprint": ..., "data_format": ...}``.
+    """
+    done = work / "rows.json"
+    if done.is_file():
+        say("reading: done before, kept")
+        return json.loads(done.read_text(encoding="utf-8"))
+    writer = RawPairsWriter(work)
+    fp = hashlib.blake2b(digest_size=16)
+    sizes = dict.fromkeys(("data", "valid_data", "test_data"), 0)
+    t0 = last = time.monotonic()
+    seed = config.split_seed
+
+    def chunks() -> Iterator[list]:
+        nonlocal last
+        chunk: list = []
+        for key, pair in iter_run_files(config):
+            sizes[key] += 1
+            chunk.append(pair)
+            if len(chunk) == CHUNK:
+                fp.update(writer.append(chunk))
+                yield [p[0] for p in chunk]
+                chunk = []
+                if time.monotonic() - last >= 10:
+                    last = time.monotonic()
+                    n = writer.count
+                    say(f"reading: {n:,} pairs, {n / (last - t0):,.0f} pairs/s")
+        if chunk:
+            fp.update(writer.append(chunk))
+            yield [p[0] for p in chunk]
+
+    task = functools.partial(group_hashes, seed=seed)
+    hashed = pool.imap(task, chunks()) if pool is not None else map(task, chunks())
+    with open(work / "split.keys", "wb") as fk, open(work / "split.ranks", "wb") as fr:
+        for keys, ranks in hashed:
+            fk.write(keys.tobytes())
+            fr.write(ranks.tobytes())
+    writer.close()
+    meta = {
+        "sizes": [sizes["data"], sizes["valid_data"], sizes["test_data"]],
+        "fingerprint": fp.hexdigest(),
+        "data_format": run_data_format(config),
+    }
+    atomic_write_json(done, meta)
+    return meta
+
+
+def _smallest_sources(raw: RawPairs, groups: list[np.ndarray]) -> list[str]:
+    """Each group's smallest raw source (the groups' rows read in one pass)."""
+    sources = raw.sources(np.concatenate(groups))
+    ends = np.cumsum([len(g) for g in groups]).tolist()
+    return [min(sources[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+
+
+def _split(config: TrainConfig, work: Path, sizes: list[int], raw: RawPairs) -> np.ndarray:
+    """Per raw pair its part (:data:`~qkv.data.splits.TRAIN`, ``VALID``, ``TEST``): the split
+    a run makes (:func:`~qkv.train.run_data.run_split`), from the hashes of the first pass."""
+    n, n_valid, n_test = sizes
+    keys = np.fromfile(work / "split.keys", dtype=np.uint64, count=2 * n).reshape(n, 2)
+    ranks = np.fromfile(work / "split.ranks", dtype=np.uint64, count=n)
+    given_valid, given_test = config.valid_data is not None, config.test_data is not None
+    parts = split_parts(
+        keys,
+        ranks,
+        0 if given_valid else config.valid,
+        0 if given_test else config.test,
+        config.split_seed,
+        lambda groups: _smallest_sources(raw, groups),
+    )
+    del keys, ranks
+    return np.concatenate([parts, np.full(n_valid, VALID, np.int8), np.full(n_test, TEST, np.int8)])
+
+
 @dataclasses.dataclass
 class _Read:
-    """The corpus read and split, the settings resolved for its size (languages included)."""
+    """The corpus read and split, the settings resolved for its size (languages included):
+    the training pairs as rows of the raw pairs, the held-out ones as text."""
 
     how: str
-    split: Any
-    train: list
+    split: dict[str, Any]
+    train: np.ndarray
     valid: list
     test: list
     resolved: TrainConfig
     cleaning: Cleaning | None
+    raw: RawPairs
 
 
-def _read(config: TrainConfig, cleaning: Cleaning | None) -> _Read:
+def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, pool: Any) -> _Read:
     """Read the run's files, find the languages, split, resolve the settings: what a run does
-    before its tokenizers."""
-    files = read_run_files(config)
-    src, tgt, how = run_languages(config, files.pairs[: files.sizes[0]], files.data_format)
+    before its tokenizers, with at most a chunk of the training text in memory."""
+    meta = _spill(config, work, say, pool)
+    raw = RawPairs(work)
+    n = meta["sizes"][0]
+    step = max(1, n // DETECT_SAMPLE)  # the pairs run_languages samples from all n
+    sample = raw.pairs(np.arange(0, n, step)[:DETECT_SAMPLE])
+    src, tgt, how = run_languages(config, sample, meta["data_format"])
     config = config.updated({"src_lang": src, "tgt_lang": tgt})
-    split = run_split(config, files)
-    train, valid, test = apply_split(split, files.pairs, files.source, "prepare again")
-    if not train or not valid:
+    parts = _split(config, work, meta["sizes"], raw)
+    train = np.flatnonzero(parts == TRAIN)
+    valid = raw.pairs(np.flatnonzero(parts == VALID))
+    test = raw.pairs(np.flatnonzero(parts == TEST))
+    del parts
+    if not len(train) or not valid:
         raise ValueError(
-            f"data: {files.source} gives {len(train)} training and {len(valid)} validation "
-            "pairs; expected some of each (more data, or other valid/test sizes)"
+            f"data: {describe_data(config.data)} gives {len(train)} training and {len(valid)} "
+            "validation pairs; expected some of each (more data, or other valid/test sizes)"
         )
-    del files
     resolved, _ = resolve_config(config, len(train))
     if cleaning is not None and cleaning.languages is not None:
         if not (src and tgt):
@@ -320,19 +431,24 @@ def _read(config: TrainConfig, cleaning: Cleaning | None) -> _Read:
             )
         cleaning = dataclasses.replace(cleaning, languages=(src, tgt))
         detect_languages(["a sentence"])  # py3langid is installed: said before any work
-    return _Read(how, split, train, valid, test, resolved, cleaning)
+    split = {"n": len(raw), "seed": config.split_seed, "fingerprint": meta["fingerprint"],
+             "grouping": "normalized"}  # fmt: skip
+    return _Read(how, split, train, valid, test, resolved, cleaning, raw)
 
 
-def _tokenizers(tokdir: Path, resolved: TrainConfig, train: list, say: Say) -> tuple:
+def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say) -> tuple:
     """The tokenizers a killed prepare trained already, else trained on the seeded sample of the
     training pairs (saved into ``tokdir``, marked done)."""
     if (tokdir / "done").is_file():
         say("tokenizers: trained before, kept")
         return load_tokenizers(tokdir)
     norm = run_normalizer(resolved)
-    sample = norm.pairs(tokenizer_sample(train, resolved.split_seed))
+    rows = r.train[tokenizer_sample_indices(len(r.train), resolved.split_seed)]
+    sample = norm.pairs(r.raw.pairs(rows))
+    del rows
     say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
     toks = run_tokenizers(resolved, norm, sample)
+    del sample
     if tokdir.exists():
         shutil.rmtree(tokdir)
     save_tokenizers(tokdir, *toks)
@@ -409,10 +525,46 @@ def prepare_corpus(
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # the folder is not a corpus until it is again
     work = _work_folder(out, {"sources": sources, "settings": settings}, say)
-    times: dict[str, float] = {"hashing": time.monotonic() - t0}
+    n_workers = workers or os.cpu_count() or 1
+    # the workers start now, while this process is small: they share its pages, not the
+    # split's arrays or the tokenizers' sample it holds later
+    with _pool(n_workers) as pool:
+        kept = _prepare(config, out, work, pool, n_workers, (sources, settings), cleaning,
+                        say, stream, time.monotonic() - t0)  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
+    return out
 
+
+@contextlib.contextmanager
+def _pool(workers: int) -> Iterator[Any]:
+    """``workers`` processes (forked where the system can), or None for one."""
+    if workers <= 1:
+        yield None
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with multiprocessing.get_context(method).Pool(workers) as pool:
+        yield pool
+
+
+def _prepare(
+    config: TrainConfig,
+    out: Path,
+    work: Path,
+    pool: Any,
+    workers: int,
+    identity: tuple[list, dict],
+    cleaning: Cleaning | None,
+    say: Say,
+    stream: Any,
+    hashing: float,
+) -> int:
+    """The work of :func:`prepare_corpus` once the sources are known to need it: the training
+    pairs kept."""
+    sources, settings = identity
+    times: dict[str, float] = {"hashing": hashing}
     t = time.monotonic()
-    r = _read(config, cleaning)
+    r = _read(config, cleaning, work, say, pool)
     cleaning, split, train, valid, test, resolved = (
         r.cleaning, r.split, r.train, r.valid, r.test, r.resolved)  # fmt: skip
     src, tgt = resolved.src_lang, resolved.tgt_lang
@@ -421,14 +573,14 @@ def prepare_corpus(
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
     t = time.monotonic()
-    toks = _tokenizers(work / "tokenizers", resolved, train, say)
+    toks = _tokenizers(work / "tokenizers", resolved, r, say)
     times["tokenizers"] = time.monotonic() - t
     norm = run_normalizer(resolved, toks)
     _held_out(work / "valid.jsonl", valid, norm.pairs(valid))
     _held_out(work / "test.jsonl", test, norm.pairs(test))
 
     t = time.monotonic()
-    _encode(train, work, workers or os.cpu_count() or 1, say, stream, cleaning)
+    _encode(train, work, pool, say, stream, cleaning)
     times["encoding"] = time.monotonic() - t
     t = time.monotonic()
     dtype = token_dtype(max(toks[0].vocab_size, toks[1].vocab_size))
@@ -440,7 +592,7 @@ def prepare_corpus(
     counts = {"train": kept, "valid": len(valid), "test": len(test)}
     resolved_data = {k: getattr(resolved, k) for k in TOKENIZER_KEYS}
     fp = hashlib.blake2b(
-        json.dumps([split.fingerprint, resolved_data, counts, stats], sort_keys=True).encode(),
+        json.dumps([split["fingerprint"], resolved_data, counts, stats], sort_keys=True).encode(),
         digest_size=16,
     ).hexdigest()
     _install(work, out)  # everything into place, the manifest last
@@ -457,7 +609,7 @@ def prepare_corpus(
         "tokenizer_trained_on": min(len(train), TOKENIZER_SAMPLE),
         "tokens": stats,
         "seconds": times,
-        "workers": workers or os.cpu_count() or 1,
+        "workers": workers,
     }
     atomic_write_json(out / "report.json", report)
     manifest = {
@@ -467,24 +619,62 @@ def prepare_corpus(
         "sources": sources,
         "settings": settings,
         "resolved": {**resolved_data, "src_lang": src, "tgt_lang": tgt},
-        "split": {
-            "n": split.n,
-            "seed": split.seed,
-            "fingerprint": split.fingerprint,
-            "grouping": split.grouping,
-        },
+        "split": split,
         "counts": counts,
         "token_dtype": dtype.name,
     }
     atomic_write_json(out / MANIFEST, manifest)
-    shutil.rmtree(work, ignore_errors=True)
     if cleaning is not None:
         say("cleaning dropped " + ", ".join(f"{v:,} ({k})" for k, v in dropped.items()))
-    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
-    return out
+    return kept
 
 
 # ---------------------------------------------------------------------------- a run's data
+#: ``prepare_data="auto"``: a data file of more bytes than this (times the run's processes) is
+#: prepared into the run's folder. Read into memory (Python strings, token lists, the
+#: tokenizers' training beside them), the benchmark's corpus peaked at 1.48 GiB for 27.7 MiB of
+#: text (200k pairs) and 1.63 GiB for 41.6 MiB (300k); prepared first, at 1.19 GiB for 200k.
+PREPARE_ABOVE = 32 * 2**20
+#: where ``qkv train`` prepares a data file of its own, in its ``--out`` folder
+RUN_DATA_DIR = "data"
+
+
+def data_bytes(data: str | list[str]) -> int:
+    """The bytes of text of a run's data file (the sum of two aligned files); a ``.gz`` file
+    counted by the size its gzip trailer records (the larger of it and the file's)."""
+    total = 0
+    for path in [data] if isinstance(data, str) else data:
+        size = os.stat(path).st_size
+        if path.endswith(".gz") and size >= 4:
+            with open(path, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+        total += size
+    return total
+
+
+def prepare_reason(config: TrainConfig, world_size: int = 1) -> str | None:
+    """Why a new run of ``config`` prepares its data file into its folder first, in words, or
+    None when it reads the file into memory: ``prepare_data`` (``always``, ``never``; ``auto``:
+    more than :data:`PREPARE_ABOVE` bytes of text per run, counting every process of a
+    torchrun run, which each hold their copy). The bundled corpus and a prepared folder are
+    never prepared."""
+    if config.data is None or is_prepared(config.data) or config.prepare_data == "never":
+        return None
+    if config.prepare_data == "always":
+        return "prepare_data=always"
+    try:
+        size = data_bytes(config.data)
+    except OSError:
+        return None  # reading it says what is wrong
+    held = size * max(world_size, 1)
+    if held <= PREPARE_ABOVE:
+        return None
+    per = f" x {world_size} processes" if world_size > 1 else ""
+    return (f"{size / 2**20:,.0f} MiB of text{per}, above the {PREPARE_ABOVE // 2**20} MiB a "
+            "run reads into memory; --prepare-data never to read it anyway")  # fmt: skip
+
+
 def prepare_command(folder: Path, manifest: dict) -> str:
     """The ``qkv prepare`` command that makes ``folder`` again from its sources."""
     data = [r["path"] for r in manifest["sources"] if r["key"] == "data"]

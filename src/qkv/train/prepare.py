@@ -41,7 +41,14 @@ from .checkpoint import (
     resume_checkpoint,
 )
 from .config import RESUMABLE_KEYS, TrainConfig
-from .corpus import open_prepared, prepared_run_data, prepared_settings
+from .corpus import (
+    RUN_DATA_DIR,
+    open_prepared,
+    prepare_corpus,
+    prepare_reason,
+    prepared_run_data,
+    prepared_settings,
+)
 from .init_from import InitModel, load_init
 from .plan import FIRST_GUESS, Plan
 from .presets import resolve_config
@@ -50,6 +57,7 @@ from .rng import set_rng_state
 from .run_data import (
     RESUME_REMEDY,
     RunData,
+    describe_data,
     load_run_data,
     read_run_files,
     run_languages,
@@ -220,11 +228,30 @@ def _languages(config: TrainConfig, files: Any, say: Say) -> TrainConfig:
     return config.updated({"src_lang": src, "tgt_lang": tgt})
 
 
+def _prepared_in_run(
+    settings: TrainConfig, layout: RunLayout, info: D.DistInfo, say: Say, reason: str
+) -> TrainConfig:
+    """``settings`` reading ``OUT/data``, where the data file is prepared first (by the first
+    process, the others waiting; a no-op when it was, a killed prepare continued)."""
+    folder = (layout.out / RUN_DATA_DIR).resolve()
+    if info.is_main:
+        say(f"data: preparing {describe_data(settings.data)} into {folder} ({reason})")
+        prepare_corpus(settings, folder, say=say)
+    D.barrier()
+    return settings.updated({"data": str(folder)})
+
+
 def _new_run_data(
-    settings: TrainConfig, init: InitModel | None, info: D.DistInfo, say: Say
+    settings: TrainConfig, init: InitModel | None, info: D.DistInfo, say: Say, layout: RunLayout
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A new run's resolved settings (a preset's choices filled in, its languages found), the
-    preset's reasons, and its data, read and split."""
+    preset's reasons, and its data, read and split (or prepared into the run's folder first:
+    :func:`~qkv.train.corpus.prepare_reason`)."""
+    reason = prepare_reason(settings, info.world_size) if init is None else None
+    if reason is not None:
+        return _prepared_data(
+            _prepared_in_run(settings, layout, info, say, reason), init, info, say
+        )
     if is_prepared(settings.data):
         return _prepared_data(settings, init, info, say)
     config = init.settings(settings) if init is not None else settings  # before any data
@@ -525,7 +552,7 @@ def prepare(
     if resumed is not None:
         config, preset, data = _resumed_data(settings, resumed)
     else:
-        config, preset, data = _new_run_data(settings, init, info, say or (lambda _m: None))
+        config, preset, data = _new_run_data(settings, init, info, say or (lambda _m: None), layout)
     state = RunState(
         resolved_config=config.to_dict(),
         preset=preset,

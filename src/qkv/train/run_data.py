@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,11 @@ from ..data import (
     bundled_pairs,
     fingerprint,
     guess_format,
-    read_pairs,
     split_pairs,
 )
 from ..data.languages import RICH_CHARACTER_SETS, base_language, detect_language, language_code
 from ..data.prepared import PreparedCorpus, PreparedSplit
+from ..data.readers import iter_pairs
 from ..inference import CheckpointError, load_checkpoint, resolve_model_dir
 from .config import TrainConfig
 
@@ -189,9 +190,9 @@ def describe_data(data: str | list[str] | None) -> str:
     return " + ".join(data) if isinstance(data, list) else data
 
 
-def _read_file(config: TrainConfig, key: str, path: str | list[str]) -> list[tuple[str, str]]:
-    """The pairs of one of the run's files (``key``: ``data``, ``valid_data``, ``test_data``);
-    errors named by ``key``."""
+def _file_pairs(config: TrainConfig, key: str, path: str | list[str]) -> Iterator[tuple[str, str]]:
+    """The pairs of one of the run's files (``key``: ``data``, ``valid_data``, ``test_data``)
+    as a stream, its skipped lines checked at its end; errors named by ``key``."""
     aligned = isinstance(path, list)
     fmt = "aligned" if aligned else config.data_format
     if fmt == "aligned" and not aligned:
@@ -199,16 +200,49 @@ def _read_file(config: TrainConfig, key: str, path: str | list[str]) -> list[tup
     named = not aligned and fmt not in ("fra", "aligned")
     source = describe_data(path)
     try:
-        pairs, report = read_pairs(
+        stream, report = iter_pairs(
             tuple(path) if aligned else path,
             fmt,
             src_column=config.src_column if named else None,
             tgt_column=config.tgt_column if named else None,
         )
+        yield from stream
     except (ValueError, TypeError, FileNotFoundError) as e:
         raise type(e)(_as_data_error(str(e), source, key)) from None
     _check_skipped(report, config.max_skipped, key)
-    return pairs
+
+
+def _read_file(config: TrainConfig, key: str, path: str | list[str]) -> list[tuple[str, str]]:
+    """The pairs of one of the run's files, as a list (:func:`_file_pairs`)."""
+    return list(_file_pairs(config, key, path))
+
+
+def run_data_format(config: TrainConfig) -> str | None:
+    """The format the run's data file is read as (guessed when not given and no column is
+    named): what :func:`run_languages` reads a Tatoeba/Anki name by."""
+    if config.data is None:
+        return None
+    fmt = "aligned" if isinstance(config.data, list) else config.data_format
+    if fmt is None and config.src_column is None and config.tgt_column is None:
+        fmt = guess_format(config.data)
+    return fmt
+
+
+def iter_run_files(config: TrainConfig) -> Iterator[tuple[str, tuple[str, str]]]:
+    """The pairs of :func:`read_run_files` as a stream of ``(key, pair)``, ``key`` the file's
+    setting (``data``, ``valid_data``, ``test_data``): the data file's cut to ``max_pairs``
+    (the file still read to its end, for its count of unreadable lines), then the others'."""
+    if config.data is None:
+        raise ValueError("data: expected a corpus file (or two aligned files), got None")
+    limit = config.max_pairs
+    for i, pair in enumerate(_file_pairs(config, "data", config.data)):
+        if limit is None or i < limit:
+            yield "data", pair
+    for key in ("valid_data", "test_data"):
+        path = getattr(config, key)
+        if path is not None:
+            for pair in _file_pairs(config, key, path):
+                yield key, pair
 
 
 def read_run_files(config: TrainConfig) -> RunFiles:
@@ -224,14 +258,8 @@ def read_run_files(config: TrainConfig) -> RunFiles:
             message starts with the setting (``data:``, ``valid_data:``, ``test_data:``;
             ``data_format:`` for an unknown format).
     """
-    fmt = None
-    if config.data is None:
-        pairs = bundled_pairs()
-    else:
-        pairs = _read_file(config, "data", config.data)
-        fmt = "aligned" if isinstance(config.data, list) else config.data_format
-        if fmt is None and config.src_column is None and config.tgt_column is None:
-            fmt = guess_format(config.data)
+    pairs = bundled_pairs() if config.data is None else _read_file(config, "data", config.data)
+    fmt = run_data_format(config)
     if config.max_pairs is not None:
         pairs = pairs[: config.max_pairs]
     n = len(pairs)
@@ -403,8 +431,14 @@ def tokenizer_sample(pairs: list, seed: int, limit: int = TOKENIZER_SAMPLE) -> l
     The same for a run that reads its file and for ``qkv prepare``."""
     if len(pairs) <= limit:
         return pairs
-    picked = np.sort(np.random.default_rng([seed, 7919]).choice(len(pairs), limit, replace=False))
-    return [pairs[i] for i in picked.tolist()]
+    return [pairs[i] for i in tokenizer_sample_indices(len(pairs), seed, limit).tolist()]
+
+
+def tokenizer_sample_indices(n: int, seed: int, limit: int = TOKENIZER_SAMPLE) -> np.ndarray:
+    """The sorted positions among ``n`` training pairs that :func:`tokenizer_sample` takes."""
+    if n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 7919]).choice(n, limit, replace=False))
 
 
 def run_normalizer(
