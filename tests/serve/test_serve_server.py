@@ -101,6 +101,34 @@ def test_headers_not_sent_in_time_close_the_connection(translator, logs):
     assert not any(r.exc_info for r in logs.records)
 
 
+def test_a_kept_alive_connection_idle_past_the_header_timeout_stays_usable(translator, logs):
+    """The header timer ran again from each answer, so a kept-alive connection idle for the
+    header timeout was closed by the server just as a client reused it: the client's request
+    was reset (httpcore ReadError, seen in CI). Idle kept-alive connections are now uvicorn's
+    keep-alive timeout's (5 s); a slow next request still gets its 408."""
+    with serve(translator, header_timeout=0.3) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        request = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        for _ in range(2):
+            sock.sendall(request)
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 200"), data  # b"": the server closed it
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(x for x in head.lower().split(b"\r\n")
+                              if x.startswith(b"content-length:")).split(b":")[1])  # fmt: skip
+            while len(body) < length and (chunk := sock.recv(65536)):
+                body += chunk
+            assert json.loads(body)["status"] == "ok"
+            time.sleep(0.6)  # idle twice the header timeout: still open
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: lo")  # the next request, too slowly
+        status, body = read_answer(sock)
+        assert status == 408 and body["error"].startswith("headers: not all received")
+        sock.close()
+
+
 def test_connections_beyond_the_cap_get_503(translator, logs):
     with serve(translator, max_connections=4) as s:
         port = int(s.url.rsplit(":", 1)[1])

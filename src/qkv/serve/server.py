@@ -9,9 +9,11 @@ one log line says how many, and :func:`run` says so too (``qkv serve`` then exit
 
 Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions):
 
-* must send a request's headers within ``header_timeout`` seconds of opening (or of the last
-  answer, on a kept-alive connection), else it is closed (a 408 when it had sent part of them):
-  slowloris clients cannot hold the server's sockets;
+* must send a request's headers within ``header_timeout`` seconds of opening (on a kept-alive
+  connection, of the next request's first byte), else it is closed (a 408 when it had sent
+  part of them): slowloris clients cannot hold the server's sockets. An idle kept-alive
+  connection is closed by uvicorn's keep-alive timeout (5 s), not this one: a client that
+  reuses it at the moment the header timeout ran out would have its request reset;
 * beyond ``max_connections`` open ones, a new connection is answered 503 and closed, so the
   process never runs out of file descriptors;
 * when the server answers before a request's body has all arrived (a 413 on its
@@ -270,6 +272,8 @@ class _Protocol(H11Protocol):
             if self._dropped > LINGER_BYTES:
                 self._raw.close()
             return
+        if self._heard == 0 and self._header_timer is None:
+            self._await_headers()  # a kept-alive connection's next request starts arriving
         self._heard += len(data)
         super().data_received(data)
 
@@ -279,10 +283,11 @@ class _Protocol(H11Protocol):
         return None
 
     def on_response_complete(self) -> None:
+        # an idle kept-alive connection is uvicorn's to close (its keep-alive timeout); the
+        # header timeout starts again with the next request's first byte
         self._heard = 0
+        self._cancel_timer("_header_timer")
         super().on_response_complete()
-        if not self._raw.is_closing():
-            self._await_headers()  # the next request on this connection
 
     def close(self) -> None:
         """Close the connection; while the request's body is still arriving (the server
