@@ -25,6 +25,7 @@ Their packed weights are kept while every layer keeps its own (``set_weight_bias
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -122,8 +123,14 @@ def _reduce_range(module: nn.Module) -> bool:
     return version is not None and version >= 4
 
 
+_LINEAR_DYNAMIC = torch.ops.quantized.linear_dynamic.default
+# the operator itself: its Python wrapper looks for traced (fake) script objects at every call,
+# and the packed weights here are real ones
+_LINEAR_DYNAMIC_OP = getattr(_LINEAR_DYNAMIC, "_op", _LINEAR_DYNAMIC)
+
+
 def _int8_product(packed: object, reduce_range: bool) -> Product:
-    run = torch.ops.quantized.linear_dynamic.default
+    run = _LINEAR_DYNAMIC_OP
     return lambda x: run(x, packed, reduce_range)
 
 
@@ -150,8 +157,10 @@ def _stacked_int8(layers: tuple[nn.Module, ...]) -> Product:
         weights.append(w.int_repr())
         biases.append(torch.zeros(out) if b is None else b.detach().float())
     scale, zero = torch.cat(scales), torch.cat(zeros)
-    stacked = torch._make_per_channel_quantized_tensor(torch.cat(weights), scale, zero, 0)
-    packed = torch.ops.quantized.linear_prepack(stacked, torch.cat(biases))
+    with warnings.catch_warnings():  # torch's deprecation notice for quantized tensors
+        warnings.simplefilter("ignore")
+        stacked = torch._make_per_channel_quantized_tensor(torch.cat(weights), scale, zero, 0)
+        packed = torch.ops.quantized.linear_prepack(stacked, torch.cat(biases))
     return _int8_product(packed, _reduce_range(layers[0]))
 
 

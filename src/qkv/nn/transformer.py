@@ -683,8 +683,11 @@ class _StepPlan:
         linears = [m for blk in decoder.blks for m in blk._linears()] + [decoder.dense]
         self.tensors = weights_of(tuple(linears))
         self.versions = versions(self.tensors)
-        # quantized layers' packed weights (replaced, never changed in place, when weights are)
-        self.packed = [(m, packed_of(m)) for m in linears if packed_of(m) is not None]
+        # quantized layers' packed weights (replaced, never changed in place, when weights are:
+        # set_weight_bias, load_state_dict), with what holds them
+        self.packed = [
+            (m._packed_params, packed_of(m)) for m in linears if packed_of(m) is not None
+        ]
         self.blocks = [blk._plan(x) for blk in decoder.blks]
         self.dense = product(decoder.dense, x)
 
@@ -693,7 +696,7 @@ class _StepPlan:
         return (
             self.versions is not None
             and versions(self.tensors) == self.versions
-            and all(packed_of(m) is p for m, p in self.packed)
+            and all(held._packed_params is p for held, p in self.packed)
         )
 
     def __getitem__(self, i: int) -> tuple:
