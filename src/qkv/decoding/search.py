@@ -88,19 +88,26 @@ def _limits(max_len: object, B: int, device: torch.device) -> tuple[Tensor, int]
 
 
 class _EvalMode:
-    """Evaluation mode (no dropout) and no autograd for the duration; restores the mode."""
+    """Evaluation mode (no dropout) and no autograd for the duration; restores the mode.
+
+    A model whose every module is in evaluation mode already is left alone (``eval()`` and
+    ``train()`` set an attribute on every module: a millisecond for a quantized model, at
+    every batch)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model, self.training = model, model.training
         self.inference = torch.inference_mode()
+        self.switch = any(m.training for m in model.modules())
 
     def __enter__(self) -> None:
-        self.model.eval()
+        if self.switch:
+            self.model.eval()
         self.inference.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         self.inference.__exit__(*exc)
-        self.model.train(self.training)
+        if self.switch:
+            self.model.train(self.training)
 
 
 def _banned(

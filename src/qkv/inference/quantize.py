@@ -10,6 +10,11 @@ products run in int8 with an fp32 result (the fbgemm/oneDNN kernels). Embeddings
 the attention itself stay fp32. It changes the numbers slightly: a translation may differ from
 the fp32 one (``qkv evaluate --quantize int8`` measures the BLEU cost).
 
+A decoding step calls the quantized layers' kernel directly, and runs the layers that read one
+input as one int8 product (the self-attention's query, key and value projections; the
+cross-attention's keys and values): their int8 weights stacked, each row with its own layer's
+scale, so the numbers are those of the layers one by one (:mod:`qkv.nn._inference`).
+
 torch implements it on the CPU only: a model on CUDA is refused. torch marks
 ``torch.ao.quantization`` as deprecated in favour of the separate ``torchao`` package; it still
 ships (and is what this uses) in the torch versions qkv supports, and its warnings are silenced

@@ -11,19 +11,37 @@ to float rounding (the tests compare with ``nn.Linear``).
 The copies are made on first use and remade whenever a weight changes (a new tensor, or an
 in-place update: an optimizer step, ``load_state_dict``), and are held by weak reference to
 their module: a module freed frees them.  Autograd never flows through them: callers use them
-only without grad.  Anything but a plain ``nn.Linear`` (e.g. a dynamically quantized one) is
-called as it is.
+only without grad.
+
+A dynamically quantized int8 linear layer (:func:`qkv.inference.quantize_model`) is called
+through its kernel (``quantized::linear_dynamic`` on its packed weight, as its ``forward``
+does, without the module call around it), and several of them fed the same input (the
+self-attention's three projections, the cross-attention's keys and values) are one int8 product:
+their int8 weights stacked, each output row keeping its own layer's scale (per-channel), so the
+numbers are those of the layers one by one (the input is quantized once, with the same range).
+Their packed weights are kept while every layer keeps its own (``set_weight_bias`` and
+``load_state_dict`` pack a new one).  Anything else is called as it is.
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
-__all__ = ["fused_product", "fused_projection", "linear", "product", "versions", "weights_of"]
+__all__ = [
+    "fused_product",
+    "fused_projection",
+    "linear",
+    "packed_of",
+    "product",
+    "versions",
+    "weights_of",
+]
 
 Product = Callable[[Tensor], Tensor]  # x (N, in) -> (N, out)
 # module -> (the weights' identity and versions, the product with the kept weights)
@@ -87,11 +105,72 @@ def _fits(x: Tensor, weight: Tensor) -> bool:
     return x.dtype == weight.dtype and x.device == weight.device and x.dim() == 2
 
 
+def _int8(module: nn.Module, x: Tensor) -> bool:
+    """Whether ``module`` is a dynamically quantized int8 linear layer that :func:`product` may
+    call through its kernel for a float32 ``x`` ``(N, in)`` on the CPU."""
+    return (
+        type(module) is DynamicInt8Linear
+        and module._packed_params.dtype == torch.qint8
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and x.dim() == 2
+    )
+
+
+def _reduce_range(module: nn.Module) -> bool:
+    """What the layer's ``forward`` passes as ``reduce_range`` (True from its version 4)."""
+    version = getattr(module, "version", None)
+    return version is not None and version >= 4
+
+
+_LINEAR_DYNAMIC = torch.ops.quantized.linear_dynamic.default
+# the operator itself: its Python wrapper looks for traced (fake) script objects at every call,
+# and the packed weights here are real ones
+_LINEAR_DYNAMIC_OP = getattr(_LINEAR_DYNAMIC, "_op", _LINEAR_DYNAMIC)
+
+
+def _int8_product(packed: object, reduce_range: bool) -> Product:
+    run = _LINEAR_DYNAMIC_OP
+    return lambda x: run(x, packed, reduce_range)
+
+
+def packed_of(module: nn.Module) -> object | None:
+    """The packed weight of a dynamically quantized linear layer (replaced whenever its weights
+    are), or None for any other module."""
+    params = getattr(module, "_packed_params", None)
+    return getattr(params, "_packed_params", None) if type(module) is DynamicInt8Linear else None
+
+
+def _stacked_int8(layers: tuple[nn.Module, ...]) -> Product:
+    """One int8 product for the dynamically quantized ``layers`` (one input): their int8 weights
+    stacked, every output row with its own layer's scale and zero point (per-channel)."""
+    weights, scales, zeros, biases = [], [], [], []
+    for m in layers:
+        w, b = torch.ops.quantized.linear_unpack(packed_of(m))
+        out = w.shape[0]
+        if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            scales.append(w.q_per_channel_scales().double())
+            zeros.append(w.q_per_channel_zero_points().long())
+        else:
+            scales.append(torch.full((out,), w.q_scale(), dtype=torch.double))
+            zeros.append(torch.full((out,), w.q_zero_point(), dtype=torch.long))
+        weights.append(w.int_repr())
+        biases.append(torch.zeros(out) if b is None else b.detach().float())
+    scale, zero = torch.cat(scales), torch.cat(zeros)
+    with warnings.catch_warnings():  # torch's deprecation notice for quantized tensors
+        warnings.simplefilter("ignore")
+        stacked = torch._make_per_channel_quantized_tensor(torch.cat(weights), scale, zero, 0)
+        packed = torch.ops.quantized.linear_prepack(stacked, torch.cat(biases))
+    return _int8_product(packed, _reduce_range(layers[0]))
+
+
 def product(module: nn.Module, x: Tensor) -> Product:
     """What :func:`linear` runs for ``module`` on inputs like ``x`` ``(N, in)``: the product with
     the kept weight for a plain ``nn.Linear`` whose weights have versions, else the module
     itself (which reads its weights at every call).  Valid while the weights are unchanged
     (:func:`weights_key`); a decoding step takes its products once per decoder state."""
+    if _int8(module, x):
+        return _int8_product(packed_of(module), _reduce_range(module))
     if type(module) is not nn.Linear or not _fits(x, module.weight):
         return module
     key = _key(module.weight, module.bias)
@@ -112,7 +191,20 @@ def linear(module: nn.Module, x: Tensor) -> Tensor:
 def fused_product(owner: nn.Module, layers: tuple[nn.Module, ...], x: Tensor) -> Product | None:
     """``x -> cat([layer(x) for layer in layers], -1)`` for inputs like ``x`` ``(N, in)`` as one
     product, the fused weight kept on ``owner``; None when a layer is not a plain ``nn.Linear``
-    or a weight has no version (call them one by one then)."""
+    (or all dynamically quantized int8 ones, see the module's notes) or a weight has no version
+    (call them one by one then)."""
+    if all(_int8(m, x) for m in layers) and len({_reduce_range(m) for m in layers}) == 1:
+        packed = tuple(packed_of(m) for m in layers)
+        hit = _FUSED.get(owner)
+        # the packed weights themselves are kept in the key: their ids stay theirs while kept
+        if (
+            hit is None
+            or len(hit[0]) != len(packed)
+            or any(a is not b for a, b in zip(hit[0], packed))
+        ):
+            hit = (packed, _stacked_int8(layers))
+            _FUSED[owner] = hit
+        return hit[1]
     if any(type(m) is not nn.Linear for m in layers) or not _fits(x, layers[0].weight):
         return None
     weights = [m.weight for m in layers]

@@ -51,7 +51,15 @@ from ..functional.decode import (
 )
 from ._checks import dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
-from ._inference import fused_product, fused_projection, linear, product, versions, weights_of
+from ._inference import (
+    fused_product,
+    fused_projection,
+    linear,
+    packed_of,
+    product,
+    versions,
+    weights_of,
+)
 from .attention import MultiHeadAttention
 from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
@@ -675,12 +683,21 @@ class _StepPlan:
         linears = [m for blk in decoder.blks for m in blk._linears()] + [decoder.dense]
         self.tensors = weights_of(tuple(linears))
         self.versions = versions(self.tensors)
+        # quantized layers' packed weights (replaced, never changed in place, when weights are:
+        # set_weight_bias, load_state_dict), with what holds them
+        self.packed = [
+            (m._packed_params, packed_of(m)) for m in linears if packed_of(m) is not None
+        ]
         self.blocks = [blk._plan(x) for blk in decoder.blks]
         self.dense = product(decoder.dense, x)
 
     def current(self) -> bool:
         """Whether no weight changed since the plan was made."""
-        return self.versions is not None and versions(self.tensors) == self.versions
+        return (
+            self.versions is not None
+            and versions(self.tensors) == self.versions
+            and all(held._packed_params is p for held, p in self.packed)
+        )
 
     def __getitem__(self, i: int) -> tuple:
         return self.blocks[i]
