@@ -190,15 +190,20 @@ def measure(
 
 QKV = [sys.executable, "-m", "qkv.cli"]
 FIRST = r"\b1/\d+ loss"  # the progress line of update 1 (--log-every 1)
+#: two ranks on this machine (``measure(..., skip=2)`` counts the two ranks, not the agent)
+TORCHRUN_2 = [
+    str(Path(sys.executable).with_name("torchrun")),
+    "--standalone",
+    "--nproc_per_node",
+    "2",
+]
 
 
 def _torchrun(folder: Path, run: Path) -> list[str]:
     """``qkv train`` on ``folder`` under torchrun, two ranks of one thread each, into a fresh
     ``run`` (``measure(..., skip=2)`` counts the two ranks, not the agent)."""
     shutil.rmtree(run, ignore_errors=True)
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "qkv.cli",
-           *_train_args(str(folder), run)]  # fmt: skip
+    cmd = [*TORCHRUN_2, "-m", "qkv.cli", *_train_args(str(folder), run)]
     cmd[cmd.index("--threads") + 1] = "1"
     return cmd
 
@@ -263,10 +268,8 @@ def measure_floor(run: Path) -> dict:
     budget = resolved["max_tokens"]
     args = ["-m", "benchmarks.ddp_floor", "--model", str(model), "--max-tokens", str(budget),
             "--steps", str(STEPS)]  # fmt: skip
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
     one = measure([sys.executable, *args, "--threads", "2"], FIRST, cwd=ROOT)
-    two = measure([torchrun, "--standalone", "--nproc_per_node", "2", *args, "--threads", "1"],
-                  FIRST, cwd=ROOT, skip=2)  # fmt: skip
+    two = measure([*TORCHRUN_2, *args, "--threads", "1"], FIRST, cwd=ROOT, skip=2)
     out = {"one": one, "torchrun_2": two}
     for kind in ("rss", "pss"):
         key = f"tree_peak_{kind}_gib"
