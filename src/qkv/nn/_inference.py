@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 __all__ = [
+    "Linear",
     "fused_product",
     "fused_projection",
     "linear",
@@ -83,7 +84,39 @@ def _has_onednn() -> bool:
 _ONEDNN = _has_onednn()
 
 
-def _product(weight: Tensor, bias: Tensor | None) -> Product:
+class Linear:
+    """A linear layer's product ``x -> x @ W.T + b`` for ``x`` ``(N, in)``, with the weight kept
+    in one of three layouts, named by :attr:`kind` (what a scripted decoding step reads to run
+    the same kernel itself, :mod:`qkv.nn._scripted`):
+
+    * ``ONEDNN``: ``weight`` packed for oneDNN (float32 on the CPU, where torch has it);
+    * ``MM``: ``weight`` transposed, ``(in, out)`` contiguous;
+    * ``INT8``: a dynamically quantized layer's packed int8 weight ``packed`` (bias inside),
+      called with ``reduce_range``.
+    """
+
+    ONEDNN, MM, INT8 = 0, 1, 2
+    __slots__ = ("bias", "kind", "packed", "reduce_range", "run", "weight")
+
+    def __init__(
+        self,
+        kind: int,
+        run: Product,
+        *,
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        packed: object = None,
+        reduce_range: bool = False,
+    ) -> None:
+        self.kind, self.run = kind, run
+        self.weight, self.bias = weight, bias
+        self.packed, self.reduce_range = packed, reduce_range
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.run(x)
+
+
+def _product(weight: Tensor, bias: Tensor | None) -> Linear:
     """``x -> x @ weight.T + bias`` with the weight ``(out, in)`` kept in the fastest layout."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
@@ -94,11 +127,16 @@ def _product(weight: Tensor, bias: Tensor | None) -> Product:
             pass
         else:
             run = torch.ops.mkldnn._linear_pointwise
-            return lambda x: run(x, packed, bias, "none", [], "")
+            return Linear(
+                Linear.ONEDNN,
+                lambda x: run(x, packed, bias, "none", [], ""),
+                weight=packed,
+                bias=bias,
+            )
     wt = weight.t().contiguous()  # (in, out)
     if bias is None:
-        return lambda x: torch.mm(x, wt)
-    return lambda x: torch.addmm(bias, x, wt)
+        return Linear(Linear.MM, lambda x: torch.mm(x, wt), weight=wt)
+    return Linear(Linear.MM, lambda x: torch.addmm(bias, x, wt), weight=wt, bias=bias)
 
 
 def _fits(x: Tensor, weight: Tensor) -> bool:
@@ -129,9 +167,14 @@ _LINEAR_DYNAMIC = torch.ops.quantized.linear_dynamic.default
 _LINEAR_DYNAMIC_OP = getattr(_LINEAR_DYNAMIC, "_op", _LINEAR_DYNAMIC)
 
 
-def _int8_product(packed: object, reduce_range: bool) -> Product:
+def _int8_product(packed: object, reduce_range: bool) -> Linear:
     run = _LINEAR_DYNAMIC_OP
-    return lambda x: run(x, packed, reduce_range)
+    return Linear(
+        Linear.INT8,
+        lambda x: run(x, packed, reduce_range),
+        packed=packed,
+        reduce_range=reduce_range,
+    )
 
 
 def packed_of(module: nn.Module) -> object | None:
@@ -141,7 +184,7 @@ def packed_of(module: nn.Module) -> object | None:
     return getattr(params, "_packed_params", None) if type(module) is DynamicInt8Linear else None
 
 
-def _stacked_int8(layers: tuple[nn.Module, ...]) -> Product:
+def _stacked_int8(layers: tuple[nn.Module, ...]) -> Linear:
     """One int8 product for the dynamically quantized ``layers`` (one input): their int8 weights
     stacked, every output row with its own layer's scale and zero point (per-channel)."""
     weights, scales, zeros, biases = [], [], [], []

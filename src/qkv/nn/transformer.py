@@ -22,6 +22,10 @@ their weights (:mod:`qkv.nn._inference`), and attention runs through
 :func:`qkv.functional.decode.cached_attention` and, over the encoder,
 :func:`qkv.functional.decode.planned_attention` with the plan made once per batch
 (``TransformerDecoderState.cross_plans``).  ``TransformerDecoder.fast_decode = False`` turns it off.
+Without beams, once the first step has planned the cross-attention, the whole step (every block
+and the output layer) runs as one TorchScript function (:mod:`qkv.nn._scripted`): the same
+operators in the same order, called without Python in between; a step it cannot run (a cache
+to grow, a projection that is not finite, a layer of another kind) runs in Python.
 Beam search's beams (:meth:`TransformerDecoder.expand_beams`) then keep their self-attention keys
 where they were written (:class:`~qkv.nn.kv_cache.BeamKVCache`): reordering beams moves no keys,
 and a sentence's beams attend over the encoder as several queries of one row.
@@ -49,9 +53,11 @@ from ..functional.decode import (
     plan_keys,
     planned_attention,
 )
+from ..functional.scores import score_kind
 from ._checks import dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
 from ._inference import (
+    Linear,
     fused_product,
     fused_projection,
     linear,
@@ -60,6 +66,7 @@ from ._inference import (
     versions,
     weights_of,
 )
+from ._scripted import scripted_step
 from .attention import MultiHeadAttention
 from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
@@ -673,11 +680,21 @@ def _add_norm(X: Tensor, Y: Tensor, norm: tuple, pre: bool) -> Tensor:
     return X + Y if pre else F.layer_norm(Y + X, *norm)
 
 
+_SCALED_DOT = score_kind("scaled_dot")[0]
+# the feed-forward activations the scripted step runs (qkv.nn._scripted.ACTIVATIONS), by type
+# and approximation
+_ACT_CODES = {("ReLU", None): 0, ("GELU", "none"): 1, ("GELU", "tanh"): 2}
+
+
 class _StepPlan:
     """What the fast decoding step reads, taken once per decoder state: every block's
     :meth:`TransformerDecoderBlock._plan` and the output layer's product; remade when a weight
     changes in place (its version counter; a weight replaced by a new tensor is seen by the
-    next state).  Indexed by block."""
+    next state).  Indexed by block.
+
+    :meth:`scripted` runs a step as one TorchScript function (:mod:`qkv.nn._scripted`) where
+    it can: the products and norms laid out for it once (:meth:`_script_args`), the
+    cross-attention's plans per batch."""
 
     def __init__(self, decoder: TransformerDecoder, x: Tensor) -> None:
         linears = [m for blk in decoder.blks for m in blk._linears()] + [decoder.dense]
@@ -690,6 +707,11 @@ class _StepPlan:
         ]
         self.blocks = [blk._plan(x) for blk in decoder.blks]
         self.dense = product(decoder.dense, x)
+        self.heads = decoder.blks[0].attention1.num_heads if len(decoder.blks) else 1
+        self.self_mult = float(_SCALED_DOT.multiplier(None, decoder.num_hiddens // self.heads, 1))
+        self.script = scripted_step() if len(decoder.blks) else None
+        self.args = self._script_args(decoder) if self.script is not None else None
+        self._cross: tuple[list, tuple] | None = None  # the plans and their lists
 
     def current(self) -> bool:
         """Whether no weight changed since the plan was made."""
@@ -701,6 +723,100 @@ class _StepPlan:
 
     def __getitem__(self, i: int) -> tuple:
         return self.blocks[i]
+
+    def _script_args(self, decoder: TransformerDecoder) -> tuple | None:
+        """The products and norms as :func:`qkv.nn._scripted.decode_step` takes them, or None
+        when a layer is of a kind it does not run."""
+        products, norms, pre, acts = [], [], set(), set()
+        for plan in self.blocks:
+            qkv, _, _, _, W_o, W_q2, W_o2, f1, act, f2, n1, n2, n3, norm_first = plan
+            products += [qkv, W_o, W_q2, W_o2, f1, f2]
+            norms += [n1, n2, n3]
+            pre.add(norm_first)
+            approx = getattr(act, "approximate", None)
+            acts.add(_ACT_CODES.get((type(act).__name__, approx), -1))
+            if type(act) not in (nn.ReLU, nn.GELU):
+                acts.add(-1)
+        products.append(self.dense)
+        final = decoder.norm
+        if final is not None:
+            if type(final) is not nn.LayerNorm:
+                return None
+            norms.append((final.normalized_shape, final.weight, final.bias, final.eps))
+        if (
+            len(pre) != 1
+            or len(acts) != 1
+            or -1 in acts
+            or any(type(p) is not Linear for p in products)
+            or any(tuple(n[0]) != (decoder.num_hiddens,) for n in norms)
+        ):
+            return None
+        packs = [p.packed for p in products if p.kind == Linear.INT8]
+        where, k = [], 0
+        for p in products:
+            where.append(k if p.kind == Linear.INT8 else -1)
+            k += p.kind == Linear.INT8
+        empty = torch.empty(0)
+        return (
+            [p.kind for p in products],
+            [empty if p.weight is None else p.weight for p in products],
+            [p.bias for p in products],
+            packs,
+            where,
+            [bool(p.reduce_range) for p in products],
+            [n[1] for n in norms],
+            [n[2] for n in norms],
+            [float(n[3]) for n in norms],
+            pre.pop(),
+            acts.pop(),
+            final is not None,
+        )
+
+    def scripted(self, x: Tensor, state: TransformerDecoderState) -> Tensor | None:
+        """The logits ``(B, V)`` of the embedded new tokens ``x`` ``(B, D)`` by the scripted
+        step, the caches advanced; None where it does not run (the Python step then does)."""
+        caches, plans = state.self_caches, state.cross_plans
+        if self.args is None or state.beams is not None or plans is None:
+            return None
+        t = caches[0].length
+        for c in caches:
+            k = c._k
+            if (
+                type(c) is not KVCache
+                or k is None
+                or c.length != t
+                or not c._finite
+                or k.shape[2] <= t
+                or k.shape[0] != x.shape[0]
+                or k.dtype != x.dtype
+            ):
+                return None
+        cross = self._cross
+        if (
+            cross is None
+            or len(cross[0]) != len(plans)
+            or any(a is not b for a, b in zip(cross[0], plans))
+        ):
+            if any(p is None or p.key_t is None or p.key.shape[0] != x.shape[0] for p in plans):
+                return None
+            lists = (
+                [p.key_t for p in plans],
+                [p.kernel_value for p in plans],
+                [p.bias for p in plans],
+                [p.dead for p in plans],
+                [p.mult for p in plans],
+            )
+            cross = self._cross = (list(plans), lists)
+        kinds, weights, biases, packs, where, rr, nw, nb, eps, pre, act, final = self.args
+        out = self.script(
+            x, t, [c._k for c in caches], [c._v for c in caches],
+            kinds, weights, biases, packs, where, rr, nw, nb, eps,
+            *cross[1], self.self_mult, self.heads, pre, act, final,
+        )  # fmt: skip
+        if out is not None:
+            for c in caches:
+                c.length = t + 1
+        return out
 
 
 class TransformerDecoder(_Stack):
@@ -718,11 +834,15 @@ class TransformerDecoder(_Stack):
     ``tie_embeddings`` (the output projection shares the embedding's weight).
 
     A decoding step with a cache in inference takes a fast path with the same results (see the
-    module's notes); set ``fast_decode = False`` (on the class or an instance) to turn it off.
+    module's notes); set ``fast_decode = False`` (on the class or an instance) to turn it off,
+    ``scripted_decode = False`` to run it in Python rather than as one TorchScript function.
     """
 
     #: take the fast path for a decoding step in inference (same results; False: never)
     fast_decode: bool = True
+    #: run the fast step as one TorchScript function where it can (the same numbers, bit for
+    #: bit; False: in Python)
+    scripted_decode: bool = True
 
     def __init__(
         self,
@@ -829,6 +949,11 @@ class TransformerDecoder(_Stack):
                 state.step_plan = _StepPlan(self, Y)
             if state.beams is not None:  # this step's position in every beam's history
                 state.beams.advance(Y.dtype)
+            elif self.scripted_decode:  # the whole step scripted, where it runs
+                logits = state.step_plan.scripted(Y, state)
+                if logits is not None:
+                    self.attention_weights = None
+                    return logits.view(B, 1, -1), state
             for blk in self.blks:
                 Y = blk._step_fast(Y, state)
             if self.norm is not None:
