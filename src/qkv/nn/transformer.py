@@ -797,7 +797,13 @@ class _StepPlan:
             or len(cross[0]) != len(plans)
             or any(a is not b for a, b in zip(cross[0], plans))
         ):
-            if any(p is None or p.key_t is None or p.key.shape[0] != x.shape[0] for p in plans):
+            if any(
+                p is None
+                or p.key_t is None
+                or p.key.shape[0] != x.shape[0]
+                or p.key_t.dtype != x.dtype
+                for p in plans
+            ):
                 return None
             lists = (
                 [p.key_t for p in plans],
