@@ -743,8 +743,11 @@ class _StepPlan:
             if type(final) is not nn.LayerNorm:
                 return None
             norms.append((final.normalized_shape, final.weight, final.bias, final.eps))
+        heads = {b.attention1.num_heads for b in decoder.blks}
+        heads |= {b.attention2.num_heads for b in decoder.blks}
         if (
-            len(pre) != 1
+            heads != {self.heads}
+            or len(pre) != 1
             or len(acts) != 1
             or -1 in acts
             or any(type(p) is not Linear for p in products)
