@@ -171,7 +171,8 @@ def plan_keys(
         # the fused backend's mask and dead rows (the same as _fused's), built once
         mask, causal, dead = plan.spec.sdpa_mask_and_dead(key.dtype)
         fused = not causal
-    finite = fused and bool(all_finite(key, value))
+    # keys and values a cache checked when it stored them are not summed again
+    finite = fused and ((known_finite(key) and known_finite(value)) or bool(all_finite(key, value)))
     key_t = bias = None
     kernel_value = plan.value
     if finite and key.shape[1] == H and key.dtype in _MATH_DTYPES:
