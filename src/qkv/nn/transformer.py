@@ -47,13 +47,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..functional.decode import (
+    _SCALED_DOT,
     PlannedKeys,
     cached_attention,
     grouped_attention,
     plan_keys,
     planned_attention,
 )
-from ..functional.scores import score_kind
 from ._checks import dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
 from ._inference import (
@@ -680,10 +680,14 @@ def _add_norm(X: Tensor, Y: Tensor, norm: tuple, pre: bool) -> Tensor:
     return X + Y if pre else F.layer_norm(Y + X, *norm)
 
 
-_SCALED_DOT = score_kind("scaled_dot")[0]
-# the feed-forward activations the scripted step runs (qkv.nn._scripted.ACTIVATIONS), by type
-# and approximation
-_ACT_CODES = {("ReLU", None): 0, ("GELU", "none"): 1, ("GELU", "tanh"): 2}
+def _act_code(act: nn.Module) -> int | None:
+    """The feed-forward activation's code in the scripted step (``qkv.nn._scripted.ACTIVATIONS``:
+    ReLU, GELU, GELU's tanh approximation), or None for any other module."""
+    if type(act) is nn.ReLU:
+        return 0
+    if type(act) is nn.GELU:
+        return {"none": 1, "tanh": 2}.get(act.approximate)
+    return None
 
 
 class _StepPlan:
@@ -733,10 +737,7 @@ class _StepPlan:
             products += [qkv, W_o, W_q2, W_o2, f1, f2]
             norms += [n1, n2, n3]
             pre.add(norm_first)
-            approx = getattr(act, "approximate", None)
-            acts.add(_ACT_CODES.get((type(act).__name__, approx), -1))
-            if type(act) not in (nn.ReLU, nn.GELU):
-                acts.add(-1)
+            acts.add(_act_code(act))
         products.append(self.dense)
         final = decoder.norm
         if final is not None:
@@ -749,7 +750,7 @@ class _StepPlan:
             heads != {self.heads}
             or len(pre) != 1
             or len(acts) != 1
-            or -1 in acts
+            or None in acts
             or any(type(p) is not Linear for p in products)
             or any(tuple(n[0]) != (decoder.num_hiddens,) for n in norms)
         ):
