@@ -1,11 +1,57 @@
 """Decoding: greedy and beam search with a KV cache, for every :class:`qkv.nn.EncoderDecoder`.
 
-:func:`generate` is the entry point; :func:`greedy_search` and :func:`beam_search` return the
-same results with more control; :class:`KVCache` is the per-layer key/value cache the Transformer
-decoder keeps when ``use_cache=True``.
+:func:`generate` is the entry point of keywords; :func:`search_hypotheses` takes the options as
+one :class:`Decoding` and gives every sentence's hypotheses; :func:`greedy_search` and
+:func:`beam_search` return the same results with more control; :class:`KVCache` is the
+per-layer key/value cache the Transformer decoder keeps when ``use_cache=True``.
+
+Each name is loaded from its module on first use, so that :class:`Decoding` (no torch) reads
+without torch: ``qkv translate --help`` shows its defaults.
 """
 
-from ..nn.kv_cache import KVCache
-from .search import Hypothesis, beam_search, generate, greedy_search
+from __future__ import annotations
 
-__all__ = ["Hypothesis", "KVCache", "beam_search", "generate", "greedy_search"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names below are, for type checkers and editors
+    from ..nn.kv_cache import KVCache
+    from .options import Decoding, default_max_len
+    from .search import Hypothesis, beam_search, generate, greedy_search, search_hypotheses
+
+#: each public name and the module that defines it (relative to this package)
+_WHERE: dict[str, str] = {
+    "Decoding": ".options",
+    "Hypothesis": ".search",
+    "KVCache": "..nn.kv_cache",
+    "beam_search": ".search",
+    "default_max_len": ".options",
+    "generate": ".search",
+    "greedy_search": ".search",
+    "search_hypotheses": ".search",
+}
+
+__all__ = [
+    "Decoding",
+    "Hypothesis",
+    "KVCache",
+    "beam_search",
+    "default_max_len",
+    "generate",
+    "greedy_search",
+    "search_hypotheses",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

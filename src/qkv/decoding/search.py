@@ -28,10 +28,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.seq2seq import EncoderDecoder
+from .options import Decoding
 
-__all__ = ["Hypothesis", "beam_search", "generate", "greedy_search"]
+__all__ = ["Hypothesis", "beam_search", "generate", "greedy_search", "search_hypotheses"]
 
-Hypothesis = tuple[list[int], float]  # (token ids without BOS/EOS, length-normalised score)
+#: (token ids without BOS/EOS, length-normalised score); greedy search scores nothing: NaN
+Hypothesis = tuple[list[int], float]
 
 
 # ---------------------------------------------------------------------------- checks
@@ -350,7 +352,9 @@ def beam_search(
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
-    K, alpha = _beam_options(beam_size, n_best, length_penalty)
+    # the options checked as every decoding is: one value, one set of rules
+    options = Decoding(beam_size=beam_size, length_penalty=length_penalty, n_best=n_best)
+    K, alpha = options.beam_size, options.length_penalty
     B, dev = src.shape[0], src.device
     finished = _Finished(B, alpha)
     with _EvalMode(model):
@@ -414,21 +418,6 @@ def beam_search(
                 ids = [ids[i] for i in keep.tolist()]
                 base = torch.arange(len(ids), device=dev).unsqueeze(1) * K
     return finished.best_first(n_best)
-
-
-def _beam_options(beam_size: object, n_best: object, length_penalty: object) -> tuple[int, float]:
-    """``(K, alpha)``: the beam size and the length penalty, checked."""
-    K = _int("beam_size", beam_size, 1)
-    _int("n_best", n_best, 1)
-    if n_best > K:
-        raise ValueError(f"n_best: expected at most beam_size={K}, got {n_best}")
-    if (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float))
-        or not math.isfinite(length_penalty)
-    ):
-        raise ValueError(f"length_penalty: expected a finite float, got {length_penalty!r}")
-    return K, float(length_penalty)
 
 
 def _expand_first_step(
@@ -503,7 +492,56 @@ class _Finished:
         return out
 
 
-# ---------------------------------------------------------------------------- entry point
+# ---------------------------------------------------------------------------- entry points
+def search_hypotheses(
+    model: nn.Module,
+    src: Tensor,
+    src_valid_lens: Tensor | Sequence[int] | None = None,
+    *,
+    max_len: int | Sequence[int] | Tensor,
+    bos_id: int,
+    eos_id: int,
+    decoding: Decoding,
+    pad_id: int | None = 0,
+    use_cache: bool = True,
+    suppress: Sequence[int] = (),
+) -> list[list[Hypothesis]]:
+    """Translate a batch as ``decoding`` says, every sentence's hypotheses best first.
+
+    Greedy search (:attr:`Decoding.greedy`) gives one hypothesis per sentence, scored NaN (it
+    ranks no alternatives); beam search gives ``decoding.n_best`` of them, each scored
+    ``sum(log p) / length ** length_penalty``. The arguments are :func:`generate`'s; the
+    decode length is ``max_len`` (``decoding``'s own length rule is the caller's:
+    :meth:`Decoding.output_limit`).
+
+    Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None, max_len an int or ``(B,)``.
+    """
+    if not isinstance(decoding, Decoding):
+        raise TypeError(f"decoding: expected a qkv Decoding, got {type(decoding).__name__}")
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
+    common: dict[str, Any] = dict(
+        max_len=max_len,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        no_repeat_ngram=decoding.no_repeat_ngram,
+        suppress=tuple(suppress),
+        use_cache=use_cache,
+    )
+    if decoding.greedy:
+        return [[(ids, math.nan)] for ids in greedy_search(model, src, src_valid_lens, **common)]
+    return beam_search(
+        model,
+        src,
+        src_valid_lens,
+        beam_size=decoding.beam_size,
+        length_penalty=decoding.length_penalty,
+        n_best=decoding.n_best,
+        **common,
+    )
+
+
 def generate(
     model: nn.Module,
     src: Tensor,
@@ -519,6 +557,7 @@ def generate(
     use_cache: bool = True,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    decoding: Decoding | None = None,
 ) -> list[list[int]] | list[list[Hypothesis]]:
     """Translate a batch: greedy (``beam_size=1``) or beam search.
 
@@ -542,36 +581,41 @@ def generate(
             Face's ``no_repeat_ngram_size``); a guard against loops of an undertrained model.
         suppress: more ids never generated, like ``pad_id`` (e.g. ``<unk>`` for a tokenizer
             with byte fallback, which never needs it).
+        decoding: the four search options above as one :class:`Decoding` (then the keywords
+            ``beam_size``, ``length_penalty``, ``n_best`` and ``no_repeat_ngram`` stay unset).
 
     Returns:
         With ``n_best=1``, per sentence its best token ids without BOS and EOS (a list of lists);
         otherwise per sentence a list of ``n_best`` ``(token ids, score)`` pairs, best first.
+
+    Raises:
+        SettingError: (a ``ValueError``) a search option out of range, named by its keyword.
+        TypeError: ``decoding`` given with search keywords too.
     """
-    K = _int("beam_size", beam_size, 1)
-    _int("n_best", n_best, 1)
-    if not isinstance(use_cache, bool):
-        raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
-    _int("no_repeat_ngram", no_repeat_ngram, 0)
-    common: dict[str, Any] = dict(
-        max_len=max_len,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        no_repeat_ngram=no_repeat_ngram,
-        suppress=tuple(suppress),
-    )
-    if K == 1 and n_best == 1:
-        return greedy_search(model, src, src_valid_lens, use_cache=use_cache, **common)
-    hyps = beam_search(
+    given = {"beam_size": beam_size, "length_penalty": length_penalty, "n_best": n_best}
+    given["no_repeat_ngram"] = no_repeat_ngram
+    if decoding is None:
+        decoding = Decoding(**given)
+    else:
+        default = Decoding()
+        both = [k for k, v in given.items() if v != getattr(default, k)]
+        if both:
+            raise TypeError(
+                "decoding: give the search options as one Decoding or as keywords, not both "
+                f"(got decoding and {', '.join(both)})"
+            )
+    hyps = search_hypotheses(
         model,
         src,
         src_valid_lens,
-        beam_size=K,
-        length_penalty=length_penalty,
-        n_best=n_best,
+        max_len=max_len,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        decoding=decoding,
+        pad_id=pad_id,
         use_cache=use_cache,
-        **common,
+        suppress=suppress,
     )
-    if n_best == 1:
+    if decoding.n_best == 1:  # the keyword API's shape: the best ids alone
         return [h[0][0] if h else [] for h in hyps]
     return hyps
