@@ -27,7 +27,7 @@ text or many, the run's decoding by default, attention pictures); it is the qkv 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,7 @@ from .data import Tokenizer
 from .inference import (
     Decoding,
     Evaluation,
-    TranslatorBase,
     corpus_scores,
-    decode_texts,
     evaluate_pairs,
     generate_ids,
     load_model,
@@ -51,6 +49,7 @@ from .inference import (
     save_model,
     verify_checkpoint,
 )
+from .inference.decode import ModelEngine
 from .inference.limits import SETTING as POSITION_SETTING
 from .inference.quantize import check_quantize, quantize_model
 from .nn.seq2seq import EncoderDecoder
@@ -171,9 +170,10 @@ def _token_strings(tok: Tokenizer, ids: Sequence[int]) -> list[str]:
     return [strings[int(i)] for i in ids]
 
 
-class Translator(TranslatorBase, CardDisplay):
+class Translator(ModelEngine, CardDisplay):
     """A trained model with its tokenizers, ready to translate: the qkv engine of
-    :class:`~qkv.inference.TextTranslator`.
+    :class:`~qkv.inference.TextTranslator` (:class:`~qkv.inference.decode.ModelEngine`, whose
+    position-limit policy it follows), moved to its device in evaluation mode.
 
     Args:
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder` with its ``config``.
@@ -205,11 +205,15 @@ class Translator(TranslatorBase, CardDisplay):
         for name, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
             if not isinstance(tok, Tokenizer):
                 raise TypeError(f"{name}: expected a qkv.data Tokenizer, got {type(tok).__name__}")
-        self._device = torch.device(device)
-        self.model = model.to(self._device).eval()
-        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        dev = torch.device(device)
+        super().__init__(
+            model.to(dev).eval(),
+            src_tokenizer,
+            tgt_tokenizer,
+            device=dev,
+            decoding=Decoding.coerce(decoding),
+        )
         self.path = path
-        self._decoding = Decoding.coerce(decoding)
 
     @classmethod
     def load(
@@ -291,32 +295,25 @@ class Translator(TranslatorBase, CardDisplay):
         return self.model.config.kind if self.model.config is not None else "transformer"
 
     @property
-    def device(self) -> torch.device:
-        """Where the model runs."""
-        return self._device
-
-    @property
     def has_attention(self) -> bool:
         return True
 
-    def _generate(
-        self, texts: Sequence[str], decoding: Decoding, progress: Callable[[int], None] | None
-    ) -> list[Any]:
-        """Target ids of :meth:`translate` (a sequence of texts): per text its ids
-        (``n_best=1``) or its ``[(ids, score), ...]``, without ``<bos>``/``<eos>``, decoded by
-        :func:`qkv.inference.decode_texts` (batches of ``decoding.max_tokens`` source tokens
-        times the beam, sorted by length; its position-limit policy: a model with learned
-        positions stops every translation at its table and leaves a source longer than the
-        table untranslated, with a warning naming it)."""
-        return decode_texts(
-            self.model,
-            texts,
-            self.src_tokenizer,
-            self.tgt_tokenizer,
-            decoding,
-            device=self._device,
-            progress=progress,
-        )
+    def attention_shapes(self, src_len: int, tgt_len: int) -> list[tuple[int, int, int]] | None:
+        """The ``(H, Lq, Lk)`` of every weight matrix :meth:`attention` gives a Transformer for
+        ``src_len`` source tokens and ``tgt_len`` decoder positions (0: the encoder's alone;
+        a translation the learned table cuts is shown up to the table); None for the Bahdanau
+        model (one small ``(Lt, Ls)`` picture)."""
+        c = self.model.config
+        if c is None or self.kind != "transformer":
+            return None
+        S, T, H = src_len, tgt_len, c.num_heads
+        tgt_limit = position_limits(self.model)[1]
+        if tgt_limit is not None:
+            T = min(T, tgt_limit)
+        shapes = [(H, S, S)] * c.num_enc_layers
+        if T:
+            shapes += [(H, T, T), (H, T, S)] * c.num_dec_layers
+        return shapes
 
     def attention(
         self,

@@ -95,13 +95,13 @@ def test_evaluate_batch_tokens_changes_batching_not_scores(run, capsys, monkeypa
     import qkv.inference.decode as decode
 
     calls = []
-    real = decode.generate
+    real = decode.search_hypotheses
 
     def counting(*a, **k):
         calls.append(a[1].shape[0])
         return real(*a, **k)
 
-    monkeypatch.setattr(decode, "generate", counting)
+    monkeypatch.setattr(decode, "search_hypotheses", counting)
     base = ["evaluate", "--model-dir", str(run), "--json", "--limit", "20", "--beam", "1"]
     assert main([*base, "--batch-tokens", "4096"]) == 0
     big, n_big = capsys.readouterr().out, len(calls)

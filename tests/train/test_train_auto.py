@@ -183,13 +183,13 @@ def test_evaluation_decodes_at_most_max_len_tokens(tmp_path, corpus_file, monkey
     import qkv.inference.decode as decode_mod
 
     seen = []
-    real = decode_mod.generate_ids
+    real = decode_mod.search_hypotheses
 
     def spy(*a, **k):
         seen.append(k["decoding"].output_len_cap)
         return real(*a, **k)
 
-    monkeypatch.setattr(decode_mod, "generate_ids", spy)
+    monkeypatch.setattr(decode_mod, "search_hypotheses", spy)
     train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, max_len=9,
                       tune_decoding=False), tmp_path, progress=False)  # fmt: skip
     assert seen and set(seen) == {9}

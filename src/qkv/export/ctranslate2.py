@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,9 @@ from ..inference import (
     never_generated,
     verify_checkpoint,
 )
+from ..inference.batches import SourceBatch
 from ..inference.bounds import LIMITS, check_decoding
-from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
+from ..inference.limits import PositionBounds
 from ..inference.saved import CT2_FOLDER_FORMAT, MANIFEST, VerifiedFolder
 from ..inference.writing import write_manifest
 from ..nn.position import sinusoidal_encoding
@@ -312,7 +313,8 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         threads: CPU threads for one translation (0: CTranslate2's default).
 
     Its default decoding is the exported model's. It gives one translation per text
-    (``n_best=1``) and batches :attr:`batch_size` sentences, sorted by length.
+    (``n_best=1``) and batches :attr:`batch_sentences` sentences, sorted by length (a beam's
+    batch: sentences of one decode length, which CTranslate2 sets per batch).
 
     Raises:
         MissingDependency: ctranslate2 is not installed (the ``ct2`` extra).
@@ -327,7 +329,9 @@ class Ct2Translator(TranslatorBase, CardDisplay):
 
     engine = "ctranslate2"
     #: sentences per ``translate_batch`` call
-    batch_size = 32
+    batch_sentences = 32
+    #: CTranslate2 stops a batch's beams at one ``max_decoding_length``
+    one_limit_per_batch = True
 
     def __init__(
         self,
@@ -360,6 +364,7 @@ class Ct2Translator(TranslatorBase, CardDisplay):
             rel = f"{prefix}{side}_vocabulary.json"
             if rel in v.files and v.json(rel) != tok.tokens():
                 raise v.invalid(rel, ValueError(f"not the {side} tokenizer's vocabulary"))
+        self._src_tokens = src.tokens()  # what CTranslate2 reads for each source id
         self._tgt_ids = {t: i for i, t in enumerate(tgt.tokens())}
         self._device = device
         try:
@@ -388,60 +393,39 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         CTranslate2)."""
         return self.src_tokenizer.to_tokens(text)
 
-    def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
-        """Target ids (without ``<bos>``/``<eos>``) per text; ``decoding.max_output_len``
-        (tokens, ``<eos>`` counted) defaults to each sentence's own decode length rule, as
-        qkv's; a text that normalises to nothing translates to ``[]`` without decoding.
+    def _positions(self) -> PositionBounds:
+        """The model's positional table bounds both sides, as a learned table bounds qkv's."""
+        named = f"the CTranslate2 model's {self.positions} positions (its positional table)"
+        return PositionBounds(source=self.positions, target=self.positions, named=named)
 
-        The model's positional table bounds both sides, as a learned table bounds qkv's: a text
-        longer than it is not translated (``[]``, a warning naming it), the others are; a
-        translation the table stops before it ends is named in a warning."""
+    def _check_decoding(self, decoding: Decoding) -> None:
         if decoding.n_best != 1:
             raise ValueError(
                 f"n_best: the ctranslate2 engine gives one translation per text, got "
                 f"{decoding.n_best}"
             )
-        tokens = [self.source_tokens(t) for t in texts]
-        lengths = [len(toks) + 1 for toks in tokens]  # <eos> counted
-        positions = f"the CTranslate2 model's {self.positions} positions (its positional table)"
-        skip = set(skip_too_long(lengths, self.positions, positions))
-        limits = [decoding.output_limit(n, self.positions) for n in lengths]
-        out: list[Any] = [[] for _ in texts]
-        todo = sorted(
-            (i for i, t in enumerate(tokens) if t and i not in skip), key=lambda i: len(tokens[i])
+
+    def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Any]]:
+        """One ``translate_batch`` call: the sources as qkv's token strings (CTranslate2 adds
+        ``<eos>``), ``decoding``'s options, the batch's longest limit (a greedy row is cut to its
+        own, which a shorter limit only cuts); one hypothesis per source, unscored (NaN)."""
+        vocab = self._src_tokens
+        res = self.translator.translate_batch(
+            [[vocab[i] for i in row[:-1]] for row in batch.rows],
+            beam_size=decoding.beam_size,
+            length_penalty=decoding.length_penalty,
+            max_decoding_length=max(batch.limits),
+            min_decoding_length=0,
+            max_input_length=0,
+            no_repeat_ngram_size=decoding.no_repeat_ngram,
+            suppress_sequences=[["<pad>"], ["<bos>"]],
+            disable_unk=bool(self.options.get("disable_unk")),
+            return_scores=False,
         )
-        # greedy: a shorter limit only cuts the output, so a batch decodes to its longest limit
-        # and each row is cut to its own; a beam's result depends on the limit: equal limits
-        # only in one call
-        groups: list[list[int]] = []
-        for i in todo:
-            g = groups[-1] if groups else None
-            same = g is not None and (decoding.beam_size == 1 or limits[g[0]] == limits[i])
-            if g is not None and same and len(g) < self.batch_size:
-                g.append(i)
-            else:
-                groups.append([i])
-        suppress = [["<pad>"], ["<bos>"]]
-        for g in groups:
-            res = self.translator.translate_batch(
-                [tokens[i] for i in g],
-                beam_size=decoding.beam_size,
-                length_penalty=decoding.length_penalty,
-                max_decoding_length=max(limits[i] for i in g),
-                min_decoding_length=0,
-                max_input_length=0,
-                no_repeat_ngram_size=decoding.no_repeat_ngram,
-                suppress_sequences=suppress,
-                disable_unk=bool(self.options.get("disable_unk")),
-                return_scores=False,
-            )
-            for i, r in zip(g, res):
-                out[i] = [self._tgt_ids[t] for t in r.hypotheses[0]][: limits[i]]
-        cut = [i for i in sorted(todo) if cut_by_positions(out[i], lengths[i], limits[i], decoding)]
-        warn_cut(cut, self.positions, positions)
-        if progress is not None:
-            progress(len(texts))
-        return out
+        return [
+            [([self._tgt_ids[t] for t in r.hypotheses[0]][:limit], math.nan)]
+            for r, limit in zip(res, batch.limits)
+        ]
 
     def __repr__(self) -> str:
         return f"Ct2Translator({str(self.path)!r}, decoding={self.decoding})"

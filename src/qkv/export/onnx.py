@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -51,8 +52,10 @@ from ..inference import (
     never_generated,
     verify_checkpoint,
 )
+from ..inference.batches import SourceBatch, decode_sorted
 from ..inference.bounds import LIMITS
-from ..inference.limits import cut_by_positions, skip_too_long, warn_cut
+from ..inference.engine import one_best_or_all
+from ..inference.limits import PositionBounds
 from ..inference.saved import MANIFEST, ONNX_FOLDER_FORMAT, VerifiedFolder
 from ..inference.writing import check_out, model_card, run_card, write_folder
 from ..viz.display import CardDisplay
@@ -399,30 +402,29 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
             {i for i in (meta["pad_id"], meta["bos_id"], *meta["suppress"]) if i != eos}
         )
 
-    def _generate(self, texts: Sequence[str], decoding: Decoding, progress: Any) -> list[Any]:
-        """Greedy target ids per text; a text that normalises to nothing gives ``[]``. The
-        graphs' positions (the model's ``max_len``) bound both sides: a text longer than them
-        is not translated (``[]``, a warning naming it), the others are; a translation they
-        stop before it ends is named in a warning."""
-        src = [self.encode(t) for t in texts]
+    def _positions(self) -> PositionBounds:
+        """The graphs' positions (the model's ``max_len``) bound both sides."""
         P = self.meta["max_positions"]
-        positions = f"the ONNX graphs' {P} positions (the model's max_len)"
-        skip = set(skip_too_long([len(ids) for ids in src], P, positions))
-        todo = [i for i, ids in enumerate(src) if len(ids) > 1 and i not in skip]
-        undone = len(src) - len(todo)
-        ids = self.generate_ids(
-            [src[i] for i in todo],
-            decoding,
-            progress=None if progress is None else (lambda k: progress(undone + k)),
-        )
-        out: list[Any] = [[] for _ in texts]
-        cut = []
-        for i, row in zip(todo, ids):
-            out[i] = row
-            if cut_by_positions(row, len(src[i]), decoding.output_limit(len(src[i]), P), decoding):
-                cut.append(i)
-        warn_cut(cut, P, positions)
-        return out
+        named = f"the ONNX graphs' {P} positions (the model's max_len)"
+        return PositionBounds(source=P, target=P, named=named)
+
+    def _check_decoding(self, decoding: Decoding) -> None:
+        beyond = decoding.beyond_greedy()
+        if beyond:
+            raise ValueError(
+                f"{', '.join(beyond)}: the onnx engine decodes greedily (beam 1, one "
+                f"translation, nothing blocked), got "
+                f"{', '.join(f'{k}={v}' for k, v in beyond.items())}; use the qkv engine for that"
+            )
+
+    def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Any]]:
+        """Greedy search on one padded batch (:meth:`_greedy`); one unscored (NaN) hypothesis
+        per source."""
+        import numpy as np
+
+        limits = np.array(batch.limits, dtype=np.int64)
+        rows = self._greedy(batch.ids.numpy(), batch.lengths.numpy(), limits)
+        return [[(ids, math.nan)] for ids in rows]
 
     def generate_ids(
         self,
@@ -441,16 +443,8 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
             ValueError: a decoding this runner cannot do (a beam, n-best, blocked n-grams), or
                 a source longer than the model's positions.
         """
-        import numpy as np
-
         dec = self.decoding.resolve(decoding, **overrides)
-        beyond = dec.beyond_greedy()
-        if beyond:
-            raise ValueError(
-                f"{', '.join(beyond)}: the onnx engine decodes greedily (beam 1, one "
-                f"translation, nothing blocked), got "
-                f"{', '.join(f'{k}={v}' for k, v in beyond.items())}; use the qkv engine for that"
-            )
+        self._check_decoding(dec)
         P = self.meta["max_positions"]
         for i, ids in enumerate(src_ids):
             if len(ids) > P:
@@ -458,29 +452,16 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
                     f"src_ids: sentence {i} has {len(ids)} tokens, more than the "
                     f"{P} positions of the exported model"
                 )
-        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-        out: list[list[int]] = [[] for _ in src_ids]
-        start = 0
-        while start < len(order):
-            stop = start + 1
-            while (
-                stop < len(order)
-                and (stop - start + 1) * max(len(src_ids[order[stop]]), 1) <= dec.max_tokens
-            ):
-                stop += 1
-            rows = order[start:stop]
-            lens = [max(len(src_ids[i]), 1) for i in rows]
-            src = np.zeros((len(rows), max(lens)), dtype=np.int64)
-            for r, i in enumerate(rows):
-                ids = list(src_ids[i]) or [self.meta["src_eos_id"]]
-                src[r, : len(ids)] = ids
-            limits = np.array([dec.output_limit(n, P) for n in lens], dtype=np.int64)
-            for r, ids in zip(rows, self._greedy(src, np.array(lens, dtype=np.int64), limits)):
-                out[r] = ids
-            start = stop
-            if progress is not None:
-                progress(stop)
-        return out
+        limits = [dec.output_limit(max(len(ids), 1), P) for ids in src_ids]
+        hyps = decode_sorted(
+            src_ids,
+            limits,
+            dec,
+            self._decode_batch,
+            eos_id=self.meta["src_eos_id"],
+            progress=progress,
+        )
+        return one_best_or_all(hyps, 1)
 
     def _greedy(self, src: Any, src_len: Any, limits: Any) -> list[list[int]]:
         """qkv's greedy search (:func:`qkv.decoding.greedy_search`) on one padded batch; a

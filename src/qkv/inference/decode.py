@@ -1,15 +1,17 @@
-"""Batched decoding: many sources at once, sorted by length, returned in input order.
+"""qkv's own engine on a model in memory, and batched decoding on text or ids.
 
-:func:`decode_texts` is the one path from text to target ids: every qkv engine translates
-through it (:class:`qkv.translate.Translator`) and the training loop's validation decodes
-through it, so both follow one position-limit policy; :func:`generate_ids` is the same on ids
-already encoded. How to decode is one :class:`~qkv.inference.Decoding`.
+:class:`ModelEngine` is the qkv engine of :class:`~qkv.inference.TextTranslator` over an
+:class:`~qkv.nn.seq2seq.EncoderDecoder` and its tokenizers: the policy of
+:class:`~qkv.inference.TranslatorBase` (encode, skip, sort, batch, place, back in order) with
+one batch decoded by :func:`qkv.decoding.search_hypotheses`. :class:`qkv.translate.Translator` is that
+engine with a user's conveniences (loading, attention pictures); :func:`decode_texts` runs it
+on a model as it is (training's validation decodes through it), so every qkv translation
+follows one position-limit policy; :func:`generate_ids` decodes ids already encoded. How to
+decode is one :class:`~qkv.inference.Decoding`.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,14 +19,96 @@ import torch
 from torch import nn
 
 from ..data import Tokenizer
-from ..decoding import generate
+from ..decoding import search_hypotheses
+from ..decoding.search import Hypothesis
+from .batches import SourceBatch, decode_sorted
+from .engine import TranslatorBase, one_best_or_all
 from .limits import SETTING as POSITION_SETTING
-from .limits import position_limits, skip_too_long, too_long
+from .limits import PositionBounds, position_limits
 from .options import Decoding, default_max_len
 
-__all__ = ["decode_texts", "default_max_len", "generate_ids", "never_generated"]
+__all__ = ["ModelEngine", "decode_texts", "default_max_len", "generate_ids", "never_generated"]
 
-log = logging.getLogger(__name__)
+
+def never_generated(tok: Tokenizer) -> list[int]:
+    """Ids a translation never needs: ``<unk>`` for a tokenizer that spells unknown characters
+    in bytes (its training text never held ``<unk>``, so an emitted one is a model's error and
+    would print as `` ⁇ ``)."""
+    return [tok.unk_id] if getattr(tok, "byte_fallback", False) else []
+
+
+def _search_batch(
+    model: nn.Module, bos_id: int, eos_id: int, suppress: Sequence[int]
+) -> Callable[[SourceBatch, Decoding], list[list[Hypothesis]]]:
+    """``decode_batch(batch, decoding)``: one batch through :func:`qkv.decoding.search_hypotheses`, each
+    sentence stopped at its own limit."""
+
+    def decode_batch(batch: SourceBatch, decoding: Decoding) -> list[list[Hypothesis]]:
+        return search_hypotheses(
+            model,
+            batch.ids,
+            batch.lengths,
+            max_len=batch.limits,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            decoding=decoding,
+            suppress=suppress,
+        )
+
+    return decode_batch
+
+
+class ModelEngine(TranslatorBase):
+    """The qkv engine over a model in memory: ``model`` as it is (not moved, its mode kept;
+    the search runs it in evaluation mode without autograd and restores its mode).
+
+    A model with learned positions (``model.max_len``) cannot read or write past its table:
+    every translation stops at the table (said once, before decoding, when ``max_output_len``
+    asks for more), and a source longer than the table is not translated, with a warning naming
+    it (``input 3``, 1-based) and the setting; the other texts are translated as they would be
+    alone.
+
+    Args:
+        model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
+        src_tokenizer, tgt_tokenizer: its tokenizers.
+        device: where the model is (the batches are placed there).
+        decoding: the default :class:`~qkv.inference.Decoding` (None: greedy).
+    """
+
+    engine = "qkv"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        *,
+        device: torch.device | str = "cpu",
+        decoding: Decoding | None = None,
+    ) -> None:
+        self.model = model
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self._device = torch.device(device)
+        self._decoding = Decoding.coerce(decoding)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self._device
+
+    def _positions(self) -> PositionBounds:
+        src_limit, tgt_limit = position_limits(self.model)
+        return PositionBounds(
+            source=src_limit,
+            target=tgt_limit,
+            named=f"the model's {src_limit} learned positions ({POSITION_SETTING})",
+            announced=f"the model's {tgt_limit} learned target positions ({POSITION_SETTING})",
+        )
+
+    def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Hypothesis]]:
+        tgt = self.tgt_tokenizer
+        decode = _search_batch(self.model, tgt.bos_id, tgt.eos_id, never_generated(tgt))
+        return decode(batch, decoding)
 
 
 def generate_ids(
@@ -59,68 +143,17 @@ def generate_ids(
         Per sentence its ids (``n_best=1``) or its ``[(ids, score), ...]``, in input order.
     """
     dec = Decoding.coerce(decoding)
-    n = len(src_ids)
-    out: list[Any] = [None] * n
-    order = sorted(range(n), key=lambda i: len(src_ids[i]))
-    start = 0
-    while start < n:
-        longest = max(len(src_ids[order[start]]), 1)
-        stop = start + 1
-        while stop < n:
-            longest_next = max(longest, len(src_ids[order[stop]]))
-            if (stop - start + 1) * longest_next * dec.beam_size > dec.max_tokens:
-                break
-            longest, stop = longest_next, stop + 1
-        rows = order[start:stop]
-        lens = [max(len(src_ids[i]), 1) for i in rows]
-        src = torch.zeros(len(rows), max(lens), dtype=torch.long)
-        for r, i in enumerate(rows):
-            ids = list(src_ids[i]) or [eos_id]
-            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        res = generate(
-            model,
-            src.to(device),
-            torch.tensor(lens, dtype=torch.long).to(device),
-            max_len=[dec.output_limit(k, positions) for k in lens],
-            bos_id=bos_id,
-            eos_id=eos_id,
-            suppress=suppress,
-            **dec.search_options(),
-        )
-        for r, i in enumerate(rows):
-            out[i] = res[r]
-        start = stop
-        if progress is not None:
-            progress(stop)
-    return out
-
-
-def never_generated(tok: Tokenizer) -> list[int]:
-    """Ids a translation never needs: ``<unk>`` for a tokenizer that spells unknown characters
-    in bytes (its training text never held ``<unk>``, so an emitted one is a model's error and
-    would print as `` ⁇ ``)."""
-    return [tok.unk_id] if getattr(tok, "byte_fallback", False) else []
-
-
-def _fit_positions(
-    dec: Decoding, src: list[list[int]], model: nn.Module, warn: bool
-) -> tuple[list[int], int | None]:
-    """The position-limit policy of a model with learned positions: the sources longer than its
-    encoder's table (their indices: not translated) and its decoder's table (every translation
-    stops there); a ``max_output_len`` past the table, and the sources skipped, are warned
-    about (``warn``), naming the setting."""
-    src_limit, tgt_limit = position_limits(model)
-    if warn and tgt_limit is not None and (dec.max_output_len or 0) > tgt_limit:
-        log.warning(
-            "max_output_len (--max-len) %d is more than the model's %d learned target "
-            "positions (%s): translations stop at %d tokens",
-            dec.max_output_len, tgt_limit, POSITION_SETTING, tgt_limit,
-        )  # fmt: skip
-    lengths = [len(ids) for ids in src]
-    if not warn:
-        return too_long(lengths, src_limit), tgt_limit
-    positions = f"the model's {src_limit} learned positions ({POSITION_SETTING})"
-    return skip_too_long(lengths, src_limit, positions), tgt_limit
+    limits = [dec.output_limit(max(len(ids), 1), positions) for ids in src_ids]
+    hyps = decode_sorted(
+        src_ids,
+        limits,
+        dec,
+        _search_batch(model, bos_id, eos_id, suppress),
+        device=device,
+        eos_id=eos_id,
+        progress=progress,
+    )
+    return one_best_or_all(hyps, dec.n_best)
 
 
 def decode_texts(
@@ -135,15 +168,11 @@ def decode_texts(
     warn: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
-    """Decode ``texts`` with ``model``: encode each (with the ``<eos>`` the model was trained
-    with), decode in batches (:func:`generate_ids`), never emitting what
-    :func:`never_generated` names.
-
-    A model with learned positions (``model.max_len``) cannot read or write past its table:
-    every translation stops at the table, and a source longer than the table is not translated
-    (an empty hypothesis) with a warning naming it (``input 3``, 1-based) and the setting; the
-    other texts are translated as they would be alone. Training's validation passes
-    ``warn=False`` (it says once, before the run, which pairs its table cannot hold).
+    """Decode ``texts`` with ``model`` through the qkv engine (:class:`ModelEngine`): encode
+    each (with the ``<eos>`` the model was trained with), decode in batches, never emitting
+    what :func:`never_generated` names; the model's learned table bounds both sides (see
+    :class:`ModelEngine`). Training's validation passes ``warn=False`` (it says once, before
+    the run, which pairs its table cannot hold).
 
     Args:
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
@@ -159,36 +188,12 @@ def decode_texts(
 
     Returns:
         Per text its target ids (``n_best=1``) or its ``[(ids, score), ...]``, without
-        ``<bos>``/``<eos>``, in input order. A text that normalises to nothing is not decoded
-        (the model would otherwise make a sentence up from ``<eos>`` alone): ``[]``, and with
-        ``n_best`` the same shape as any text's: ``n_best`` hypotheses, the empty one with
-        score 0.0 (the log-probability of a certainty: nothing translates to nothing), then
-        ``n_best - 1`` empty ones scored ``-inf`` (there is no other translation). A source
-        too long for the table gives ``[]`` (n-best: ``n_best`` empty ones scored ``-inf``).
+        ``<bos>``/``<eos>``, in input order (the convention of
+        :class:`~qkv.inference.TranslatorBase`: a text that normalises to nothing gives ``[]``,
+        with ``n_best`` the empty hypothesis scored 0.0 then ``n_best - 1`` scored ``-inf``; a
+        source too long for the table gives ``[]``, with ``n_best`` empty ones scored ``-inf``).
     """
     dec = Decoding.coerce(decoding)
-    encode = src_tokenizer.encode_normalized if pre_normalized else src_tokenizer.encode
-    src = [[*encode(t), src_tokenizer.eos_id] for t in texts]
-    skip, tgt_limit = _fit_positions(dec, src, model, warn)
-    skipped = set(skip)
-    todo = [i for i, ids in enumerate(src) if len(ids) > 1 and i not in skipped]
-    undone = len(src) - len(todo)
-    res = generate_ids(
-        model,
-        [src[i] for i in todo],
-        bos_id=tgt_tokenizer.bos_id,
-        eos_id=tgt_tokenizer.eos_id,
-        decoding=dec,
-        device=device,
-        positions=tgt_limit,
-        suppress=never_generated(tgt_tokenizer),
-        progress=None if progress is None else (lambda k: progress(undone + k)),
-    )
-    k = dec.n_best
-    nothing: list[Any] = [([], 0.0)] + [([], -math.inf)] * (k - 1)
-    out: list[Any] = [[] if k == 1 else list(nothing) for _ in src]
-    for i in skip:
-        out[i] = [] if k == 1 else [([], -math.inf)] * k
-    for i, r in zip(todo, res):
-        out[i] = r
-    return out
+    engine = ModelEngine(model, src_tokenizer, tgt_tokenizer, device=device)
+    hyps = engine._decode(texts, dec, progress, normalized=pre_normalized, warn=warn)
+    return one_best_or_all(hyps, dec.n_best)

@@ -3,8 +3,18 @@
 :class:`TextTranslator` is what the command line, the server and evaluation rely on; each
 engine implements it by subclassing :class:`TranslatorBase`, which holds what they share (the
 default :class:`~qkv.inference.Decoding`, text in and text out, scoring, the languages a model
-records) and leaves one method to the engine: ``_generate(texts, decoding, progress)``, the
-target ids of many texts.
+records) and the one policy of decoding many texts: encode each, set aside those the engine's
+positions cannot read (a warning naming them) and those that normalise to nothing, sort by
+length, batch, place on the device, put the results back in input order, and name once the
+translations its positions stopped. The engine implements one method,
+``_decode_batch(batch, decoding)``: the hypotheses of one :class:`~qkv.inference.batches.
+SourceBatch`.
+
+Inside, results are always n-best lists, as CTranslate2's ``TranslationResult`` and fairseq's
+hypotheses are: per text a list of ``(target ids, score)``, best first
+(:meth:`TranslatorBase.hypotheses`). The plain shape of one best translation per text
+(``n_best=1``) is made once, at the edge: :meth:`~TranslatorBase.translate` and
+:meth:`~TranslatorBase.generate`.
 
 >>> tr = Translator.load("runs/en-fr")                       # or Ct2Translator, OnnxTranslator
 >>> tr.translate(["I lost."])                                # the model's decoding
@@ -20,12 +30,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .._deps import require
 from ..data import Tokenizer
+from ..decoding.search import Hypothesis
+from .batches import SourceBatch, decode_sorted
+from .limits import PositionBounds, cut_by_positions, skip_too_long, too_long, warn_cut
 from .options import Decoding
 from .scores import (
     Evaluation,
@@ -36,7 +51,16 @@ from .scores import (
 )
 from .writing import BUNDLED_DATA, BUNDLED_LANGUAGES, run_card
 
-__all__ = ["TextTranslator", "TranslatorBase", "evaluate_pairs", "recorded_languages"]
+__all__ = [
+    "Hypothesis",
+    "TextTranslator",
+    "TranslatorBase",
+    "evaluate_pairs",
+    "one_best_or_all",
+    "recorded_languages",
+]
+
+log = logging.getLogger(__name__)
 
 #: ``progress(done)``: called with the number of texts done so far
 Progress = Callable[[int], None]
@@ -71,6 +95,15 @@ class TextTranslator(Protocol):
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any: ...
 
     def encode(self, text: str) -> list[int]: ...
+
+    def hypotheses(
+        self,
+        texts: Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]: ...
 
     def generate(
         self,
@@ -108,6 +141,8 @@ class TextTranslator(Protocol):
         **overrides: Any,
     ) -> Any: ...
 
+    def attention_shapes(self, src_len: int, tgt_len: int) -> list[tuple[int, int, int]] | None: ...
+
 
 def recorded_languages(folder: str | Path | None) -> tuple[str, str] | None:
     """``(source, target)`` codes when a saved model records them: its ``model.json`` (what
@@ -136,14 +171,30 @@ def _texts(texts: object) -> Sequence[str]:
     return texts
 
 
+def one_best_or_all(
+    hyps: Sequence[Sequence[Hypothesis]], n_best: int, show: Callable[[list[int]], Any] = list
+) -> list[Any]:
+    """The public shape of many texts' hypotheses (the edge; inside they are always n-best
+    lists): per text ``show(ids)`` of its best (``n_best=1``), else its ``(show(ids), score)``
+    pairs, best first."""
+    if n_best == 1:
+        return [show(h[0][0]) if h else show([]) for h in hyps]
+    return [[(show(ids), float(score)) for ids, score in h] for h in hyps]
+
+
 class TranslatorBase:
     """What every engine shares; an engine sets :attr:`src_tokenizer`, :attr:`tgt_tokenizer`,
-    :attr:`path`, its default decoding (``self._decoding``) and implements :meth:`_generate`.
+    :attr:`path`, its default decoding (``self._decoding``) and implements
+    :meth:`_decode_batch`; it says what bounds its positions (:meth:`_positions`), refuses what
+    it cannot do (:meth:`_check_decoding`), and, if it batches by sentences rather than by
+    tokens, how many (:attr:`batch_sentences`).
 
-    Results follow one convention everywhere: per text its target ids without
-    ``<bos>``/``<eos>`` (``n_best=1``), or its ``n_best`` pairs ``(ids, score)``, best first.
-    A text that normalises to nothing is not decoded: ``[]`` (n-best: ``([], 0.0)`` then
-    ``([], -inf)``).
+    Results follow one convention everywhere: per text its hypotheses ``(ids, score)``, best
+    first, the ids without ``<bos>``/``<eos>`` (:meth:`hypotheses`; :meth:`generate` gives the
+    ids alone for ``n_best=1``). A text that normalises to nothing is not decoded: ``([], 0.0)``
+    (the log-probability of a certainty: nothing translates to nothing), then ``n_best - 1``
+    times ``([], -inf)`` (there is no other translation); a text longer than the engine's
+    positions is not decoded either: ``n_best`` times ``([], -inf)``, with a warning naming it.
     """
 
     engine: str = "qkv"
@@ -151,6 +202,11 @@ class TranslatorBase:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     _decoding: Decoding = Decoding()
+    #: None: batches of ``decoding.max_tokens`` source tokens times the beam; an int: batches of
+    #: that many sentences (an engine with its own memory policy, as CTranslate2)
+    batch_sentences: int | None = None
+    #: True: a beam search stops a whole batch at one length, so a batch holds one output limit
+    one_limit_per_batch: bool = False
 
     # -------------------------------------------------------------- what the engine is
     @property
@@ -199,12 +255,102 @@ class TranslatorBase:
         new._decoding = self.decoding.resolve(decoding, **overrides)
         return new
 
+    # -------------------------------------------------------------- what the engine implements
+    def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Hypothesis]]:
+        """Per source of ``batch`` (shortest first, each with its output limit) its
+        hypotheses, best first: at most ``decoding.n_best``, the ids at most the source's
+        limit, without ``<bos>``/``<eos>``."""
+        raise NotImplementedError
+
+    def _positions(self) -> PositionBounds:
+        """What bounds the engine's positions (default: nothing)."""
+        return PositionBounds()
+
+    def _check_decoding(self, decoding: Decoding) -> None:
+        """Refuse, with a ``ValueError`` naming the option, what the engine cannot honour."""
+
+    # -------------------------------------------------------------- the policy
+    def _decode(
+        self,
+        texts: Sequence[str],
+        decoding: Decoding,
+        progress: Progress | None = None,
+        *,
+        normalized: bool = False,
+        warn: bool = True,
+    ) -> list[list[Hypothesis]]:
+        """Every text's hypotheses (the class's convention), in input order: the one policy
+        of every engine. ``normalized``: the texts went through the source normaliser already;
+        ``warn``: log what the positions skip or stop (training's validation says it once,
+        before its run); ``progress(done)`` after every batch, the texts not decoded counted
+        first."""
+        self._check_decoding(decoding)
+        tok = self.src_tokenizer
+        encode = tok.encode_normalized if normalized else tok.encode
+        src = [[*encode(t), tok.eos_id] for t in texts]
+        bounds = self._positions()
+        asked = decoding.max_output_len or 0
+        if warn and bounds.announced is not None and bounds.target and asked > bounds.target:
+            log.warning(
+                "max_output_len (--max-len) %d is more than %s: translations stop at %d tokens",
+                asked, bounds.announced, bounds.target,
+            )  # fmt: skip
+        lengths = [len(ids) for ids in src]
+        if warn:
+            skip = set(skip_too_long(lengths, bounds.source, bounds.named))
+        else:
+            skip = set(too_long(lengths, bounds.source))
+        todo = [i for i, n in enumerate(lengths) if n > 1 and i not in skip]
+        k = decoding.n_best
+        out: list[list[Hypothesis]] = [[([], 0.0)] + [([], -math.inf)] * (k - 1) for _ in src]
+        for i in skip:
+            out[i] = [([], -math.inf)] * k
+        limits = [decoding.output_limit(lengths[i], bounds.target) for i in todo]
+        undone = len(src) - len(todo)
+        decoded = decode_sorted(
+            [src[i] for i in todo],
+            limits,
+            decoding,
+            self._decode_batch,
+            device=self.device,
+            eos_id=tok.eos_id,
+            sentences=self.batch_sentences,
+            one_limit=self.one_limit_per_batch,
+            progress=None if progress is None else (lambda n: progress(undone + n)),
+        )
+        for i, hyps in zip(todo, decoded):
+            out[i] = hyps
+        if warn and bounds.announced is None and bounds.target is not None:
+            cut = [
+                i
+                for i, limit in zip(todo, limits)
+                if cut_by_positions(out[i][0][0], lengths[i], limit, decoding)
+            ]
+            warn_cut(cut, bounds.target, bounds.named)
+        return out
+
     # -------------------------------------------------------------- decoding
     def encode(self, text: str) -> list[int]:
         """Normalise and encode ``text``, with the ``<eos>`` the model was trained with."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
         return [*self.src_tokenizer.encode(text), self.src_tokenizer.eos_id]
+
+    def hypotheses(
+        self,
+        texts: Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]:
+        """Every text's hypotheses ``(target ids, score)``, best first (see the class's
+        convention), decoded with ``decoding`` (default: :attr:`decoding`) changed by
+        ``overrides`` (``beam_size=4``, ...): always a list per text, whatever ``n_best``.
+        Greedy search scores nothing (NaN). ``progress`` is called with the number of texts
+        done after each batch."""
+        texts = _texts(texts)
+        return self._decode(texts, self.decoding.resolve(decoding, **overrides), progress)
 
     def generate(
         self,
@@ -214,16 +360,12 @@ class TranslatorBase:
         progress: Progress | None = None,
         **overrides: Any,
     ) -> list[Any]:
-        """Target ids of many texts (see the class's convention), decoded with ``decoding``
-        (default: :attr:`decoding`) changed by ``overrides`` (``beam_size=4``, ...).
-        ``progress`` is called with the number of texts done after each batch."""
+        """Target ids of many texts: per text its best ids (``n_best=1``) or its ``n_best``
+        ``(ids, score)`` pairs, best first (:meth:`hypotheses`, shaped by
+        :func:`one_best_or_all`)."""
         texts = _texts(texts)
-        return self._generate(texts, self.decoding.resolve(decoding, **overrides), progress)
-
-    def _generate(
-        self, texts: Sequence[str], decoding: Decoding, progress: Progress | None
-    ) -> list[Any]:
-        raise NotImplementedError
+        dec = self.decoding.resolve(decoding, **overrides)
+        return one_best_or_all(self._decode(texts, dec, progress), dec.n_best)
 
     def translate(
         self, texts: str | Sequence[str], decoding: Decoding | None = None, **overrides: Any
@@ -242,12 +384,8 @@ class TranslatorBase:
                 f"texts: expected a str or a sequence of str, got {type(texts).__name__}"
             )
         dec = self.decoding.resolve(decoding, **overrides)
-        res = self.generate(items, dec)
-        text = self.tgt_tokenizer.decode
-        if dec.n_best == 1:
-            out: list[Any] = [text(ids) for ids in res]
-        else:
-            out = [[(text(ids), float(score)) for ids, score in hyps] for hyps in res]
+        hyps = self._decode(_texts(items), dec)
+        out = one_best_or_all(hyps, dec.n_best, self.tgt_tokenizer.decode)
         return out[0] if single else out
 
     def translate_ids(
@@ -257,9 +395,8 @@ class TranslatorBase:
         it; none for a text that normalises to nothing."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
-        dec = self.decoding.resolve(decoding, **overrides)
-        (res,) = self.generate([text], dec)
-        return res if dec.n_best == 1 else res[0][0]
+        hyps = self._decode([text], self.decoding.resolve(decoding, **overrides))
+        return one_best_or_all(hyps, 1)[0]
 
     def attention(
         self,
@@ -274,6 +411,13 @@ class TranslatorBase:
             f"attention: the {self.engine} engine returns no attention weights; translate with "
             "the qkv engine to see them"
         )
+
+    def attention_shapes(self, src_len: int, tgt_len: int) -> list[tuple[int, int, int]] | None:
+        """The ``(H, Lq, Lk)`` of every weight matrix :meth:`attention` gives for a source of
+        ``src_len`` tokens and ``tgt_len`` decoder positions (``<bos>`` and the translation;
+        0: the encoder's alone), known before anything is decoded; None where the engine does
+        not know them beforehand or shows none."""
+        return None
 
     # -------------------------------------------------------------- scoring
     def evaluate(
@@ -361,9 +505,9 @@ def evaluate_pairs(
         raise ValueError("pairs: expected at least one (source, reference) pair, got none")
     # one translation per source is scored, whatever n-best the translator's default holds
     dec = dataclasses.replace(translator.decoding.resolve(decoding, **overrides), n_best=1)
-    ids = translator.generate([s for s, _ in pairs], dec)
+    found = translator.hypotheses([s for s, _ in pairs], dec)
     tok = translator.tgt_tokenizer
-    hyps = [tok.decode(i) for i in ids]
+    hyps = [tok.decode(h[0][0]) for h in found]
     refs = [tok.normalize(t) if normalize_references else t for _, t in pairs]
     langs = translator.languages
     ev = corpus_scores(hyps, refs, tokenize=tokenize, target_lang=langs[1] if langs else None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -24,6 +25,7 @@ from .options import Decoding
 
 __all__ = [
     "SETTING",
+    "PositionBounds",
     "cut_by_positions",
     "position_limits",
     "skip_too_long",
@@ -35,6 +37,28 @@ log = logging.getLogger(__name__)
 
 #: the setting that sizes a learned table, as users give it (--set model.max_len=N)
 SETTING = "model.max_len"
+
+
+@dataclass(frozen=True)
+class PositionBounds:
+    """What an engine's positions bound, and how its warnings name the bound.
+
+    Attributes:
+        source: the most source ids (``<eos>`` counted) it reads; None: no bound.
+        target: the most tokens a translation may have (``<eos>`` counted); None: no bound.
+        named: what bounds them, as the warnings say it (``"the CTranslate2 model's 1024
+            positions (its positional table)"``).
+        announced: None: each translation the target bound stops before it ends is named
+            after decoding (:func:`warn_cut`); else the target bound as a warning names it
+            (``"the model's 12 learned target positions (model.max_len)"``), said once before
+            decoding when ``max_output_len`` asks for more (the learned table of qkv's engine,
+            whose translations stop there by design).
+    """
+
+    source: int | None = None
+    target: int | None = None
+    named: str = ""
+    announced: str | None = None
 
 
 def _table(part: nn.Module | None) -> int | None:
