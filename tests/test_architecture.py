@@ -11,6 +11,7 @@ import ``functional``, which it re-exports).
     0      qkv (the root __init__)       __version__, re-exports functional          functional
     0      qkv._deps                     optional dependencies checked before work   -
     0      qkv._errors                   errors that name the setting they are about -
+    0      qkv._lazy                     a package's names loaded on first use       -
     0      qkv.runtime                   torch's CPU threads chosen from the machine -
     1      qkv.nn                        modules: own parameters, call functional    floor 0
     2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
@@ -18,10 +19,13 @@ import ``functional``, which it re-exports).
                                          batches, scored; the device picked
     3      qkv.viz                       heatmaps and the HTML viewer                floors 0-2
     4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
+    4      qkv.export                    exported folders; CTranslate2's and ONNX's  floors 0-3
+                                         engines
+    5      qkv.engines                   an engine opened by name for a folder       floors 0-4
     5      qkv.demos                     ``qkv demo``                                floors 0-4
-    5      qkv.serve                     ``qkv serve``: the HTTP app, batching       floors 0-4
-    6      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-5
-    7      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-6
+    6      qkv.serve                     ``qkv serve``: the HTTP app, batching       floors 0-5
+    7      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-6
+    8      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-7
 
 ``data`` imports no other part of qkv but ``_deps`` and ``_errors`` (its languages check a code
 with a ``SettingError`` and detect one with an optional package), so it sits on the ground floor
@@ -48,6 +52,7 @@ FLOORS: dict[str, int] = {
     "": 0,
     "_deps": 0,
     "_errors": 0,
+    "_lazy": 0,
     "runtime": 0,
     "nn": 1,
     "decoding": 2,
@@ -55,10 +60,11 @@ FLOORS: dict[str, int] = {
     "train": 4,
     "translate": 4,
     "export": 4,
+    "engines": 5,
     "demos": 5,
-    "serve": 5,
-    "cli": 6,
-    "__main__": 7,
+    "serve": 6,
+    "cli": 7,
+    "__main__": 8,
 }
 #: imports between two parts of one floor that are allowed: (importer, imported)
 SAME_FLOOR: set[tuple[str, str]] = {("", "functional"), ("data", "_deps"), ("data", "_errors")}
@@ -245,3 +251,79 @@ def test_tests_mirror_src():
         for n in sorted(top - TOP_LEVEL_TESTS)
     ]
     assert not wrong, "\n".join(wrong)
+
+
+# ---------------------------------------------------------------------------- engines
+#: the engines' classes, and the classmethods that open one
+ENGINE_CLASSES = {"Translator", "ModelEngine", "Ct2Translator", "OnnxTranslator"}
+#: what the engine base does once for every engine (an engine implements ``_decode_batch``)
+BASE_POLICY = {"_decode", "hypotheses", "generate", "translate", "translate_ids", "_generate"}
+
+
+def _parsed(part: str) -> list[tuple[str, ast.Module]]:
+    return [
+        (str(path.relative_to(SRC)), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted((PACKAGE / part).rglob("*.py"))
+    ]
+
+
+def engine_constructions(source: str) -> list[str]:
+    """The calls in ``source`` that open an engine itself (``Translator(...)``,
+    ``Ct2Translator.load(...)``, ...), as ``line: call``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in ENGINE_CLASSES:
+            found.append(f"{node.lineno}: {f.id}(...)")
+        elif (
+            isinstance(f, ast.Attribute)
+            and isinstance(f.value, ast.Name)
+            and f.value.id in ENGINE_CLASSES
+        ):
+            found.append(f"{node.lineno}: {f.value.id}.{f.attr}(...)")
+    return found
+
+
+def test_commands_and_the_server_open_engines_through_open_translator():
+    """``qkv.engines.open_translator`` is the one way ``cli/`` and ``serve/`` open an engine:
+    neither calls an engine's constructor or its ``load``."""
+    bad = []
+    for part in ("cli", "serve"):
+        for path in sorted((PACKAGE / part).rglob("*.py")):
+            calls = engine_constructions(path.read_text(encoding="utf-8"))
+            bad += [f"{path.relative_to(SRC)}:{c}" for c in calls]
+    assert not bad, "open engines with qkv.engines.open_translator:\n" + "\n".join(bad)
+
+
+def test_the_engine_check_sees_a_construction():
+    src = "from ..translate import Translator\nTranslator.load(d)\nOnnxTranslator(d)\nf(d)\n"
+    assert engine_constructions(src) == ["2: Translator.load(...)", "3: OnnxTranslator(...)"]
+
+
+def test_every_engine_leaves_the_policy_to_the_base():
+    """Each engine (a ``TranslatorBase`` subclass in src) implements ``_decode_batch`` and
+    none of what the base does once (encode, skip, batch, order, shape); the engines' names
+    are the ones ``qkv.engines`` finds them by."""
+    names, engines, bad = set(), [], []
+    for rel, tree in _parsed(""):
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            bases = {b.id for b in cls.bases if isinstance(b, ast.Name)}
+            if not bases & {"TranslatorBase", "ModelEngine"}:
+                continue
+            defined = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
+            engines.append(cls.name)
+            bad += [f"{rel}: {cls.name}.{m}" for m in sorted(defined & BASE_POLICY)]
+            if "ModelEngine" not in bases and "_decode_batch" not in defined:
+                bad.append(f"{rel}: {cls.name} has no _decode_batch")
+            for stmt in cls.body:
+                if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "engine" for t in stmt.targets
+                ):
+                    names.add(ast.literal_eval(stmt.value))
+    assert sorted(engines) == sorted(ENGINE_CLASSES), engines
+    assert not bad, "\n".join(bad)
+    from qkv.engines import ENGINES
+
+    assert names == set(ENGINES)

@@ -109,7 +109,9 @@ def test_what_the_positions_cannot_read_is_skipped_and_named(caplog):
     assert hyps[1] == [([], -math.inf)] * 2
     assert len(hyps[0][0][0]) == 6  # stopped at the target bound
     msgs = [r.getMessage() for r in caplog.records]
-    assert msgs[0] == "input 2: more source tokens than the echo's 4 positions: not translated (empty)"
+    assert (
+        msgs[0] == "input 2: more source tokens than the echo's 4 positions: not translated (empty)"
+    )
     assert msgs[1].startswith("inputs 1, 3: translation stopped at 6 tokens, the echo's 4")
     assert len(msgs) == 2
 

@@ -61,6 +61,12 @@ class Live:
     def state(self) -> Any:
         return self.app.state.qkv
 
+    @property
+    def lane(self) -> Any:
+        """The lane of a server of one model (its translator, its batcher)."""
+        (lane,) = self.state.registry.lanes
+        return lane
+
     def post(self, path: str, **kw: Any) -> Any:
         return self.client.post(self.url + path, **kw)
 

@@ -87,12 +87,12 @@ def test_an_attention_over_the_cap_is_413(translator, long):
     cells = 3 * S * S + 3 * T * T + 3 * T * S  # 1+1 layers, 2 heads and their mean
     with live_server(translator, max_attention_cells=cells - 1) as s:
         calls = []
-        real = s.state.translator.attention
-        s.state.translator.attention = lambda *a, **k: calls.append(a) or real(*a, **k)
+        real = s.lane.translator.attention
+        s.lane.translator.attention = lambda *a, **k: calls.append(a) or real(*a, **k)
         try:
             r = s.post("/attention", json={"q": text})
         finally:
-            del s.state.translator.attention
+            del s.lane.translator.attention
         assert r.status_code == 413, r.text
         err = r.json()["error"]
         assert err.startswith("q: its attention holds ") and "--max-attention-cells" in err

@@ -11,7 +11,11 @@ import httpx
 import pytest
 from _serve_helpers import SOURCES, live_server, wait_until
 
+from qkv.inference import Decoding
 from qkv.serve import Batcher, QueueFull
+
+#: the decodings the queue's jobs are keyed by
+GREEDY, BEAM_2 = Decoding(), Decoding(beam_size=2)
 
 
 # ---------------------------------------------------------------------------- the queue alone
@@ -24,11 +28,11 @@ class Recorder:
         self.gate.set()
         self.entered = threading.Event()
 
-    def __call__(self, texts, beam, n_best):
+    def __call__(self, texts, decoding):
         self.batches.append(list(texts))
         self.entered.set()
         self.gate.wait(30)
-        return [f"{t}|b{beam}|n{n_best}" for t in texts]
+        return [f"{t}|b{decoding.beam_size}|n{decoding.n_best}" for t in texts]
 
 
 def started(dec, **kw) -> Batcher:
@@ -44,10 +48,10 @@ def test_jobs_given_up_on_are_dropped_not_decoded():
     dec.gate.clear()
     b = started(dec, max_batch_tokens=100, max_wait_ms=0)
     try:
-        first = b.submit(["a"], beam=1, n_best=1, tokens=1)
+        first = b.submit(["a"], GREEDY, tokens=1)
         assert dec.entered.wait(10)
-        gone = b.submit(["b", "c"], beam=1, n_best=1, tokens=2)
-        kept = b.submit(["d"], beam=2, n_best=1, tokens=1)
+        gone = b.submit(["b", "c"], GREEDY, tokens=2)
+        kept = b.submit(["d"], BEAM_2, tokens=1)
         assert b.queue_depth == 3 and gone.future.cancel()
         dec.gate.set()
         assert first.future.result(10) == ["a|b1|n1"]
@@ -64,10 +68,10 @@ def test_jobs_queued_during_a_decode_go_together_within_the_budget():
     b = started(dec, max_batch_tokens=10, max_wait_ms=0)
     try:
         dec.gate.clear()
-        first = b.submit(["a"], beam=1, n_best=1, tokens=2)
+        first = b.submit(["a"], GREEDY, tokens=2)
         dec.entered.wait(10)  # the worker is busy with "a"
-        jobs = [b.submit([f"t{i}"], beam=1, n_best=1, tokens=3) for i in range(4)]
-        other = b.submit(["w"], beam=2, n_best=1, tokens=2)  # another decoding: its own batch
+        jobs = [b.submit([f"t{i}"], GREEDY, tokens=3) for i in range(4)]
+        other = b.submit(["w"], BEAM_2, tokens=2)  # another decoding: its own batch
         assert b.queue_depth == 5
         dec.gate.set()
         assert first.future.result(10) == ["a|b1|n1"]
@@ -86,10 +90,10 @@ def test_the_first_job_waits_for_company_on_its_way():
     coming = [1]
     b = started(dec, max_batch_tokens=100, max_wait_ms=10_000, pending=lambda: coming[0])
     try:
-        j1 = b.submit(["x"], beam=1, n_best=1, tokens=2)
+        j1 = b.submit(["x"], GREEDY, tokens=2)
         time.sleep(0.05)  # the worker holds "x", waiting: a request is on its way
         assert not dec.batches
-        j2 = b.submit(["y", "z"], beam=1, n_best=1, tokens=4)
+        j2 = b.submit(["y", "z"], GREEDY, tokens=4)
         coming[0] = 0
         assert j1.future.result(10) == ["x|b1|n1"] and j2.future.result(10) == [
             "y|b1|n1",
@@ -106,8 +110,8 @@ def test_a_lone_job_is_not_kept_waiting():
     dec = Recorder()
     b = started(dec, max_batch_tokens=100, max_wait_ms=10_000, pending=lambda: 0)
     try:
-        assert b.submit(["x"], beam=1, n_best=1, tokens=2).future.result(5) == ["x|b1|n1"]
-        assert b.submit(["y"], beam=1, n_best=1, tokens=2).future.result(5) == ["y|b1|n1"]
+        assert b.submit(["x"], GREEDY, tokens=2).future.result(5) == ["x|b1|n1"]
+        assert b.submit(["y"], GREEDY, tokens=2).future.result(5) == ["y|b1|n1"]
     finally:
         b.stop(10)
 
@@ -117,12 +121,12 @@ def test_jobs_that_arrive_during_a_decode_bring_a_wait_for_more():
     b = started(dec, max_batch_tokens=100, max_wait_ms=300, pending=lambda: 0)
     try:
         dec.gate.clear()
-        b.submit(["a"], beam=1, n_best=1, tokens=2)
+        b.submit(["a"], GREEDY, tokens=2)
         dec.entered.wait(10)
-        j = b.submit(["b"], beam=1, n_best=1, tokens=2)  # arrives while "a" decodes
+        j = b.submit(["b"], GREEDY, tokens=2)  # arrives while "a" decodes
         dec.gate.set()
         time.sleep(0.1)  # the next batch holds "b", waiting up to 300 ms for company
-        k = b.submit(["c"], beam=1, n_best=1, tokens=2)
+        k = b.submit(["c"], GREEDY, tokens=2)
         j.future.result(10), k.future.result(10)
         assert dec.batches == [["a"], ["b", "c"]]
     finally:
@@ -134,7 +138,7 @@ def test_without_batching_each_job_is_decoded_alone():
     b = started(dec, batching=False, max_wait_ms=300)
     try:
         dec.gate.clear()
-        jobs = [b.submit([f"t{i}"], beam=1, n_best=1, tokens=2) for i in range(3)]
+        jobs = [b.submit([f"t{i}"], GREEDY, tokens=2) for i in range(3)]
         dec.gate.set()
         for j in jobs:
             j.future.result(10)
@@ -147,14 +151,17 @@ def test_stop_finishes_the_queue_then_refuses():
     dec = Recorder()
     b = started(dec, max_wait_ms=0)
     dec.gate.clear()
-    jobs = [b.submit([f"t{i}"], beam=1, n_best=i % 2 + 1, tokens=2) for i in range(4)]
+    jobs = [
+        b.submit([f"t{i}"], Decoding(beam_size=i % 2 + 1, n_best=i % 2 + 1), tokens=2)
+        for i in range(4)
+    ]
     stopper = threading.Thread(target=b.stop)
     stopper.start()
     dec.gate.set()
     stopper.join(10)
     assert all(j.future.done() and j.future.exception() is None for j in jobs)
     with pytest.raises(RuntimeError, match="not running"):
-        b.submit(["late"], beam=1, n_best=1, tokens=2)
+        b.submit(["late"], GREEDY, tokens=2)
 
 
 def test_a_bounded_queue():
@@ -162,12 +169,12 @@ def test_a_bounded_queue():
     b = started(dec, max_queue=3, max_wait_ms=0)
     try:
         dec.gate.clear()
-        b.submit(["busy"], beam=1, n_best=1, tokens=1)
+        b.submit(["busy"], GREEDY, tokens=1)
         dec.entered.wait(10)
-        b.submit(["a", "b"], beam=1, n_best=1, tokens=2)
+        b.submit(["a", "b"], GREEDY, tokens=2)
         with pytest.raises(QueueFull, match="3"):
-            b.submit(["c", "d"], beam=1, n_best=1, tokens=2)
-        b.submit(["c"], beam=1, n_best=1, tokens=1)  # exactly full
+            b.submit(["c", "d"], GREEDY, tokens=2)
+        b.submit(["c"], GREEDY, tokens=1)  # exactly full
     finally:
         dec.gate.set()
         b.stop(10)
@@ -218,15 +225,15 @@ def test_health_answers_during_a_long_batch(translator):
     """The decode runs in the worker thread: while it is held, /health and /metrics answer."""
     with live_server(translator, max_wait_ms=0) as s:
         gate, entered = threading.Event(), threading.Event()
-        real = s.state.batcher.decode
+        real = s.lane.batcher.decode
 
-        def held(texts, beam, n_best):
+        def held(texts, decoding):
             entered.set()
             if not gate.wait(30):
                 raise RuntimeError("never released")
-            return real(texts, beam, n_best)
+            return real(texts, decoding)
 
-        s.state.batcher.decode = held
+        s.lane.batcher.decode = held
         out = {}
         t = threading.Thread(target=lambda: out.update(r=s.post("/translate", json={"q": SOURCES})))
         t.start()
@@ -252,4 +259,4 @@ def test_no_batching_server_decodes_each_request_alone(translator):
         h = s.state.metrics.batch_sentences
         assert h.count == 8 and h.sum == 8
         assert s.get("/health").json()["batching"]["enabled"] is False
-        wait_until(lambda: s.state.batcher.queue_depth == 0)
+        wait_until(lambda: s.lane.batcher.queue_depth == 0)

@@ -141,14 +141,14 @@ def test_api_key(translator, monkeypatch):
 def test_a_full_queue_is_503_and_the_server_recovers(translator):
     with live_server(translator, max_queue=2, max_wait_ms=0) as s:
         gate, entered = threading.Event(), threading.Event()
-        real = s.state.batcher.decode
+        real = s.lane.batcher.decode
 
-        def blocked(texts, beam, n_best):
+        def blocked(texts, decoding):
             entered.set()
             gate.wait(30)
-            return real(texts, beam, n_best)
+            return real(texts, decoding)
 
-        s.state.batcher.decode = blocked
+        s.lane.batcher.decode = blocked
         results = {}
 
         def ask(i, q):
@@ -159,7 +159,7 @@ def test_a_full_queue_is_503_and_the_server_recovers(translator):
         entered.wait(30)  # decoding, so the queue is empty
         second = threading.Thread(target=ask, args=(1, ["i lost .", "hello ."]))
         second.start()
-        wait_until(lambda: s.state.batcher.queue_depth == 2, what="two queued sentences")
+        wait_until(lambda: s.lane.batcher.queue_depth == 2, what="two queued sentences")
         r = s.post("/translate", json={"q": "thank you ."})
         assert "try again" in error(r, 503, "queue")
         assert r.headers["retry-after"] == "1"
@@ -174,19 +174,19 @@ def test_a_sentence_that_fails_fails_only_its_request(translator):
     """One request's sentence makes the batch fail: the batch is decoded again job by job, so the
     other requests of that batch get their translations."""
     with live_server(translator, max_wait_ms=0) as s:
-        real = s.state.batcher.decode
+        real = s.lane.batcher.decode
         calls, gate, entered = [], threading.Event(), threading.Event()
 
-        def fragile(texts, beam, n_best):
+        def fragile(texts, decoding):
             calls.append(sorted(texts))
             if texts == ["warm ."]:  # held while the four requests queue up behind it
                 entered.set()
                 gate.wait(30)
             if "poison ." in texts:
                 raise ValueError("max_len: this text cannot be decoded")
-            return real(texts, beam, n_best)
+            return real(texts, decoding)
 
-        s.state.batcher.decode = fragile
+        s.lane.batcher.decode = fragile
         texts = ["go .", "poison .", "i lost .", "hello ."]
         results = {}
 
@@ -198,7 +198,7 @@ def test_a_sentence_that_fails_fails_only_its_request(translator):
         assert entered.wait(30)
         for t in threads[1:]:
             t.start()
-        wait_until(lambda: s.state.batcher.queue_depth == 4, what="four queued requests")
+        wait_until(lambda: s.lane.batcher.queue_depth == 4, what="four queued requests")
         gate.set()
         for t in threads:
             t.join(60)

@@ -11,7 +11,7 @@ from _serve_helpers import SOURCES, live_server
 
 from qkv.export import export_model
 from qkv.inference import find_checkpoints
-from qkv.serve import ServeConfig, create_app, model_languages
+from qkv.serve import ServeConfig, create_app, translator_languages
 from qkv.serve.registry import inspect_folder
 from qkv.translate import Translator
 
@@ -36,7 +36,7 @@ def test_run_checkpoint_and_export_folders(run, tmp_path):
     exported = export_model(run, tmp_path / "exported")
     for folder in (run, checkpoint, exported):
         tr = Translator.load(folder)
-        assert model_languages(tr) == ("en", "fr"), folder
+        assert translator_languages(tr) == ("en", "fr"), folder
         found = inspect_folder(folder)  # what a server of several models reads of it
         assert (found.pair, found.engine) == ("en-fr", "qkv") and found.size > 0
         app = create_app(tr, ServeConfig(model_dir=str(folder)))  # no languages given
@@ -44,7 +44,10 @@ def test_run_checkpoint_and_export_folders(run, tmp_path):
         assert (st.source, st.target) == ("en", "fr")
         with live_server(tr, source_lang=None, target_lang=None, model_dir=str(folder)) as s:
             h = s.get("/health").json()
-            assert h["model"]["model_dir"] == str(folder) and h["model"]["step"] == st.step
+            assert (
+                h["model"]["model_dir"] == str(folder)
+                and h["model"]["step"] == st.registry.lanes[0].step
+            )
             assert h["model"]["step"] > 0
             r = s.post("/translate", json={"q": SOURCES[:5], "source": "en", "target": "fr"})
             assert r.json() == {"translatedText": tr.translate(SOURCES[:5])}
@@ -52,7 +55,7 @@ def test_run_checkpoint_and_export_folders(run, tmp_path):
 
 
 def test_a_model_that_does_not_say_needs_the_languages(translator):
-    assert model_languages(translator) is None
+    assert translator_languages(translator) is None
     with pytest.raises(ValueError, match="source_lang: the model does not record"):
         create_app(translator, ServeConfig())
     app = create_app(translator, ServeConfig(source_lang="EN", target_lang="x-custom"))

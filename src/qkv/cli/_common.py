@@ -195,38 +195,35 @@ def with_decoding_flags(tr: Any, args: argparse.Namespace) -> Any:
         raise named_by_flag(e, {key: flag(dest) for dest, key in options.items()}) from None
 
 
-def load_translator(args: argparse.Namespace) -> Any:
-    """The translator of ``--model-dir`` (``--engine``, ``--quantize``, ``--device``): a
-    :class:`qkv.inference.TextTranslator`, its decoding the model's changed by the flags."""
-    if args.engine == "ctranslate2":
-        if getattr(args, "attention", None) is not None:
-            raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
-        import torch
+def load_translator(
+    args: argparse.Namespace, folder: str | None = None, engine: str | None = None
+) -> Any:
+    """The translator of ``--model-dir`` (or ``folder``) on ``--engine`` (or ``engine``),
+    opened by :func:`qkv.engines.open_translator` with ``--quantize``, ``--device`` and
+    ``--threads`` where the command has it: a :class:`qkv.inference.TextTranslator`, its
+    decoding the model's changed by the flags; what the engine refuses is named by its flag."""
+    from ..engines import open_translator
 
-        from ..export.ctranslate2 import Ct2Translator
-
-        try:
-            tr: Any = Ct2Translator(
-                args.model_dir,
-                device=args.device,
-                compute_type=args.quantize or "default",
-                threads=torch.get_num_threads(),
-            )
-        except SettingError as e:
-            if e.key != "device":
-                raise
-            raise SettingError(e.key, f"--engine ctranslate2 {e.problem}").renamed(
-                "--device"
-            ) from None
-    else:
-        from ..translate import Translator
-
-        if args.quantize is not None and args.device != "cpu":
-            raise ValueError(
-                f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
-                f"quantization), got --device {args.device}"
-            )
-        tr = Translator.load(args.model_dir, device=args.device, quantize=args.quantize)
+    engine = args.engine if engine is None else engine
+    if engine == "ctranslate2" and getattr(args, "attention", None) is not None:
+        raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
+    if engine == "qkv" and args.quantize is not None and args.device != "cpu":
+        raise ValueError(
+            f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
+            f"quantization), got --device {args.device}"
+        )
+    try:
+        tr = open_translator(
+            args.model_dir if folder is None else folder,
+            engine=engine,
+            device=args.device,
+            quantize=args.quantize,
+            threads=getattr(args, "threads", 0),
+        )
+    except SettingError as e:
+        if e.key != "device":
+            raise
+        raise SettingError(e.key, f"--engine ctranslate2 {e.problem}").renamed("--device") from None
     return with_decoding_flags(tr, args)
 
 

@@ -14,7 +14,6 @@ import ipaddress
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from .._deps import require
@@ -250,7 +249,8 @@ def _registry(args: argparse.Namespace) -> Any:
     Raises:
         SettingError: keyed by the flag that named a bad folder, one line.
     """
-    from ..serve.registry import ModelRegistry, inspect_folder, model_folders, open_model
+    from ..engines import open_translator
+    from ..serve.registry import ModelRegistry, inspect_folder, model_folders
 
     if args.quantize is not None and args.device != "cpu" and args.engine == "qkv":
         raise ValueError(
@@ -272,22 +272,25 @@ def _registry(args: argparse.Namespace) -> Any:
             raise ValueError(str(named_err)) from None
 
     def load(folder: Any) -> Any:
-        return with_decoding_flags(
-            open_model(folder, device=args.device, quantize=args.quantize, threads=args.threads),
-            args,
+        tr = open_translator(
+            folder.path,
+            engine=folder.engine,
+            device=args.device,
+            quantize=args.quantize,
+            threads=args.threads,
         )
+        return with_decoding_flags(tr, args)
 
     return ModelRegistry.from_folders(folders, load)
 
 
 def _one_model(args: argparse.Namespace) -> Any:
-    """The translator of one ``--model-dir`` (an ONNX export's on onnxruntime)."""
-    one = argparse.Namespace(**{**vars(args), "model_dir": args.model_dir[0]})
-    if (Path(one.model_dir) / "onnx.json").is_file():
-        from ..export.onnx import OnnxTranslator
+    """The translator of one ``--model-dir`` on the engine its folder holds (an ONNX export's
+    on onnxruntime), else ``--engine``."""
+    from ..engines import folder_engine
 
-        return with_decoding_flags(OnnxTranslator(one.model_dir, threads=args.threads or None), one)
-    return load_translator(one)
+    folder = args.model_dir[0]
+    return load_translator(args, folder, folder_engine(folder, args.engine))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -361,14 +364,16 @@ def _serving(st: Any, cfg: Any) -> str:
         if cfg.batching
         else "batching off"
     )
-    if st.single is not None:
-        path = st.translator.path
-        return f"{path} ({st.source} -> {st.target}, beam {st.beam}, {batching})"
-    pairs = ", ".join(lane.pair for lane in st.registry.lanes)
-    cap = st.registry.memory_cap
+    registry = st.registry
+    if registry.pair is not None:  # one model
+        (lane,) = registry.lanes
+        how = f"beam {lane.decoding.beam_size}"
+        return f"{lane.translator.path} ({st.source} -> {st.target}, {how}, {batching})"
+    pairs = ", ".join(lane.pair for lane in registry.lanes)
+    cap = registry.memory_cap
     memory = "no memory cap" if cap is None else f"memory cap {cap / 1e6:g} MB"
     return (
-        f"{len(st.registry.lanes)} models ({pairs}; each loaded when first asked for, "
+        f"{len(registry.lanes)} models ({pairs}; each loaded when first asked for, "
         f"{memory}; {batching})"
     )
 
@@ -382,11 +387,10 @@ def _follow_load(app: Any, fixed: bool) -> None:
 
     st = app.state.qkv
 
-    def switch(n: int) -> None:  # on every loaded model's worker (several models: their lanes)
-        lanes = [st.batcher] if st.batcher is not None else [x.batcher for x in st.registry.lanes]
-        for worker in lanes:
-            if worker is not None:
-                worker.call(functools.partial(torch.set_num_threads, n))
+    def switch(n: int) -> None:  # on every loaded model's worker
+        for lane in st.registry.lanes:
+            if lane.batcher is not None:
+                lane.batcher.call(functools.partial(torch.set_num_threads, n))
 
     follow_in_background(
         LoadWatch.for_this_process(fixed),

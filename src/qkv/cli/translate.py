@@ -173,22 +173,23 @@ class _Progress:
 
 
 class _Writer:
-    """Writes each translation (or its n-best lines) and, with ``--attention``, draws the
-    attention of the very translation printed (the best of the n-best)."""
+    """Writes each translation (or, with ``--n-best``, its lines) and, with ``--attention``,
+    draws the attention of the very translation printed (the best of the n-best)."""
 
     def __init__(self, tr: Any, args: argparse.Namespace) -> None:
-        self.tr, self.n_best = tr, args.n_best
+        self.tr, self.lines = tr, args.n_best > 1
         self.attention = None if args.attention is None else Path(args.attention)
 
-    def __call__(self, f: TextIO, i: int, text: str, r: Any, n: int | None) -> None:
+    def __call__(self, f: TextIO, i: int, text: str, hyps: Any, n: int | None) -> None:
+        """Write ``text``'s hypotheses ``hyps`` (best first): the best, or one line each."""
         dec = self.tr.tgt_tokenizer.decode
-        if self.n_best == 1:
-            f.write(dec(r) + "\n")
-        else:
-            for ids, score in r:
+        if self.lines:
+            for ids, score in hyps:
                 f.write(f"{i}\t{float(score):.4f}\t{dec(ids)}\n")
+        else:
+            f.write(dec(hyps[0][0]) + "\n")
         if self.attention is not None:
-            best = r if self.n_best == 1 else r[0][0]
+            best = hyps[0][0]
             try:
                 path = self.tr.attention(text, ids=best).save(_attention_path(self.attention, i, n))
             except SettingError as e:  # the viewer's bound: a page too big to open
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         if not interactive:
             progress = _Progress(len(texts), sys.stderr.isatty() and not args.quiet)
             try:
-                res = tr.generate(texts, progress=progress)
+                res = tr.hypotheses(texts, progress=progress)
             finally:
                 progress.close()
             with _output(args.output) as f:
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
             with _output(args.output) as f:
                 for i, line in enumerate(iter(sys.stdin.readline, "")):
                     text = line.rstrip("\r\n")
-                    emit(f, i, text, tr.generate([text])[0], None)
+                    emit(f, i, text, tr.hypotheses([text])[0], None)
                     f.flush()
     except (ValueError, TypeError, OSError, CheckpointError, ImportError) as e:
         return fail(NAME, e)  # OSError: reading --src, writing --output or a figure

@@ -14,18 +14,27 @@ writes them and every reader.
 >>> saved.tgt_tokenizer.decode(ids[0])
 
 How to decode is one value, :class:`Decoding`; every engine (qkv's :class:`qkv.translate.
-Translator`, CTranslate2's, ONNX's) is a :class:`TextTranslator`.
+Translator`, CTranslate2's, ONNX's) is a :class:`TextTranslator`, a :class:`TranslatorBase`
+that decodes one batch (its ``_decode_batch``) under the base's one policy.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:  # what the names below are, for type checkers and editors
-    from .decode import decode_texts, generate_ids, never_generated
+    from .decode import ModelEngine, decode_texts, generate_ids, never_generated
     from .device import pick_device
-    from .engine import TextTranslator, TranslatorBase, evaluate_pairs, recorded_languages
+    from .engine import (
+        Hypothesis,
+        TextTranslator,
+        TranslatorBase,
+        evaluate_pairs,
+        one_best_or_all,
+        recorded_languages,
+    )
     from .layout import RunLayout
     from .limits import position_limits
     from .options import CANDIDATES, Decoding, default_max_len
@@ -67,7 +76,9 @@ _WHERE: dict[str, str] = {
     "CheckpointError": "saved",
     "Decoding": "options",
     "Evaluation": "scores",
+    "Hypothesis": "engine",
     "LoadedCheckpoint": "saved",
+    "ModelEngine": "decode",
     "NoSpaceError": "writing",
     "QUANTIZATIONS": "quantize",
     "RunLayout": "layout",
@@ -90,6 +101,7 @@ _WHERE: dict[str, str] = {
     "model_card": "writing",
     "model_languages": "saved",
     "never_generated": "decode",
+    "one_best_or_all": "engine",
     "pick_device": "device",
     "position_limits": "limits",
     "quantize_model": "quantize",
@@ -112,7 +124,9 @@ __all__ = [
     "CheckpointError",
     "Decoding",
     "Evaluation",
+    "Hypothesis",
     "LoadedCheckpoint",
+    "ModelEngine",
     "NoSpaceError",
     "RunLayout",
     "SavedModel",
@@ -134,6 +148,7 @@ __all__ = [
     "model_card",
     "model_languages",
     "never_generated",
+    "one_best_or_all",
     "pick_device",
     "position_limits",
     "quantize_model",
@@ -148,15 +163,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public name ``name``, imported from its module on first use (PEP 562)."""
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{where}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

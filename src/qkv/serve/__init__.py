@@ -26,44 +26,39 @@ defaults); the app and the batcher load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from .config import ServeConfig
 
 if TYPE_CHECKING:
-    from .app import LANGUAGE_NAMES, ApiError, create_app, model_languages
+    from .app import LANGUAGE_NAMES, ApiError, Asked, create_app, translator_languages
     from .batcher import Batcher, QueueFull
     from .registry import ModelRegistry
 
 __all__ = [
     "LANGUAGE_NAMES",
     "ApiError",
+    "Asked",
     "Batcher",
     "ModelRegistry",
     "QueueFull",
     "ServeConfig",
     "create_app",
-    "model_languages",
+    "translator_languages",
 ]
 
 #: the names that load their module (and starlette, torch) on first use -> that module
 _ON_FIRST_USE = {
     "LANGUAGE_NAMES": "app",
     "ApiError": "app",
+    "Asked": "app",
     "create_app": "app",
-    "model_languages": "app",
+    "translator_languages": "app",
     "Batcher": "batcher",
     "QueueFull": "batcher",
     "ModelRegistry": "registry",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _ON_FIRST_USE:
-        return getattr(importlib.import_module(f"{__name__}.{_ON_FIRST_USE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _ON_FIRST_USE)

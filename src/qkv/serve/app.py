@@ -11,9 +11,12 @@ Routes (the OpenAPI schema at ``/openapi.json`` and docs/serve.md describe each)
 * ``POST /detect``: ``q`` -> ``[{"language", "confidence"}]``, LibreTranslate's shape;
 * ``GET /languages``, ``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /`` (the page).
 
-One translator is served as it says (its pair; ``source: "auto"`` is its source language); a
-:class:`~qkv.serve.registry.ModelRegistry` of several serves every pair they reach, as
-LibreTranslate serves its installed models (see :func:`create_app`).
+One translator is served as a registry of one (:meth:`~qkv.serve.registry.ModelRegistry.
+of_one`) as it says (its pair, the default of every request; ``source: "auto"`` is its source
+language); a :class:`~qkv.serve.registry.ModelRegistry` of several serves every pair they
+reach, as LibreTranslate serves its installed models (see :func:`create_app`). A request is read
+into an :class:`Asked`, which gives each model the :class:`~qkv.inference.Decoding` it decodes
+with; the batcher's jobs are keyed by that value.
 
 Every error is JSON ``{"error": "field: what was expected, what came"}`` with a 4xx status:
 400 malformed body or a language pair not served (naming those served), 401 a missing or wrong API key, 404 no such
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -46,8 +50,7 @@ from starlette.routing import Route
 
 from .._deps import MissingDependency, require
 from .._errors import SettingError
-from ..inference import TextTranslator
-from ..inference.limits import position_limits
+from ..inference import Decoding, TextTranslator
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
@@ -55,9 +58,9 @@ from .config import LOOPBACK_HOSTS, ServeConfig
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
-from .registry import Lane, LoadError, ModelFolder, ModelRegistry
+from .registry import Lane, LoadError, ModelRegistry
 
-__all__ = ["LANGUAGE_NAMES", "ServeConfig", "create_app", "model_languages"]
+__all__ = ["LANGUAGE_NAMES", "Asked", "ServeConfig", "create_app", "translator_languages"]
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +104,10 @@ ROUTES = (
 )
 
 
-def model_languages(translator: TextTranslator) -> tuple[str, str] | None:
-    """``(source, target)`` codes when the model records them (its
-    :attr:`~qkv.inference.TextTranslator.languages`); None when nothing says."""
+def translator_languages(translator: TextTranslator) -> tuple[str, str] | None:
+    """``(source, target)`` codes a translator serves when its model records them (its
+    :attr:`~qkv.inference.TextTranslator.languages`); None when nothing says (then
+    ``ServeConfig.source_lang`` and ``target_lang`` must)."""
     return translator.languages
 
 
@@ -337,7 +341,34 @@ def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tupl
 
 # ---------------------------------------------------------------------------- the app
 @dataclass(frozen=True)
-class _Plan:
+class Asked:
+    """What a ``/translate`` or ``/attention`` request asks, read from its body: its sentences
+    (``single``: ``q`` was one string) and how to decode them.
+
+    Attributes:
+        texts: the sentences.
+        single: ``q`` was a string (the answer's ``translatedText`` is one too).
+        beam_size: the ``beam`` field (None: the model's, as served).
+        alternatives: translations it asks beyond the best (LibreTranslate's field).
+    """
+
+    texts: tuple[str, ...]
+    single: bool = False
+    beam_size: int | None = None
+    alternatives: int = 0
+
+    def decoding(self, served: Decoding, *, last: bool = True) -> Decoding:
+        """The :class:`~qkv.inference.Decoding` a model decodes this request with: its
+        ``served`` one (:attr:`~qkv.serve.registry.Lane.decoding`) with the ``beam_size``
+        asked and, on the ``last`` model of a route, the alternatives asked (a ``beam_size`` left
+        to the model is widened to the translations asked); an earlier model of a pivot gives
+        its best."""
+        asked = self.alternatives + 1 if last else None
+        return served.replace(beam_size=self.beam_size, n_best=asked)
+
+
+@dataclass(frozen=True)
+class _RequestRoute:
     """How a request's texts are translated: through ``legs`` (none: they come back as they
     are), with the language detected for ``source: "auto"`` and the pivot, when any."""
 
@@ -361,27 +392,22 @@ def _check_format(data: dict[str, Any]) -> None:
 
 
 class _State:
-    """What the routes share: the models (one translator, or a registry of several, each in a
-    :class:`~qkv.serve.registry.Lane` with its batcher), the settings and the counters."""
+    """What the routes share: the models (a registry, one translator being a registry of one:
+    :meth:`ModelRegistry.of_one`; each model in a :class:`~qkv.serve.registry.Lane` with its
+    batcher), the settings and the counters."""
 
     def __init__(self, models: TextTranslator | ModelRegistry, cfg: ServeConfig) -> None:
         self.cfg = cfg
         self.metrics = Metrics(ROUTES)
         self.pairs: dict[tuple[str, str, str], list[int]] = {}  # (src, tgt, pivot) -> [req, sent]
-        self.source: str | None = None
-        self.target: str | None = None
-        self.single: Lane | None = None
         if isinstance(models, ModelRegistry):
             self.registry = models
             models.set_memory_cap(cfg.memory_cap_mb)
             # the batcher's settings are checked now, not when the first model loads
-            Batcher(lambda texts, beam, n_best: [], **self._batching())
+            Batcher(lambda texts, decoding: [], **self._batching())
         else:
-            self.source, self.target = self._languages_of(models, cfg)
-            where = ModelFolder(models.path, self.source, self.target, models.engine, 0)
-            self.single = Lane(where, translator=models)
-            self.registry = ModelRegistry([self.single])
-        self.registry.attach(self._batcher, max_tokens=cfg.max_batch_tokens)
+            self.registry = ModelRegistry.of_one(models, *self._languages_of(models, cfg))
+        self.registry.attach(self._batcher)
         self.started = time.monotonic()
         self.in_flight = 0
         self.arriving = 0  # /translate requests being read, not yet queued
@@ -410,23 +436,24 @@ class _State:
         }
 
     def _batcher(self, lane: Lane) -> Batcher:
-        """A loaded lane's batcher (not started), and its default beam."""
+        """A loaded lane's batcher (not started), and the decoding it serves (the model's, the
+        server's default ``beam_size``, one translation, the batch budget)."""
         cfg, tr = self.cfg, lane.translator
         assert tr is not None  # called once the model is loaded
-        beam = tr.decoding.replace(beam_size=cfg.beam).beam_size
-        if beam > cfg.max_beam:
+        served = tr.decoding.replace(beam_size=cfg.beam)
+        widest = cfg.max_beam
+        if served.beam_size > widest:
+            wide = served.beam_size
             if lane.pinned:
                 raise SettingError(
-                    "beam", f"the default beam {beam} is wider than max_beam {cfg.max_beam}"
+                    "beam", f"the default beam {wide} is wider than max_beam {widest}"
                 )
             log.warning(
                 "qkv serve: %s: the model's beam %d is wider than --max-beam; %d is used",
-                lane.pair,
-                beam,
-                cfg.max_beam,
-            )
-            beam = cfg.max_beam
-        lane.beam = beam
+                lane.pair, wide, widest,
+            )  # fmt: skip
+            served = dataclasses.replace(served, beam_size=widest, n_best=1)
+        lane.decoding = dataclasses.replace(served, n_best=1, max_tokens=cfg.max_batch_tokens)
 
         def counted(sentences: int, tokens: int, seconds: float) -> None:
             self.metrics.batch(sentences, tokens, seconds)
@@ -436,44 +463,34 @@ class _State:
             lane.decode, **self._batching(), on_batch=counted, pending=lambda: self.arriving
         )
 
-    # -- the one model of a server of one (what it served before registries)
     @property
-    def translator(self) -> TextTranslator | None:
-        return None if self.single is None else self.single.translator
+    def source(self) -> str | None:
+        """The source language of a server of one model (None: several)."""
+        return None if self.registry.pair is None else self.registry.pair[0]
 
     @property
-    def batcher(self) -> Batcher | None:
-        return None if self.single is None else self.single.batcher
-
-    @property
-    def beam(self) -> int | None:
-        return None if self.single is None else self.single.beam
-
-    @property
-    def step(self) -> int | None:
-        return None if self.single is None else self.single.step
+    def target(self) -> str | None:
+        """The target language of a server of one model (None: several)."""
+        return None if self.registry.pair is None else self.registry.pair[1]
 
     @property
     def languages(self) -> list[str]:
         """The languages served (what /detect chooses among)."""
-        if self.source is not None and self.target is not None:
-            return list(dict.fromkeys((self.source, self.target)))
+        if self.registry.pair is not None:
+            return list(dict.fromkeys(self.registry.pair))
         return self.registry.languages
 
     # -- runs in the worker thread
     def attention_answer(
-        self, lane: Lane, text: str, beam: int, n_best: int, choice: int, decimals: int
+        self, lane: Lane, asked: Asked, decoding: Decoding, choice: int, decimals: int
     ) -> bytes:
         """/attention's answer (JSON bytes): the translation and every weight the viewer draws."""
         tr = lane.translator
         assert tr is not None  # the request holds the lane
-        if n_best == 1:
-            ids = tr.translate_ids(text, beam_size=beam)
-        else:
-            hyps = tr.generate([text], beam_size=beam, n_best=n_best)[0]
-            ids, score = hyps[choice]
-            if score == -math.inf:
-                raise ApiError(422, f"choice: there is no translation {choice} of this text")
+        (text,) = asked.texts
+        ids, score = tr.hypotheses([text], decoding)[0][choice]
+        if asked.alternatives and score == -math.inf:
+            raise ApiError(422, f"choice: there is no translation {choice} of this text")
         # the picture's size is known once the translation is: refused before it is drawn
         # (the teacher-forced pass and the payload cost 7x the cap's memory at 7x the cap)
         self.check_cells(lane, len(tr.encode(text)), len(ids) + 1)
@@ -556,7 +573,7 @@ class _State:
             raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
         return v.strip()
 
-    async def plan(self, data: dict[str, Any], texts: list[str]) -> _Plan:
+    async def plan(self, data: dict[str, Any], texts: list[str]) -> _RequestRoute:
         """The route of a request (the one model's, checked; else the registry's, the source
         detected first when it is "auto").
 
@@ -564,10 +581,11 @@ class _State:
             ApiError: 400 a language or a pair not served, naming what is; 422 a code that is
                 not a string; 501 "auto" without the detection library.
         """
-        if self.single is not None:
+        if self.registry.pair is not None:  # one model: its pair, given or not
             auto = self.check_pair(data)
             detected = {"language": self.source, "confidence": 0.0} if auto else None
-            return _Plan(data["source"], data["target"], (self.single,), detected)
+            legs = tuple(self.registry.lanes)
+            return _RequestRoute(data["source"], data["target"], legs, detected)
         source, target = self._code(data, "source"), self._code(data, "target")
         _check_format(data)
         try:
@@ -576,12 +594,12 @@ class _State:
             if source.lower() == "auto":
                 detected = await self.detect(texts, one=True)
                 if detected["confidence"] == 0:  # nothing to judge: the texts come back as given
-                    return _Plan(detected["language"], target, (), detected)
+                    return _RequestRoute(detected["language"], target, (), detected)
                 source = detected["language"]
             route = self.registry.route(source, target)
         except SettingError as e:
             raise ApiError(400, str(e)) from None
-        return _Plan(route.source, route.target, route.legs, detected, route.pivot)
+        return _RequestRoute(route.source, route.target, route.legs, detected, route.pivot)
 
     async def detect(self, texts: list[str], *, one: bool = False) -> Any:
         """``/detect``'s answer for ``texts`` among the languages served (``one``: only the
@@ -595,59 +613,46 @@ class _State:
         found = await loop.run_in_executor(None, detection.detect_answer, texts, langs)
         return found[0] if one else found
 
-    def requested(self, data: dict[str, Any]) -> tuple[int | None, int]:
-        """``(beam, n_best)`` a request asks; beam None when it leaves it to the model."""
+    def asked(self, data: dict[str, Any], texts: list[str], single: bool) -> Asked:
+        """What a request asks (:class:`Asked`), its decoding fields checked against the
+        server's limits."""
         cfg = self.cfg
         alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
-        beam = _int_field(data, "beam", 1, cfg.max_beam)
-        n_best = alternatives + 1
-        if beam is not None and beam < n_best:
+        wide = _int_field(data, "beam", 1, cfg.max_beam)
+        asked = Asked(tuple(texts), single, wide, alternatives)
+        if wide is not None and wide <= alternatives:
             raise ApiError(
                 422,
-                f"beam: {alternatives} alternatives need a beam of at least {n_best}, got {beam}",
+                f"beam: {alternatives} alternatives need a beam of at least "
+                f"{alternatives + 1}, got {wide}",
             )
-        return beam, n_best
-
-    @staticmethod
-    def beam_for(lane: Lane, beam: int | None, n_best: int) -> int:
-        """The beam ``lane`` decodes with: the request's, else the model's widened to n_best."""
-        return max(lane.beam, n_best) if beam is None else beam
+        return asked
 
     async def run(
-        self,
-        plan: _Plan,
-        texts: list[str],
-        beam: int | None,
-        n_best: int,
-        submitted: Callable[[], None],
-    ) -> list[Any]:
-        """The translations of ``texts`` along ``plan``'s legs (a pivot: the first model's
-        best translation is the second's source; the alternatives are the last model's).
-        ``submitted()`` is called once the first job is queued."""
-        if not texts or not plan.legs:
+        self, route: _RequestRoute, asked: Asked, submitted: Callable[[], None]
+    ) -> list[list[str]]:
+        """Per text of ``asked`` its translations, best first, along ``route``'s legs (a pivot:
+        the first model's best translation is the second's source; the alternatives are the
+        last model's). ``submitted()`` is called once the first job is queued."""
+        current = [[t] for t in asked.texts]
+        if not current or not route.legs:
             submitted()
-            return list(texts) if n_best == 1 else [[t] for t in texts]
-        current: list[Any] = texts
-        for i, lane in enumerate(plan.legs):
-            last = i == len(plan.legs) - 1
-            current = await self._leg(lane, current, beam, n_best if last else 1, submitted)
+            return current
+        for i, lane in enumerate(route.legs):
+            last = i == len(route.legs) - 1
+            texts = [found[0] for found in current]
+            current = await self._leg(lane, texts, asked, last, submitted)
         return current
 
     async def _leg(
-        self,
-        lane: Lane,
-        texts: list[str],
-        beam: int | None,
-        n_best: int,
-        submitted: Callable[[], None],
-    ) -> list[Any]:
+        self, lane: Lane, texts: list[str], asked: Asked, last: bool, submitted: Callable[[], None]
+    ) -> list[list[str]]:
         lane = await self.acquire(lane)
         try:
-            b = self.beam_for(lane, beam, n_best)
-            batcher = lane.batcher
-            assert batcher is not None  # a loaded lane has its batcher
-            tokens = lane.tokens(texts, b)
-            job = _queued(lambda: batcher.submit(texts, beam=b, n_best=n_best, tokens=tokens))
+            assert lane.batcher is not None and lane.decoding is not None  # a loaded lane
+            batcher, decoding = lane.batcher, asked.decoding(lane.decoding, last=last)
+            tokens = lane.tokens(texts, decoding)
+            job = _queued(lambda: batcher.submit(texts, decoding, tokens=tokens))
             submitted()
             return await self.wait(job)
         finally:
@@ -661,7 +666,7 @@ class _State:
         except LoadError as e:
             raise ApiError(500, f"model: {e}") from None
 
-    def one_model(self, plan: _Plan) -> Lane:
+    def one_model(self, plan: _RequestRoute) -> Lane:
         """The one model of a route (/attention shows one model's weights)."""
         if len(plan.legs) == 1:
             return plan.legs[0]
@@ -680,7 +685,7 @@ class _State:
             "is no attention to show",
         )
 
-    def count(self, plan: _Plan, sentences: int) -> None:
+    def count(self, plan: _RequestRoute, sentences: int) -> None:
         """Count a translated request by the pair it asked (and the pivot it took)."""
         key = (plan.source, plan.target, plan.pivot or "")
         n = self.pairs.setdefault(key, [0, 0])
@@ -714,23 +719,18 @@ class _State:
         self.check_cells(lane, len(lane.translator.encode(text)), 0)  # type: ignore[union-attr]
 
     def check_cells(self, lane: Lane, src_len: int, tgt_len: int) -> None:
-        """413 when the attention of a Transformer of the qkv engine over ``src_len`` source
-        and ``tgt_len`` decoder positions (``<bos>`` and the translation; 0: the encoder's
-        alone) holds more weights than the cap: per layer ``(H + 1) * Lq * Lk``, the heads
-        and their mean, as :func:`qkv.viz.attention_cells` counts them. Other models are
-        checked once drawn (a Bahdanau model's one ``(T, S)`` picture is small)."""
+        """413 when the attention over ``src_len`` source and ``tgt_len`` decoder positions
+        (``<bos>`` and the translation; 0: the encoder's alone) holds more weights than the
+        cap: per matrix ``(H, Lq, Lk)`` the engine gives
+        (:meth:`~qkv.inference.TextTranslator.attention_shapes`), ``(H + 1) * Lq * Lk``, the
+        heads and their mean, as :func:`qkv.viz.attention_cells` counts them. An engine that
+        does not know its shapes beforehand is checked once drawn (a Bahdanau model's one
+        ``(T, S)`` picture is small)."""
         tr = lane.translator
-        model = getattr(tr, "model", None)  # the qkv engine's
-        mc = getattr(model, "config", None)
-        if tr is None or mc is None or tr.kind != "transformer":
+        shapes = None if tr is None else tr.attention_shapes(src_len, tgt_len)
+        if shapes is None:
             return
-        S, T, H = src_len, tgt_len, mc.num_heads
-        # a translation cut at the learned positions is drawn without its last row
-        tgt_limit = position_limits(model)[1]  # type: ignore[arg-type]
-        if tgt_limit is not None and tgt_len > tgt_limit:
-            T = tgt_limit
-        heads = H + (1 if H > 1 else 0)
-        cells = heads * (mc.num_enc_layers * S * S + mc.num_dec_layers * (T * T + T * S))
+        cells = sum((H + (1 if H > 1 else 0)) * Lq * Lk for H, Lq, Lk in shapes)
         if cells > self.cfg.max_attention_cells:
             raise ApiError(413, self._too_many_cells(cells))
 
@@ -759,17 +759,34 @@ def _queued(submit: Callable[[], Any]) -> Any:
         raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
 
 
-def _translated(results: list[Any], single: bool, n_best: int) -> dict[str, Any]:
+def _translated(results: list[list[str]], asked: Asked) -> dict[str, Any]:
     """``/translate``'s answer, LibreTranslate's shape: ``translatedText`` (a string for a
     single ``q``, else a list) and, when asked, ``alternatives``."""
-    if n_best == 1:
-        best, alts = results, None
-    else:
-        best, alts = [r[0] for r in results], [r[1:] for r in results]
-    out: dict[str, Any] = {"translatedText": best[0] if single else best}
-    if alts is not None:
-        out["alternatives"] = alts[0] if single else alts
+    best = [found[0] for found in results]
+    out: dict[str, Any] = {"translatedText": best[0] if asked.single else best}
+    if asked.alternatives:
+        alts = [found[1:] for found in results]
+        out["alternatives"] = alts[0] if asked.single else alts
     return out
+
+
+def _one_model_health(lane: Lane, cfg: ServeConfig) -> dict[str, Any]:
+    """``/health``'s ``model`` of a server of one model (a registry of one)."""
+    tr, served = lane.translator, lane.decoding
+    assert tr is not None and served is not None  # never unloaded
+    return {
+        "loaded": True,
+        "model_dir": cfg.model_dir,
+        "path": None if tr.path is None else str(tr.path),
+        "step": lane.step,
+        "kind": tr.kind,
+        "engine": tr.engine,
+        "device": str(tr.device),
+        "source": lane.source,
+        "target": lane.target,
+        "beam": served.beam_size,
+        "length_penalty": tr.decoding.length_penalty,
+    }
 
 
 class _Routes:
@@ -811,11 +828,11 @@ class _Routes:
             st.check_key(request, data)
             texts, single = _texts(data, self.cfg)
             plan = await st.plan(data, texts)
-            beam, n_best = st.requested(data)
-            results = await st.run(plan, texts, beam, n_best, arrived)
+            asked = st.asked(data, texts, single)
+            results = await st.run(plan, asked, arrived)
         finally:
             arrived()
-        out = _translated(results, single, n_best)
+        out = _translated(results, asked)
         if plan.detected is not None:  # source "auto"
             out["detectedLanguage"] = plan.detected if single else [plan.detected] * len(texts)
         if plan.pivot is not None:  # no model of the pair: through a common language
@@ -829,8 +846,8 @@ class _Routes:
         st.check_key(request, data)
         (text,), _ = _texts(data, self.cfg, one=True)
         plan = await st.plan(data, [text])
-        beam, n_best = st.requested(data)
-        choice = _int_or(data, "choice", 0, 0, n_best - 1)
+        asked = st.asked(data, [text], True)
+        choice = _int_or(data, "choice", 0, 0, asked.alternatives)
         decimals = _int_or(data, "decimals", 4, 1, 6)
         lane = await st.acquire(st.one_model(plan))
         try:
@@ -840,13 +857,12 @@ class _Routes:
                 raise ApiError(
                     501, f"attention: the {tr.engine} engine returns no attention weights"
                 )
-            b = st.beam_for(lane, beam, n_best)
+            assert lane.batcher is not None and lane.decoding is not None  # a loaded lane
+            batcher, decoding = lane.batcher, asked.decoding(lane.decoding)
             st.check_encoder_cells(lane, text)  # the encoder's part alone, before decoding
-            batcher = lane.batcher
-            assert batcher is not None  # a loaded lane has its batcher
             job = _queued(
                 lambda: batcher.call(
-                    lambda: st.attention_answer(lane, text, b, n_best, choice, decimals)
+                    lambda: st.attention_answer(lane, asked, decoding, choice, decimals)
                 )
             )
             return _Json(await st.wait(job))
@@ -882,22 +898,8 @@ class _Routes:
     async def health(self, request: Request) -> Response:
         st, cfg = self.st, self.cfg
         out: dict[str, Any] = {"status": "ok"}
-        if st.single is not None and st.translator is not None:
-            translator = st.translator
-            dec = translator.decoding
-            out["model"] = {
-                "loaded": True,
-                "model_dir": cfg.model_dir,
-                "path": None if translator.path is None else str(translator.path),
-                "step": st.step,
-                "kind": translator.kind,
-                "engine": translator.engine,
-                "device": str(translator.device),
-                "source": st.source,
-                "target": st.target,
-                "beam": st.beam,
-                "length_penalty": dec.length_penalty,
-            }
+        if st.registry.pair is not None:
+            out["model"] = _one_model_health(st.registry.lanes[0], cfg)
         else:
             out["models"] = [lane.health() for lane in st.registry.lanes]
             out["memory"] = {
@@ -936,7 +938,7 @@ class _Routes:
             key_required=self.cfg.api_key is not None,
             max_alternatives=self.cfg.max_alternatives,
             max_chars=self.cfg.max_chars,
-            detect=self.st.single is None,
+            detect=self.st.registry.pair is None,
         )
         csp = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "

@@ -1,8 +1,9 @@
 """Dynamic batching: requests queued by the event loop, decoded together by one worker thread.
 
-A request is a :class:`Job`: its sentences and how to decode them (beam, n-best). The worker
+A request is a :class:`Job`: its sentences and how to decode them (a
+:class:`~qkv.inference.Decoding`, the job's key: jobs of one decoding decode together). The worker
 takes the oldest job, then every queued job decoded the same way that still fits the token budget
-(``max_batch_tokens`` source tokens, times the beam), waiting at most ``max_wait_ms`` after the
+(``max_batch_tokens`` source tokens, times ``beam_size``), waiting at most ``max_wait_ms`` after the
 first job arrived for more to come, and decodes them in one call. Jobs that arrive while a batch
 is decoding queue up and go together into the next one, so the batches grow with the load.
 
@@ -32,13 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import SettingError
+from ..inference import Decoding
 
 __all__ = ["Batcher", "Job", "QueueFull"]
 
 log = logging.getLogger(__name__)
 
-#: ``decode(texts, beam, n_best)``: one result per text, in order
-Decode = Callable[[list[str], int, int], list[Any]]
+#: ``decode(texts, decoding)``: one result per text, in order
+Decode = Callable[[list[str], Decoding], list[Any]]
 
 
 class QueueFull(RuntimeError):
@@ -47,33 +49,32 @@ class QueueFull(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request's work: ``texts`` decoded with ``beam`` and ``n_best``, or ``call`` run alone.
+    """One request's work: ``texts`` decoded with ``decoding``, or ``call`` run alone.
 
-    ``tokens`` is its share of the token budget (source tokens with ``<eos>``, times the beam).
+    ``tokens`` is its share of the token budget (source tokens with ``<eos>``, times ``beam_size``).
     ``future`` receives the list of results (one per text) or ``call``'s return value.
     """
 
     texts: list[str]
-    beam: int = 1
-    n_best: int = 1
+    decoding: Decoding | None = None
     tokens: int = 0
     call: Callable[[], Any] | None = None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     enqueued: float = field(default_factory=time.monotonic)
 
     @property
-    def key(self) -> tuple[int, int] | None:
+    def key(self) -> Decoding | None:
         """Jobs with the same key decode in one batch (None: a call, run alone)."""
-        return None if self.call is not None else (self.beam, self.n_best)
+        return None if self.call is not None else self.decoding
 
 
 class Batcher:
     """The queue and its worker thread.
 
     Args:
-        decode: ``decode(texts, beam, n_best)`` -> one result per text (runs in the worker).
+        decode: ``decode(texts, decoding)`` -> one result per text (runs in the worker).
         max_batch_tokens: the token budget of one batch: source tokens (with ``<eos>``) times the
-            beam, summed over its jobs; a job larger than the budget is decoded alone.
+            ``beam_size``, summed over its jobs; a job larger than the budget is decoded alone.
         max_wait_ms: how long after the first job of a batch arrived the worker waits for more
             (0: take what is queued, never wait).
         batching: False: one job per decode (no merging).
@@ -157,14 +158,15 @@ class Batcher:
         """Sentences being decoded now."""
         return self._busy
 
-    def submit(self, texts: Sequence[str], *, beam: int, n_best: int, tokens: int) -> Job:
-        """Queue ``texts`` for decoding; ``job.future`` gets one result per text.
+    def submit(self, texts: Sequence[str], decoding: Decoding, *, tokens: int) -> Job:
+        """Queue ``texts`` for decoding with ``decoding``; ``job.future`` gets one result per
+        text.
 
         Raises:
             QueueFull: the queue holds ``max_queue`` sentences already.
             RuntimeError: the batcher is stopped.
         """
-        job = Job(list(texts), beam=beam, n_best=n_best, tokens=tokens)
+        job = Job(list(texts), decoding, tokens=tokens)
         self._put(job, len(job.texts))
         return job
 
@@ -282,7 +284,8 @@ class Batcher:
         texts = [t for job in batch for t in job.texts]
         t0 = time.perf_counter()
         try:
-            results = self.decode(texts, first.beam, first.n_best)
+            assert first.decoding is not None  # a decode job, not a call
+            results = self.decode(texts, first.decoding)
         except Exception as e:
             if len(batch) == 1:
                 return [(first, False, e)]

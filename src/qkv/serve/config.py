@@ -14,6 +14,9 @@ from ..viz import MAX_CELLS
 
 __all__ = ["LOOPBACK_HOSTS", "ServeConfig"]
 
+#: the fields that are None (the model's) or a count, an int >= 1
+_OPTIONAL_COUNTS = ("beam",)
+
 #: the names a request's ``Host`` may always give (with the address the request reached)
 LOOPBACK_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
 
@@ -25,16 +28,18 @@ class ServeConfig:
     Attributes:
         source_lang, target_lang: the language codes the model translates between (None: read
             from the model when it says, e.g. a model of the bundled corpus is ``en`` to ``fr``).
-        beam: the default beam of a request (None: the model's, chosen by ``qkv train``).
+        beam: the default ``beam_size`` of a request (None: the model's, chosen by ``qkv
+            train``).
         api_key: when set, ``/translate`` and ``/attention`` need it (compared in constant time).
         batching: False: each request decoded alone (no dynamic batching).
-        max_batch_tokens: a batch's budget of source tokens (with ``<eos>``) times the beam.
+        max_batch_tokens: a batch's budget of source tokens (with ``<eos>``) times
+            ``beam_size``.
         max_wait_ms: how long the first request of a batch waits for others.
         max_body_bytes: the largest request body.
         max_sentences: the most sentences in one request's ``q``.
         max_chars: the most characters in one sentence.
         max_alternatives: the most ``alternatives`` a request may ask.
-        max_beam: the widest ``beam`` a request may ask.
+        max_beam: the widest ``beam_size`` a request may ask.
         max_queue: the most sentences waiting; beyond, 503.
         max_attention_cells: the most weights one ``/attention`` answer holds
             (:func:`qkv.viz.attention_cells`).
@@ -75,6 +80,7 @@ class ServeConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             is_count = f.name.startswith("max_") and f.name != "max_wait_ms"
+            is_count |= f.name in _OPTIONAL_COUNTS and v is not None
             if is_count and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SettingError(f.name, f"expected an int >= 1, got {v!r}")
         if self.max_alternatives + 1 > self.max_beam:
@@ -83,10 +89,6 @@ class ServeConfig:
                 f"{self.max_alternatives} alternatives need a beam of "
                 f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}",
             )
-        if self.beam is not None and (
-            isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1
-        ):
-            raise SettingError("beam", f"expected an int >= 1, got {self.beam!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             raise SettingError("api_key", "expected a non-empty string or None")
         cap = self.memory_cap_mb

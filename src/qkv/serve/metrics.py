@@ -110,7 +110,7 @@ class Metrics:
             self.latency.setdefault(route, Histogram(LATENCY_BUCKETS)).observe(seconds)
 
     def batch(self, sentences: int, tokens: int, seconds: float) -> None:
-        """Count one decode of ``sentences`` (``tokens`` source tokens times the beam)."""
+        """Count one decode of ``sentences`` (``tokens`` source tokens times ``beam_size``)."""
         with self._lock:
             self.batch_sentences.observe(sentences)
             self.batch_seconds += seconds

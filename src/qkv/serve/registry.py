@@ -31,6 +31,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +41,8 @@ from typing import Any
 
 from .._errors import SettingError
 from ..data.languages import base_language, check_language, language_name
-from ..inference import TextTranslator, verify_checkpoint
+from ..engines import folder_engine, open_translator
+from ..inference import Decoding, TextTranslator, verify_checkpoint
 from .batcher import Batcher
 from .metrics import BATCH_BUCKETS, Histogram
 
@@ -159,15 +161,16 @@ def inspect_folder(path: str | Path, *, engine: str = "qkv") -> ModelFolder:
         raise _bad(p, "is a file; expected a model folder")
     if engine not in ("qkv", "ctranslate2"):
         raise SettingError("engine", f"expected 'qkv' or 'ctranslate2', got {engine!r}")
-    if (p / "onnx.json").is_file():
+    held = folder_engine(p, engine)
+    if held == "onnx":
         require("serving an ONNX model", ["onnxruntime"])
         langs = _json_languages(p, "onnx.json")
         size = sum(f.stat().st_size for f in p.glob("*.onnx*") if f.is_file())
         found = ("onnx", langs, size)
-    elif (p / "model.bin").is_file() and (p / "qkv.json").is_file():
+    elif held == "ctranslate2" and folder_engine(p, "qkv") == "ctranslate2":  # a bare model
         require("serving a CTranslate2 model", ["ctranslate2"])
         found = ("ctranslate2", _json_languages(p, "qkv.json"), (p / "model.bin").stat().st_size)
-    elif engine == "ctranslate2":
+    elif held == "ctranslate2":
         ct2 = p / "ctranslate2"
         if not (ct2 / "model.bin").is_file():
             raise _bad(
@@ -224,30 +227,14 @@ def model_folders(parent: str | Path) -> list[Path]:
 def open_model(
     folder: ModelFolder, *, device: str = "cpu", quantize: str | None = None, threads: int = 0
 ) -> TextTranslator:
-    """The translator of ``folder`` on its engine (:class:`qkv.translate.Translator`,
-    :class:`~qkv.export.ctranslate2.Ct2Translator`, :class:`~qkv.export.onnx.OnnxTranslator`).
-    ``threads``: the CPU threads of a CTranslate2 model (0: torch's, as ``qkv serve
-    --engine ctranslate2`` gives it) or an ONNX one (0: onnxruntime's default)."""
+    """The translator of ``folder`` on its engine, opened by
+    :func:`qkv.engines.open_translator` (``threads``: a CTranslate2 or ONNX model's CPU
+    threads; 0: torch's for CTranslate2, onnxruntime's default for ONNX)."""
     if folder.path is None:
         raise ValueError("folder: a model built in Python has no folder to load")
-    if folder.engine == "onnx":
-        from ..export.onnx import OnnxTranslator
-
-        return OnnxTranslator(folder.path, threads=threads or None)
-    if folder.engine == "ctranslate2":
-        import torch
-
-        from ..export.ctranslate2 import Ct2Translator
-
-        return Ct2Translator(
-            folder.path,
-            device=device,
-            compute_type=quantize or "default",
-            threads=threads or torch.get_num_threads(),
-        )
-    from ..translate import Translator
-
-    return Translator.load(folder.path, device=device, quantize=quantize)
+    return open_translator(
+        folder.path, engine=folder.engine, device=device, quantize=quantize, threads=threads
+    )
 
 
 # ---------------------------------------------------------------------------- a lane
@@ -295,9 +282,11 @@ class Lane:
         self.translator: TextTranslator | None = translator
         self.pinned = translator is not None
         self.batcher: Batcher | None = None
-        self.beam = 1
+        #: the decoding of the requests it serves, once loaded: the model's, as served (the
+        #: server's default ``beam_size``, one translation, the batch budget); a request
+        #: changes it
+        self.decoding: Decoding | None = None
         self.step: int | None = None
-        self.max_tokens: int | None = None
         self.resident = translator is not None  # loaded, or being loaded
         self.users = 0  # requests holding the lane
         self.last_used = time.monotonic()
@@ -343,27 +332,23 @@ class Lane:
                 self.step = int(verify_checkpoint(tr.path, files=[]).get("step") or 0)
 
     # -- runs in the worker thread
-    def decode(self, texts: list[str], beam: int, n_best: int) -> list[Any]:
-        """The batcher's ``decode``: per text its translation, or its n-best translations
-        (best first; "no other translation" left out)."""
-        import math
-
+    def decode(self, texts: list[str], decoding: Decoding) -> list[list[str]]:
+        """The batcher's ``decode``: per text its translations, best first (those there are
+        none of, scored ``-inf``, left out; at least the empty one)."""
         tr = self.translator
         if tr is None:
             raise RuntimeError(f"the {self.pair} model is not loaded")
-        res = tr.generate(texts, beam_size=beam, n_best=n_best, max_tokens=self.max_tokens)
-        dec = tr.tgt_tokenizer.decode
-        if n_best == 1:
-            return [dec(ids) for ids in res]
-        return [[dec(ids) for ids, score in hyps if score != -math.inf] or [""] for hyps in res]
+        text = tr.tgt_tokenizer.decode
+        hyps = tr.hypotheses(texts, decoding)
+        return [[text(ids) for ids, score in h if score != -math.inf] or [""] for h in hyps]
 
-    def tokens(self, texts: Sequence[str], beam: int) -> int:
+    def tokens(self, texts: Sequence[str], decoding: Decoding) -> int:
         """The share of a batch's budget ``texts`` take: source tokens (with ``<eos>``) times
-        the beam."""
+        ``decoding.beam_size``."""
         tr = self.translator
         if tr is None:
             raise RuntimeError(f"the {self.pair} model is not loaded")
-        return sum(len(tr.encode(t)) for t in texts) * beam
+        return sum(len(tr.encode(t)) for t in texts) * decoding.beam_size
 
     def health(self) -> dict[str, Any]:
         """``/health``'s entry for this model."""
@@ -380,7 +365,7 @@ class Lane:
             "step": self.step if tr is not None else None,
             "kind": tr.kind if tr is not None else None,
             "device": str(tr.device) if tr is not None else None,
-            "beam": self.beam if tr is not None else None,
+            "beam": self.decoding.beam_size if tr is not None and self.decoding else None,
             "loads": self.loads,
             "unloads": self.unloads,
             "queue_depth": self.batcher.queue_depth if self.batcher is not None else 0,
@@ -444,8 +429,20 @@ class ModelRegistry:
             self.direct[key] = lane
         codes = {_key(c): c for lane in self.lanes for c in (lane.source, lane.target)}
         self.codes: dict[str, str] = dict(sorted(codes.items()))
+        #: the ``(source, target)`` of a server of one translator (:meth:`of_one`): requests
+        #: may leave them out; None for a registry of folders
+        self.pair: tuple[str, str] | None = None
         self._make_batcher: BatcherFactory | None = None
         self._tasks: set[asyncio.Task] = set()
+
+    @classmethod
+    def of_one(cls, translator: TextTranslator, source: str, target: str) -> ModelRegistry:
+        """A server of one translator, loaded already (never unloaded), served as translating
+        ``source`` into ``target``: a registry of one lane whose pair is :attr:`pair`."""
+        folder = ModelFolder(translator.path, source, target, translator.engine, 0)
+        registry = cls([Lane(folder, translator=translator)])
+        registry.pair = (source, target)
+        return registry
 
     @classmethod
     def from_folders(
@@ -547,12 +544,11 @@ class ModelRegistry:
         )
 
     # -------------------------------------------------------------- loading, unloading
-    def attach(self, make_batcher: BatcherFactory, max_tokens: int | None = None) -> None:
-        """Give the registry the app's batchers (``make_batcher(lane)``, not started); the lanes
-        loaded already get theirs now. ``max_tokens``: a decode's token budget."""
+    def attach(self, make_batcher: BatcherFactory) -> None:
+        """Give the registry the app's batchers (``make_batcher(lane)``, not started: it sets the
+        lane's :attr:`Lane.decoding` too); the lanes loaded already get theirs now."""
         self._make_batcher = make_batcher
         for lane in self.lanes:
-            lane.max_tokens = max_tokens
             if lane.translator is not None and lane.batcher is None:
                 lane.read_step()
                 lane.batcher = make_batcher(lane)
