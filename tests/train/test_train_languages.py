@@ -158,10 +158,10 @@ def test_qkv_evaluate_of_a_zh_model_prints_what_sacrebleu_l_en_zh_prints(
     train(_zh_config(files), out, progress=False)
     capsys.readouterr()
 
-    def near_ids(self, texts, decoding, progress):
-        return [self.tgt_tokenizer.encode(NEAR[t]) for t in texts]
+    def near_ids(self, texts, decoding, progress=None, **options):
+        return [[(self.tgt_tokenizer.encode(NEAR[t]), 0.0)] for t in texts]
 
-    monkeypatch.setattr(T, "_generate", near_ids)
+    monkeypatch.setattr(T, "_decode", near_ids)
     tok = Translator.load(out).tgt_tokenizer
     hyps = [tok.decode(tok.encode(NEAR[e])) for e in EN[15:]]
     assert hyps == [NEAR[e] for e in EN[15:]]  # SentencePiece gives the text back
