@@ -1,7 +1,7 @@
 """The Transformer (Vaswani et al. 2017) with the book's (d2l 1.0) modules and signatures.
 
-* :class:`PositionWiseFFN`, :class:`AddNorm` (post-norm as the paper and the book; pre-norm with
-  ``norm_first=True``);
+* :class:`~qkv.nn.sublayers.PositionWiseFFN`, :class:`~qkv.nn.sublayers.AddNorm` (post-norm as
+  the paper and the book; pre-norm with ``norm_first=True``), from :mod:`qkv.nn.sublayers`;
 * :class:`TransformerEncoderBlock`, :class:`TransformerEncoder`: ``forward(X, valid_lens)``;
 * :class:`TransformerDecoderBlock`, :class:`TransformerDecoder`: ``init_state(enc_outputs,
   enc_valid_lens)`` then ``forward(X, state) -> (logits, state)``.
@@ -39,7 +39,6 @@ takes the past keys and values as tensors and returns them with the new position
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -54,7 +53,7 @@ from ..functional.decode import (
     plan_keys,
     planned_attention,
 )
-from ._checks import dropout_rate, token_ids, xavier_
+from ._checks import boolean, dropout_rate, token_ids, xavier_
 from ._checks import positive_int as _positive_int
 from ._inference import (
     Linear,
@@ -70,6 +69,7 @@ from ._scripted import scripted_step
 from .attention import MultiHeadAttention
 from .kv_cache import BeamKVCache, BeamRows, KVCache, TensorKVCache
 from .position import POSITIONAL_ENCODINGS, RotaryEmbedding, make_positional_encoding
+from .sublayers import ACTIVATIONS, AddNorm, PositionWiseFFN
 
 __all__ = [
     "ACTIVATIONS",
@@ -81,97 +81,6 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderBlock",
 ]
-
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
-
-
-# ---------------------------------------------------------------------------- checks
-
-
-def _bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _activation(name: str) -> nn.Module:
-    if name == "relu":
-        return nn.ReLU()
-    if name == "gelu":
-        return nn.GELU()
-    raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
-
-
-# ---------------------------------------------------------------------------- building blocks
-class PositionWiseFFN(nn.Module):
-    """The position-wise feed-forward network, d2l 1.0's ``PositionWiseFFN(ffn_num_hiddens,
-    ffn_num_outputs)``: ``dense2(activation(dense1(X)))``.
-
-    The book infers the input size lazily; here it is ``ffn_num_input`` (keyword), defaulting to
-    ``ffn_num_outputs`` as in every Transformer block.
-
-    Shapes: ``(..., ffn_num_input) -> (..., ffn_num_outputs)``.
-    """
-
-    def __init__(
-        self,
-        ffn_num_hiddens: int,
-        ffn_num_outputs: int,
-        *,
-        ffn_num_input: int | None = None,
-        activation: str = "relu",
-    ) -> None:
-        super().__init__()
-        _positive_int("ffn_num_hiddens", ffn_num_hiddens)
-        _positive_int("ffn_num_outputs", ffn_num_outputs)
-        n_in = ffn_num_outputs if ffn_num_input is None else ffn_num_input
-        _positive_int("ffn_num_input", n_in)
-        self.dense1 = nn.Linear(n_in, ffn_num_hiddens)
-        self.activation = _activation(activation)
-        self.dense2 = nn.Linear(ffn_num_hiddens, ffn_num_outputs)
-
-    def forward(self, X: Tensor) -> Tensor:
-        return self.dense2(self.activation(self.dense1(X)))
-
-
-class AddNorm(nn.Module):
-    """The residual connection and layer normalisation, d2l's ``AddNorm(norm_shape, dropout)``.
-
-    Post-norm (the paper, the book): ``forward(X, Y) = LayerNorm(X + dropout(Y))`` where ``Y`` is
-    the sublayer's output on ``X``.  Pre-norm (``norm_first=True``): the sublayer reads
-    :meth:`pre` ``(X) = LayerNorm(X)`` and ``forward(X, Y) = X + dropout(Y)``.
-
-    Shapes: X, Y ``(..., *norm_shape)`` -> same.
-    """
-
-    def __init__(
-        self, norm_shape: int | Sequence[int], dropout: float, *, norm_first: bool = False
-    ) -> None:
-        super().__init__()
-        shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
-        if not shape or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape
-        ):
-            raise ValueError(
-                f"norm_shape: expected a positive int or a sequence of them, got {norm_shape!r}"
-            )
-        self.dropout = nn.Dropout(dropout_rate(dropout))
-        self.ln = nn.LayerNorm(shape)
-        self.norm_first = _bool("norm_first", norm_first)
-
-    def pre(self, X: Tensor) -> Tensor:
-        """What the sublayer reads: ``LayerNorm(X)`` with pre-norm, ``X`` with post-norm."""
-        return self.ln(X) if self.norm_first else X
-
-    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
-        if self.training:  # dropout is the identity in evaluation: not even called (decoding)
-            Y = self.dropout(Y)
-        if self.norm_first:
-            return X + Y
-        return self.ln(Y + X)
-
-    def extra_repr(self) -> str:
-        return "norm_first=True" if self.norm_first else ""
 
 
 # ---------------------------------------------------------------------------- encoder
@@ -199,7 +108,7 @@ class TransformerEncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.attention = MultiHeadAttention(
-            num_hiddens, num_heads, dropout, _bool("use_bias", use_bias), rotary=rotary
+            num_hiddens, num_heads, dropout, boolean("use_bias", use_bias), rotary=rotary
         )
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first=norm_first)
         self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
@@ -391,7 +300,7 @@ class TransformerEncoder(_Stack):
                     activation=activation,
                 ),
             )
-        self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
+        self.norm = nn.LayerNorm(num_hiddens) if boolean("norm_first", norm_first) else None
         xavier_(self.blks)
         self.attention_weights: list[Tensor] | None = None
 
@@ -526,7 +435,7 @@ class TransformerDecoderBlock(nn.Module):
         if isinstance(i, bool) or not isinstance(i, int) or i < 0:
             raise ValueError(f"i: expected the block's index, a non-negative int, got {i!r}")
         self.i = i
-        use_bias = _bool("use_bias", use_bias)
+        use_bias = boolean("use_bias", use_bias)
         self.attention1 = MultiHeadAttention(
             num_hiddens, num_heads, dropout, use_bias, rotary=rotary
         )
@@ -897,10 +806,10 @@ class TransformerDecoder(_Stack):
                     activation=activation,
                 ),
             )
-        self.norm = nn.LayerNorm(num_hiddens) if _bool("norm_first", norm_first) else None
+        self.norm = nn.LayerNorm(num_hiddens) if boolean("norm_first", norm_first) else None
         self.dense = nn.Linear(num_hiddens, vocab_size)
         xavier_(self.blks)
-        if _bool("tie_embeddings", tie_embeddings):
+        if boolean("tie_embeddings", tie_embeddings):
             self.dense.weight = self.embedding.weight
         self.tie_embeddings = tie_embeddings
         self.attention_weights: list[list[Tensor]] | None = None
@@ -936,7 +845,7 @@ class TransformerDecoder(_Stack):
         if enc_valid_lens is not None and not isinstance(enc_valid_lens, Tensor):
             enc_valid_lens = torch.as_tensor(enc_valid_lens, device=enc_outputs.device)
         state = TransformerDecoderState(enc_outputs, enc_valid_lens)
-        if _bool("use_cache", use_cache):
+        if boolean("use_cache", use_cache):
             state.self_caches = [KVCache(capacity=capacity) for _ in range(self.num_blks)]
             state.cross_caches = [KVCache(static=True) for _ in range(self.num_blks)]
         return state
