@@ -175,16 +175,29 @@ def _encoder_block_reason(blk: nn.Module) -> str | None:
 
 def _decoder_block_reason(blk: nn.Module) -> str | None:
     """What :func:`block_step` computes as the block's ``forward`` does: no rotary positions,
-    the scaled dot product with its default scale, a :class:`PositionWiseFFN`."""
-    if blk.attention1.rotary is not None:
+    the scaled dot product with its default scale, a :class:`PositionWiseFFN`.  Asked at every
+    step: the attentions are checked in one condition, named only when one fails."""
+    a1, a2 = blk.attention1, blk.attention2
+    if a1.rotary is not None:
         return "rotary positions"
+    if (
+        a1.score != "scaled_dot"
+        or a2.score != "scaled_dot"
+        or a1.scale is not None
+        or a2.scale is not None
+    ):
+        return _attention_reason(blk)
+    return _ffn_reason(blk.ffn)
+
+
+def _attention_reason(blk: nn.Module) -> str | None:
     for name in ("attention1", "attention2"):
         a = getattr(blk, name)
         if a.score != "scaled_dot":
             return f"{name}.score is {a.score!r}, not 'scaled_dot'"
         if a.scale is not None:
             return f"{name}.scale is {a.scale!r}, not the default"
-    return _ffn_reason(blk.ffn)
+    return None
 
 
 # ---------------------------------------------------------------------------- the encoder

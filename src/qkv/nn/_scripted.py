@@ -98,22 +98,34 @@ class Layout(NamedTuple):
     final_norm: bool
 
 
-def _linear(j: int, x: Tensor, p: Products) -> Tensor:
-    """Product ``j`` of ``x`` ``(N, in)``, as :class:`qkv.nn._inference.Linear` runs it."""
-    kind = p.kinds[j]
+def _linear(
+    j: int,
+    x: Tensor,
+    kinds: List[int],
+    weights: List[Tensor],
+    biases: List[Optional[Tensor]],
+    packs: List[torch.classes.quantized.LinearPackedParamsBase],
+    where: List[int],
+    reduce_range: List[bool],
+) -> Tensor:
+    """Product ``j`` of ``x`` ``(N, in)``, as :class:`qkv.nn._inference.Linear` runs it (the
+    fields of :class:`Products`, which :func:`decode_step` reads once: each field read is an
+    instruction of TorchScript's interpreter, at every product of every step)."""
+    kind = kinds[j]
     if kind == 2:  # Linear.INT8
-        return torch.ops.quantized.linear_dynamic(x, p.packs[p.where[j]], p.reduce_range[j])
+        return torch.ops.quantized.linear_dynamic(x, packs[where[j]], reduce_range[j])
     if kind == 0:  # Linear.ONEDNN
         scalars = torch.jit.annotate(List[Optional[number]], [])  # noqa: F821
-        return torch.ops.mkldnn._linear_pointwise(x, p.weights[j], p.biases[j], "none", scalars, "")
-    bias = p.biases[j]  # Linear.MM
+        return torch.ops.mkldnn._linear_pointwise(x, weights[j], biases[j], "none", scalars, "")
+    bias = biases[j]  # Linear.MM
     if bias is None:
-        return torch.mm(x, p.weights[j])
-    return torch.addmm(bias, x, p.weights[j])
+        return torch.mm(x, weights[j])
+    return torch.addmm(bias, x, weights[j])
 
 
-def _norm(x: Tensor, i: int, shape: List[int], n: Norms) -> Tensor:
-    return torch.layer_norm(x, shape, n.weights[i], n.biases[i], n.eps[i])
+def _norm(x: Tensor, i: int, shape: List[int], w: List[Optional[Tensor]],
+          b: List[Optional[Tensor]], eps: List[float]) -> Tensor:  # fmt: skip
+    return torch.layer_norm(x, shape, w[i], b[i], eps[i])
 
 
 def _finite(t: Tensor) -> bool:
@@ -161,12 +173,15 @@ def decode_step(
     H = layout.heads
     d = D // H
     shape = [D]
-    pre = layout.norm_first
+    pre, act, self_mult = layout.norm_first, layout.activation, layout.self_mult
+    kinds, weights, biases = products.kinds, products.weights, products.biases
+    packs, where, rr = products.packs, products.where, products.reduce_range
+    nw, nb, eps = norms.weights, norms.biases, norms.eps
     for i in range(len(keys)):
         j = 6 * i
         # self-attention over the cache, the new position written first
-        Q = _norm(x, 3 * i, shape, norms) if pre else x
-        qkv = _linear(j, Q, products)
+        Q = _norm(x, 3 * i, shape, nw, nb, eps) if pre else x
+        qkv = _linear(j, Q, kinds, weights, biases, packs, where, rr)
         if not _finite(qkv):
             return None
         q, k, v = qkv.split(D, dim=1)
@@ -174,12 +189,13 @@ def decode_step(
         keys[i][:, :, t : t + 1] = k
         values[i][:, :, t : t + 1] = v
         past_t = keys[i][:, :, : t + 1].transpose(-2, -1)
-        out = matmul_attention(q, past_t, values[i][:, :, : t + 1], layout.self_mult, None)
-        y = _linear(j + 1, out.transpose(1, 2).reshape(B, D), products)
-        Y = x + y if pre else _norm(y + x, 3 * i, shape, norms)
+        out = matmul_attention(q, past_t, values[i][:, :, : t + 1], self_mult, None)
+        out = out.transpose(1, 2).reshape(B, D)
+        y = _linear(j + 1, out, kinds, weights, biases, packs, where, rr)
+        Y = x + y if pre else _norm(y + x, 3 * i, shape, nw, nb, eps)
         # cross-attention over the encoder's planned keys
-        Q = _norm(Y, 3 * i + 1, shape, norms) if pre else Y
-        q = _linear(j + 2, Q, products)
+        Q = _norm(Y, 3 * i + 1, shape, nw, nb, eps) if pre else Y
+        q = _linear(j + 2, Q, kinds, weights, biases, packs, where, rr)
         if not _finite(q):
             return None
         q = q.view(B, H, 1, d)
@@ -187,16 +203,17 @@ def decode_step(
         dead = cross.dead[i]
         if dead is not None:
             out = out.masked_fill(dead, 0.0)
-        z = _linear(j + 3, out.transpose(1, 2).reshape(B, D), products)
-        Z = Y + z if pre else _norm(z + Y, 3 * i + 1, shape, norms)
+        out = out.transpose(1, 2).reshape(B, D)
+        z = _linear(j + 3, out, kinds, weights, biases, packs, where, rr)
+        Z = Y + z if pre else _norm(z + Y, 3 * i + 1, shape, nw, nb, eps)
         # feed-forward network
-        Q = _norm(Z, 3 * i + 2, shape, norms) if pre else Z
-        hidden = _activate(_linear(j + 4, Q, products), layout.activation)
-        f = _linear(j + 5, hidden, products)
-        x = Z + f if pre else _norm(f + Z, 3 * i + 2, shape, norms)
+        Q = _norm(Z, 3 * i + 2, shape, nw, nb, eps) if pre else Z
+        hidden = _activate(_linear(j + 4, Q, kinds, weights, biases, packs, where, rr), act)
+        f = _linear(j + 5, hidden, kinds, weights, biases, packs, where, rr)
+        x = Z + f if pre else _norm(f + Z, 3 * i + 2, shape, nw, nb, eps)
     if layout.final_norm:
-        x = _norm(x, 3 * len(keys), shape, norms)
-    return _linear(6 * len(keys), x, products)
+        x = _norm(x, 3 * len(keys), shape, nw, nb, eps)
+    return _linear(6 * len(keys), x, kinds, weights, biases, packs, where, rr)
 
 
 _SCRIPTED: list = []  # [the scripted step] once scripted, [None] where scripting failed
