@@ -80,22 +80,21 @@ def test_a_device_other_than_the_cpu():
     assert _encoder_reason(model.encoder, X, None) == "on meta, not the CPU"
 
 
-def test_inside_torch_compile(monkeypatch):
+@pytest.mark.parametrize(
+    "where, name, words",
+    [
+        (torch.compiler, "is_compiling", "inside torch.compile or torch.export"),
+        (torch.jit, "is_tracing", "inside TorchScript (tracing or scripting)"),
+        (torch.jit, "is_scripting", "inside TorchScript (tracing or scripting)"),
+    ],
+)
+def test_inside_torch_compile_or_torchscript(monkeypatch, where, name, words):
     model = _model()
     X, lens = batch(B=3, L=5)
     state = _decoder_state(model, use_cache=True)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert "torch.compile" in _encoder_reason(model.encoder, X, lens)
-    assert "torch.compile" in _decoder_reason(model, state=state)
-
-
-def test_inside_torchscript(monkeypatch):
-    model = _model()
-    X, lens = batch(B=3, L=5)
-    state = _decoder_state(model, use_cache=True)
-    monkeypatch.setattr(torch.jit, "is_tracing", lambda: True)
-    assert "TorchScript" in _encoder_reason(model.encoder, X, lens)
-    assert "TorchScript" in _decoder_reason(model, state=state)
+    monkeypatch.setattr(where, name, lambda: True)
+    assert _encoder_reason(model.encoder, X, lens) == words
+    assert _decoder_reason(model, state=state) == words
 
 
 # ---------------------------------------------------------------------------- the encoder
