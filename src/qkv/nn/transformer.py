@@ -168,7 +168,7 @@ class TransformerEncoder(_Stack):
     ``forward(..., skip_padding=True)`` in inference (no grad, eval mode, the CPU, no weights
     asked for) skips the padding: the valid positions get the same outputs and the padded ones
     0 (:meth:`_forward_packed`; what decoding asks for, its attention masks the padding);
-    anything else computes every position.
+    anything else computes every position (:meth:`why_not_fast_path` says why).
     """
 
     #: forward takes ``skip_padding`` (:meth:`EncoderDecoder.encode` passes it on)
@@ -405,9 +405,10 @@ class TransformerDecoder(_Stack):
     Keyword-only options: those of :class:`TransformerEncoder`, plus ``use_bias`` and
     ``tie_embeddings`` (the output projection shares the embedding's weight).
 
-    A decoding step with a cache in inference takes a fast path with the same results (see the
-    module's notes); set ``fast_decode = False`` (on the class or an instance) to turn it off,
-    ``scripted_decode = False`` to run it in Python rather than as one TorchScript function.
+    A decoding step with a cache in inference takes a fast path with the same results
+    (:mod:`qkv.nn._fast_decode`; :meth:`why_not_fast_path` says why a call does not); set
+    ``fast_decode = False`` (on the class or an instance) to turn it off, ``scripted_decode =
+    False`` to run it in Python rather than as one TorchScript function.
     """
 
     #: take the fast path for a decoding step in inference (same results; False: never)
