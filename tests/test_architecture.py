@@ -327,3 +327,65 @@ def test_every_engine_leaves_the_policy_to_the_base():
     from qkv.engines import ENGINES
 
     assert names == set(ENGINES)
+
+
+# ---------------------------------------------------------------------------- one softmax
+#: modules outside qkv.functional that call a softmax themselves: demos that spell attention's
+#: formula out by hand to show it
+SOFTMAX_BY_HAND = {
+    "qkv.demos.cat_milk",
+    "qkv.demos.mha_step_by_step",
+    "qkv.demos.sqrt_dk",
+    "qkv.demos.vit_qkv",
+}
+
+
+def softmax_calls(source: str) -> list[int]:
+    """The lines of ``source`` that call a softmax (``torch.softmax``, ``F.softmax``,
+    ``x.softmax``, ``softmax``); a log-softmax over a vocabulary (decoding, the loss) and
+    qkv.functional's own functions (``safe_softmax``, ``masked_softmax``) are not counted."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name == "softmax":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_softmax_check_sees_every_spelling():
+    src = "import torch\nimport torch.nn.functional as F\ntorch.softmax(s, -1)\nF.softmax(s, -1)\n"
+    src += "s.softmax(-1)\nsafe_softmax(s)\ns.log_softmax(-1)\n"
+    assert softmax_calls(src) == [3, 4, 5]
+
+
+def test_attention_softmax_is_computed_in_functional_only():
+    """docs/architecture.md: no module outside qkv.functional computes attention's softmax; the
+    scripted decoding step (qkv.nn._scripted) calls qkv.functional.decode.matmul_attention."""
+    found = [
+        f"{name}:{line}"
+        for name, (path, _) in _modules().items()
+        if _part(name) != "functional" and name not in SOFTMAX_BY_HAND
+        for line in softmax_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "softmax computed outside qkv.functional:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------------------- the fast path
+#: the modules of the Transformer's fast path in inference, which only qkv.nn._fast_decode uses
+FAST_PATH_MODULES = {"qkv.nn._inference", "qkv.nn._scripted"}
+
+
+def test_the_transformer_reaches_its_fast_path_through_one_module():
+    """docs/architecture.md: qkv/nn/transformer.py is the model; its fast path in inference is
+    qkv.nn._fast_decode, the one module that uses the kept weights (_inference) and the
+    scripted step (_scripted) in nn, and whose why_not_fast_path every caller asks."""
+    users = {
+        name
+        for name, (path, is_pkg) in _modules().items()
+        if _part(name) == "nn"
+        for target, _, _ in _imports(name, path.read_text(encoding="utf-8"), is_pkg)
+        if target in FAST_PATH_MODULES and name not in FAST_PATH_MODULES
+    }
+    assert users == {"qkv.nn._fast_decode"}, users

@@ -11,6 +11,7 @@ from _seq2seq_models import BOS, EOS, batch, tiny
 from qkv.decoding import generate
 from qkv.decoding.search import _argmax, _top_candidates
 from qkv.inference import quantize_model
+from qkv.nn import _fast_decode
 from qkv.nn.transformer import TransformerDecoder
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10)}
@@ -78,13 +79,17 @@ def test_fast_step_after_reordering_rows():
         torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
-def test_fast_path_is_taken_only_in_inference():
+def test_fast_path_is_taken_only_in_inference(monkeypatch):
     model = _model()
     src, lens = batch(B=3, L=5)
     calls = []
-    blk = model.decoder.blks[0]
-    step = blk._step_fast
-    blk._step_fast = lambda *a: calls.append(1) or step(*a)
+    first = model.decoder.blks[0]
+    step = _fast_decode.block_step
+    monkeypatch.setattr(
+        _fast_decode,
+        "block_step",
+        lambda blk, *a: (blk is first and calls.append(1)) or step(blk, *a),
+    )
     state = model.init_state(model.encode(src, lens), lens, use_cache=True)
     tok = torch.full((3, 1), BOS)
     model.decode(tok, state)  # autograd on: the general path (gradients reach the weights)

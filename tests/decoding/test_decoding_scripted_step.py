@@ -12,8 +12,7 @@ from _seq2seq_models import BOS, EOS, batch, tiny
 
 from qkv.decoding import generate
 from qkv.inference import quantize_model
-from qkv.nn import _scripted
-from qkv.nn import transformer as tf
+from qkv.nn import _fast_decode, _scripted
 
 
 def _model(dtype=torch.float32, seed=0, int8=False, **kw):
@@ -31,14 +30,14 @@ def ran(monkeypatch):
     """Each step's answer of the scripted step: True (it ran), False (it handed the step to
     Python)."""
     out: list[bool] = []
-    real = tf._StepPlan.scripted
+    real = _fast_decode.StepPlan.scripted
 
     def scripted(self, x, state):
         logits = real(self, x, state)
         out.append(logits is not None)
         return logits
 
-    monkeypatch.setattr(tf._StepPlan, "scripted", scripted)
+    monkeypatch.setattr(_fast_decode.StepPlan, "scripted", scripted)
     return out
 
 

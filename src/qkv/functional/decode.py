@@ -18,15 +18,19 @@ planning done once:
   additive mask (beam search's beams over their sentence's cache, which is never reordered:
   :class:`~qkv.nn.kv_cache.BeamKVCache`).
 
-Both return what :func:`~qkv.functional.attention` returns for the same arguments
+They return what :func:`~qkv.functional.attention` returns for the same arguments
 (``score="scaled_dot"``, default scale, no dropout), up to float rounding: for one query per
 row (a decoding step) on the CPU they compute the scores, the softmax and the weighted values
-with three small tensor operations (what the reference backend computes), which is faster there
-than the fused kernel for so small a problem; for several queries they run the fused kernel as
+with three small tensor operations (:func:`matmul_attention`, what the reference backend
+computes), which is faster there than the fused kernel for so small a problem; for several queries they run the fused kernel as
 :func:`~qkv.functional.attention` does.  Rows that see no key are zero.  The rule for NaN and
 infinities is kept by falling back: when the query is not finite, or when the keys or values
 are not known to be finite, the call goes through :func:`~qkv.functional.attention` itself.  On
 devices where reading a value back forces a sync (anything but the CPU) they always fall back.
+
+:func:`matmul_attention` is written for TorchScript too: the scripted decoding step of
+:mod:`qkv.nn._scripted` calls it, so no module outside :mod:`qkv.functional` computes
+attention's softmax.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ __all__ = [
     "PlannedKeys",
     "cached_attention",
     "grouped_attention",
+    "matmul_attention",
     "plan_keys",
     "planned_attention",
 ]
@@ -70,13 +75,18 @@ _MATH_DTYPES = (torch.float32, torch.float64)
 _FEW_QUERIES = 16
 
 
-def _one_query_math(
+def matmul_attention(
     query: Tensor, key_t: Tensor, value: Tensor, mult: float, bias: Tensor | None
 ) -> Tensor:
     """Attention of ``query`` ``(B, H, Lq, d)`` (one query per row, or a few) over ``key_t``
-    ``(B, H, d, Lk)`` (the keys transposed) and ``value`` ``(B, H, Lk, dv)``; ``bias``
+    ``(B, H, d, Lk)`` (the keys transposed) and ``value`` ``(B, H, Lk, dv)``, as three tensor
+    operations: the scores times ``mult``, their softmax, the weighted values.  ``bias``
     ``(B, 1, 1 or Lq, Lk)`` is added to the scores (-inf: masked).  Rows must see some key
-    (callers zero the others)."""
+    (callers zero the others).  Returns ``(B, H, Lq, dv)``.
+
+    It is written for TorchScript too: the scripted decoding step
+    (:func:`qkv.nn._scripted.decode_step`) calls it, so that a step's attention arithmetic is
+    this one function whether Python or TorchScript runs it."""
     scores = torch.matmul(query, key_t).mul_(mult)  # (B, H, Lq, Lk)
     if bias is not None:
         scores.add_(bias)
@@ -219,7 +229,7 @@ def planned_attention(query: Tensor, keys: PlannedKeys) -> Tensor:
         and _finite(query)
     ):
         if keys.key_t is not None and query.shape[2] <= _FEW_QUERIES:
-            out = _one_query_math(query, keys.key_t, keys.kernel_value, keys.mult, keys.bias)
+            out = matmul_attention(query, keys.key_t, keys.kernel_value, keys.mult, keys.bias)
         else:
             gqa = {"enable_gqa": True} if keys.heads != k.shape[1] else {}
             out = F.scaled_dot_product_attention(
@@ -262,7 +272,7 @@ def cached_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
         d, Lk = query.shape[-1], key.shape[2]
         mult = float(_SCALED_DOT.multiplier(None, d, Lk))
         if query.shape[2] == 1 and query.dtype in _MATH_DTYPES:
-            return _one_query_math(query, key.transpose(-2, -1), value, mult, None)
+            return matmul_attention(query, key.transpose(-2, -1), value, mult, None)
         return F.scaled_dot_product_attention(query, key, value, scale=mult)
     return attention(query, key, value)[0]
 
@@ -289,4 +299,4 @@ def grouped_attention(
         return None
     d, Lk = query.shape[-1], key.shape[2]
     mult = float(_SCALED_DOT.multiplier(None, d, Lk))
-    return _one_query_math(query, key.transpose(-2, -1), value, mult, bias)
+    return matmul_attention(query, key.transpose(-2, -1), value, mult, bias)

@@ -17,6 +17,13 @@ def positive_int(name: str, value: object) -> int:
     return value
 
 
+def boolean(name: str, value: object) -> bool:
+    """``value`` if it is a bool, else TypeError naming ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
 def probability(name: str, value: object) -> float:
     """``value`` as a float if it lies in [0, 1) (a dropout rate), else ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
