@@ -786,7 +786,7 @@ _MOUNT_JS = r"""
           var w = M[i * Lk + j] / SCALE, hit = !f || (f.axis === "q" ? f.i === i : f.i === j);
           vals.push(hit ? w : 0);
           if (!hit || w <= 0) continue;
-          c.globalAlpha = Math.min(1, w);
+          c.globalAlpha = Math.min(1, w / shown.length);  // as bertviz: ink shared by the heads shown
           c.beginPath();
           c.moveTo(lw, top + (i + 0.5) * row); c.lineTo(lw + gap, top + (j + 0.5) * row);
           c.stroke();
