@@ -176,21 +176,29 @@ def notebook_markdown(nb: dict[str, Any], stem: str) -> tuple[str, dict[str, byt
 
 
 # ------------------------------------------------------------------------ links
-def site_path(target: Path, lang: str) -> str | None:
-    """Where the repository file ``target`` (absolute) is in the site of ``lang``, relative to
-    the site's source root; None for a file the site does not hold."""
+def site_path(target: Path, lang: str) -> tuple[str, str]:
+    """Where the repository file ``target`` (absolute) is shown when a page of side ``lang``
+    links to it: ``(side, path)``, the path relative to that side's source root. A page of
+    ``docs/`` that ``docs/zh/`` translates is on the English side only (the Chinese side holds
+    the translation under its name); the other pages are on both sides; ``files/...`` are the
+    repository's other files, copied beside the pages."""
     rel = target.resolve().relative_to(ROOT).as_posix()
-    if rel in ("README.md", "README.zh-CN.md"):
-        return "index.md" if (rel == "README.md") == (lang == "en") else None
-    if rel in ("notebooks", "notebooks/", "docs/notebooks.md", "docs/zh/notebooks.md"):
-        return "notebooks/index.md"
+    if rel == "README.md":
+        return "en", "index.md"
+    if rel == "README.zh-CN.md":
+        return "zh", "index.md"
+    if rel in ("docs/zh/notebooks.md",):
+        return "zh", "notebooks/index.md"
+    if rel in ("notebooks", "notebooks/", "docs/notebooks.md"):
+        return ("en" if rel == "docs/notebooks.md" else lang), "notebooks/index.md"
     if rel.startswith("notebooks/") and rel.endswith(".ipynb"):
-        return rel[: -len(".ipynb")] + ".md"
+        return lang, rel[: -len(".ipynb")] + ".md"
     if rel.startswith("docs/zh/") and rel.endswith(".md"):
-        return rel[len("docs/zh/") :]
+        return "zh", rel[len("docs/zh/") :]
     if rel.startswith("docs/") and rel.endswith(".md"):
-        return rel[len("docs/") :]
-    return f"files/{rel}"
+        name = rel[len("docs/") :]
+        return ("en" if (ZH_DOCS / name).exists() else lang), name
+    return lang, f"files/{rel}"
 
 
 def _relative(dest: str, page: str) -> str:
@@ -202,9 +210,9 @@ def rewrite_links(
 ) -> str:
     """``text`` of repository file ``source``, shown at site page ``page``: every relative link
     rewritten to the site's layout. Files that are not pages are added to ``copies`` (repository
-    paths) to be copied beside the pages; a link to the other language's start page goes to the
-    other side of the site, and is added to ``crossing`` as ``(lang, page, href)`` for
-    :func:`check_crossing_links` (MkDocs checks only the links inside one side)."""
+    paths) to be copied beside the pages; a link to a page of the other language's side
+    (:func:`site_path`) is written ``qkv-side:SIDE/PAGE.html#anchor`` and added to ``crossing``
+    as ``(lang, page, link)`` for :func:`check_crossing_links`."""
 
     def one(m: re.Match[str]) -> str:
         target, anchor = m.group(2), m.group(3) or ""
@@ -213,13 +221,12 @@ def rewrite_links(
         repo_file = (source.parent / target).resolve()
         if not repo_file.exists():
             return m.group(0)  # left as it is: the strict build names it
-        dest = site_path(repo_file, lang)
-        if dest is None:  # the other language's start page: the other side of the site
-            other = "zh" if lang == "en" else "en"
+        side, dest = site_path(repo_file, lang)
+        if side != lang:  # a page of the other side (MkDocs checks within one side only)
+            link = f"{side}/{dest[: -len('.md')]}.html{anchor}"
             if crossing is not None:
-                crossing.append((lang, page, other + anchor))
-            # MkDocs would call the other side missing: the hook makes the link relative
-            return f"{m.group(1)}qkv-side:{other}{anchor}{m.group(4)}"
+                crossing.append((lang, page, link))
+            return f"{m.group(1)}qkv-side:{link}{m.group(4)}"  # the hook makes it relative
         if dest.startswith("files/"):
             if repo_file.is_dir():
                 return m.group(0)
@@ -292,14 +299,17 @@ _ID = re.compile(r'\sid="([^"]+)"')
 
 
 def check_crossing_links(site: Path, crossing: list) -> None:
-    """Each link from one side of the built ``site`` to the other reaches the start page there,
-    and the heading it names; ValueError listing those that do not."""
+    """Each link from one side of the built ``site`` to the other reaches a page there, and the
+    heading it names; ValueError listing those that do not."""
     broken = []
     for lang, page, link in crossing:
-        other, _, anchor = link.partition("#")
-        dest = (site if other == "en" else site / "zh") / "index.html"
-        if anchor and anchor not in _ID.findall(dest.read_text(encoding="utf-8")):
-            broken.append(f"{lang}/{page}: #{anchor} (no such heading in the {other} start page)")
+        side, _, rest = link.partition("/")
+        path, _, anchor = rest.partition("#")
+        dest = (site if side == "en" else site / "zh") / path
+        if not dest.is_file():
+            broken.append(f"{lang}/{page}: {link} (no such page)")
+        elif anchor and anchor not in _ID.findall(dest.read_text(encoding="utf-8")):
+            broken.append(f"{lang}/{page}: {link} (no such heading)")
     if broken:
         raise ValueError("links between the two sides of the site:\n" + "\n".join(broken))
 

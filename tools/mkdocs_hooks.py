@@ -29,20 +29,22 @@ def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
     return _side_links(html, page.url, config["theme"]["language"])
 
 
-def side_href(page_url: str, lang: str, other: str) -> str:
-    """The relative link from the page at ``page_url`` (on side ``lang``) to the start page of
-    side ``other``: the English side is the site's root, the Chinese side its ``zh/``."""
+def side_href(page_url: str, lang: str, link: str) -> str:
+    """The relative link from the page at ``page_url`` (on side ``lang``) to ``link``
+    (``SIDE/PAGE.html``) on the other side: the English side is the site's root, the Chinese
+    side its ``zh/``."""
+    side, _, path = link.partition("/")
     up = "../" * page_url.count("/")
-    if other == lang:
-        return f"{up}index.html"
-    return f"{up}zh/index.html" if other == "zh" else f"{up}../index.html"
+    if side == lang:
+        return up + path
+    return f"{up}zh/{path}" if side == "zh" else f"{up}../{path}"
 
 
-_SIDE = re.compile(r'href="qkv-side:(en|zh)(#[^"]*)?"')
+_SIDE = re.compile(r'href="qkv-side:((?:en|zh)/[^"#]*)(#[^"]*)?"')
 
 
 def _side_links(html: str, page_url: str, lang: str) -> str:
-    """``qkv-side:LANG#anchor`` links (to the other language's start page) made relative."""
+    """``qkv-side:SIDE/PAGE.html#anchor`` links (to the other language's side) made relative."""
     return _SIDE.sub(
         lambda m: f'href="{side_href(page_url, lang, m.group(1))}{m.group(2) or ""}"', html
     )
