@@ -51,6 +51,7 @@ def test_a_training_cell_shows_one_progress_output_and_one_messages_output(tmp_p
     notes = [o for o in outputs if "qkv-messages" in o.get("data", {}).get("text/html", "")]
     assert len(bars) == 1 and len(notes) == 1, json.dumps(kinds)
     assert len(outputs) == 2, json.dumps(kinds)
+    assert "qkv-progress" in outputs[0].data["text/html"]  # the progress first, then the notes
     # the progress output was updated in place to the run's last update
     steps = int(nb.cells[1].outputs[0].text)
     assert steps == 12

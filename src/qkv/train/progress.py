@@ -73,7 +73,9 @@ class NotebookDisplay:
         self._bar = self._show(self._bar, {"text/plain": line, "text/html": markup})
 
     def message(self, text: str) -> None:
-        """Add ``text`` to the messages output."""
+        """Add ``text`` to the messages output (below the progress output, shown first)."""
+        if self._bar is None:
+            self.progress("starting", 0, 1)
         self.messages.append(text)
         n = len(self.messages)
         summary = f"{n} message{'s' if n != 1 else ''} of the run; the last: {text}"
