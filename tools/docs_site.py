@@ -171,7 +171,7 @@ def notebook_markdown(nb: dict[str, Any], stem: str) -> tuple[str, dict[str, byt
                 body = "\n".join(o for o in outs if o)
                 parts.append(f'<div class="qkv-nb-outputs" markdown="1">\n\n{body}\n</div>\n')
     download = f"[{stem}.ipynb](../files/notebooks/{stem}.ipynb)"
-    parts.insert(1, f"*Notebook: {download}*\n")
+    parts.insert(1, f"*笔记本文件 · the notebook: {download}*\n")
     return "\n".join(parts), images
 
 

@@ -8,13 +8,10 @@ seed notebooks; nbclient applies the display updates a kernel sends, as JupyterL
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from _kernel import ROOT, execute
 
 TRAIN = """\
 import sys
@@ -29,19 +26,10 @@ result = train(tiny_config(max_steps=12, eval_every=6, save_every=6, log_every=4
 @pytest.mark.slow  # a kernel's start and a short run: about 20 s on 2 busy cores
 def test_a_training_cell_shows_one_progress_output_and_one_messages_output(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
-    nbclient = pytest.importorskip("nbclient", reason="the notebooks need the dev extra")
-    pytest.importorskip("ipykernel", reason="the notebooks need the dev extra")
-    monkeypatch.setenv(
-        "PYTHONPATH",
-        os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-    )
     nb = nbformat.v4.new_notebook()
     code = TRAIN.format(tests=str(ROOT / "tests"), out=str(tmp_path / "run"))
     nb.cells = [nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell("print(result.step)")]
-    client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()
+    execute(nb, tmp_path, monkeypatch, timeout=300)
     outputs = nb.cells[0].outputs
     kinds = [(o.output_type, o.get("name")) for o in outputs]
     assert ("stream", "stderr") not in kinds, outputs

@@ -3,13 +3,12 @@ attention, shared by the viewer's view tests and its comparison with bertviz."""
 
 from __future__ import annotations
 
-import torch
+from _tiny_models import tiny_translator
 
-from qkv.data import Normalizer, WordTokenizer
-from qkv.nn import Seq2SeqConfig, build_model
 from qkv.translate import SentenceAttention, Translator
 
-PAIRS = [("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme ."), ("go .", "va !")]
+#: each pair twice: the word tokenizers keep the words seen at least twice
+PAIRS = [("i lost .", "j'ai perdu ."), ("he's calm .", "il est calme ."), ("go .", "va !")] * 2
 
 
 def sentence_attention(
@@ -17,21 +16,7 @@ def sentence_attention(
 ) -> SentenceAttention:
     """``text``'s attention, the decoder fed ``target``'s tokens (the model is untrained: its
     own translation would be arbitrary)."""
-    norm = Normalizer.book()
-    src = WordTokenizer.train([s for s, _ in PAIRS * 2], normalizer=norm)
-    tgt = WordTokenizer.train([t for _, t in PAIRS * 2], normalizer=norm)
-    torch.manual_seed(0)
-    cfg = Seq2SeqConfig(
-        src_vocab_size=src.vocab_size,
-        tgt_vocab_size=tgt.vocab_size,
-        num_hiddens=32,
-        ffn_num_hiddens=64,
-        num_heads=4,
-        num_enc_layers=2,
-        num_dec_layers=2,
-        dropout=0.0,
-    )
-    model = build_model(cfg).eval()
+    model, src, tgt = tiny_translator(PAIRS, eos_boost=0.0, layers=2, heads=4)
     tr = Translator(model, src, tgt)
     ids = [i for i in tgt.encode(target) if i not in (tgt.bos_id, tgt.eos_id)]
     return tr.attention(text, ids=ids)
