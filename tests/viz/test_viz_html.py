@@ -200,4 +200,4 @@ def test_vectors_are_checked_naming_the_argument():
         viz.AttentionKind("self", w, queries=q, keys=torch.randn(1, 2, 4, 6), scale=1.0)
     with pytest.raises(ValueError, match="scale: given without queries and keys"):
         viz.AttentionKind("self", w, scale=1.0)
-    assert viz.attention_cells(ok) == 3 * 3 * 4 + 2 * (3 + 4) * 8
+    assert viz.attention_cells(ok) == 3 * 3 * 4  # the weights: the vectors are not counted

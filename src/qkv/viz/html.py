@@ -78,17 +78,16 @@ def _ints(w: np.ndarray, scale: int) -> list[int]:
 
 
 def attention_cells(kinds: AttentionKind | Sequence[AttentionKind]) -> int:
-    """How many numbers the viewer embeds for ``kinds``: per layer ``(H + 1) * Lq * Lk`` weights
-    (the heads and their mean; ``Lq * Lk`` for a one-head layer, whose mean is that head), and
-    for a kind with query and key vectors ``H * (Lq + Lk) * d`` vector entries more."""
+    """How many weights the viewer embeds for ``kinds``: per layer ``(H + 1) * Lq * Lk`` (the
+    heads and their mean; ``Lq * Lk`` for a one-head layer, whose mean is that head). The query
+    and key vectors of the neuron view, ``H * (Lq + Lk) * d`` per layer, grow linearly with the
+    text and are not counted: at the lengths the bound is about they are a small part."""
     total = 0
     for k in as_kinds(kinds):
         Lq, Lk = k.shape
-        for i, w in enumerate(k.layers):  # (H, Lq, Lk)
+        for w in k.layers:  # (H, Lq, Lk)
             H = w.shape[0]
             total += (H + (1 if H > 1 else 0)) * Lq * Lk
-            if k.queries is not None:
-                total += H * (Lq + Lk) * k.queries[i].shape[2]
     return total
 
 
