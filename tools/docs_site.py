@@ -352,7 +352,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("build", "check"))
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="executed notebooks")
     parser.add_argument("--site-dir", type=Path, default=None, help="default: site/")
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="add this build's times to JSON (benchmarks/results/docs.json), under its kind: "
+        "'first' (every notebook executed), 'cached' or 'check'",
+    )
     args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     if args.command == "check":  # make test: strict, nothing executed, the site kept apart
         site = args.site_dir or ROOT / "build" / "site-check"
         times = build(
@@ -367,7 +376,24 @@ def main(argv: list[str] | None = None) -> int:
         times = build(execute=True, strict=True, cache=args.cache, site_dir=args.site_dir)
     shown = ", ".join(f"{k} {v:.1f} s" for k, v in times.items())
     print(f"docs: {args.command}: {shown}")
+    if args.record is not None:
+        record(args.record, args.command, times, load)
     return 0
+
+
+def record(path: Path, command: str, times: dict[str, float], load: float) -> None:
+    """Add one build's times to the JSON at ``path``: ``runs[kind]`` with ``kind`` "check", or
+    "first" when the notebooks ran (more than a second), else "cached"."""
+    kind = "check" if command == "check" else ("first" if times["notebooks"] > 1 else "cached")
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": {}}
+    data["command"] = (
+        "python -m tools.docs_site {build,check} --record (make docs, make docs-check)"
+    )
+    data["runs"][kind] = {
+        "load_average_at_start": round(load, 2),
+        **{f"{k}_s": round(v, 1) for k, v in times.items()},
+    }
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
