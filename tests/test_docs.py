@@ -504,3 +504,23 @@ def test_site_links_go_to_the_page_of_the_right_side():
     hooks = importlib_hooks()
     assert hooks.side_href("notebooks/x.html", "zh", "en/viz.html") == "../../viz.html"
     assert hooks.side_href("seeds.html", "en", "zh/seeds.html") == "zh/seeds.html"
+
+
+def test_the_sites_build_times_come_from_docs_json_in_both_languages():
+    """A paragraph about `make docs` that quotes seconds names benchmarks/results/docs.json, and
+    each figure is one of that file's."""
+    record = json.loads((ROOT / "benchmarks/results/docs.json").read_text(encoding="utf-8"))
+    figures = {
+        f"{v:.1f}" for run in record["runs"].values() for k, v in run.items() if k.endswith("_s")
+    }
+    assert {"first", "cached", "check"} <= set(record["runs"])
+    seconds = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:s\b|秒)")
+    quoted = 0
+    for where, para in _paragraphs():
+        if "make docs" not in para:
+            continue
+        for figure in seconds.findall(para):
+            quoted += 1
+            assert figure in figures, f"{where}: {figure} s is not in docs.json"
+            assert "docs.json" in para, f"{where}: {figure} s names no JSON"
+    assert quoted >= 8, quoted  # four figures, in README and README.zh-CN
