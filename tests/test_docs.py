@@ -524,3 +524,19 @@ def test_the_sites_build_times_come_from_docs_json_in_both_languages():
             assert figure in figures, f"{where}: {figure} s is not in docs.json"
             assert "docs.json" in para, f"{where}: {figure} s names no JSON"
     assert quoted >= 8, quoted  # four figures, in README and README.zh-CN
+
+
+def test_the_strict_build_fails_on_a_heading_that_is_not_there(tmp_path):
+    """What `make test`'s strict build catches: a link to a heading a page does not have."""
+    site = _docs_site()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Start\n\n[there](other.md#no-such-heading)\n", "utf-8")
+    (docs / "other.md").write_text("# Other\n\n## A heading\n", "utf-8")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        "site_name: t\nvalidation:\n  anchors: warn\nnav:\n  - index.md\n  - other.md\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RuntimeError, match="no-such-heading"):  # the real site: make docs-check
+        site.mkdocs_builds([config], strict=True, env={})
