@@ -12,7 +12,7 @@ TORCH   = torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 QKV_CHROMIUM ?= /usr/bin/chromium
 export QKV_CHROMIUM
 
-.PHONY: demo test test-quick browser fonts lint format bench clean
+.PHONY: demo test test-quick docs docs-check browser fonts lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,7 @@ demo: $(VENV)/.installed-all fonts
 test: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/python -m tools.docs_site check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
@@ -43,6 +44,17 @@ test-quick: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The documentation site (MkDocs Material) in site/: English, and Chinese in site/zh/. Every
+# notebook is executed and shown with its outputs; the executed copies are kept in
+# .cache/notebooks/ and reused while a notebook's cells are unchanged. Open site/index.html.
+docs: $(VENV)/.installed-dev fonts
+	$(BIN)/python -m tools.docs_site build
+
+# the same build in strict mode (a broken link or anchor fails it), executing nothing: notebooks
+# not in the cache show their code only (a few seconds; `make test` runs it)
+docs-check: $(VENV)/.installed-dev
+	$(BIN)/python -m tools.docs_site check
 
 browser:
 	@if [ -x "$(QKV_CHROMIUM)" ] || command -v chromium >/dev/null 2>&1; then :; \
@@ -73,4 +85,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python -m benchmarks.mha
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build site .cache src/*.egg-info .pytest_cache .ruff_cache

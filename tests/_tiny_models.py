@@ -9,11 +9,12 @@ from qkv.nn import Seq2SeqConfig, build_model
 
 
 def tiny_translator(
-    pairs: list[tuple[str, str]], eos_boost: float
+    pairs: list[tuple[str, str]], eos_boost: float, *, layers: int = 1, heads: int = 2
 ) -> tuple[torch.nn.Module, WordTokenizer, WordTokenizer]:
-    """A 1+1-layer, 2-head, 32-wide Transformer (random weights, seeded) in eval mode, with
-    word tokenizers trained on ``pairs``; ``eos_boost`` is added to the EOS logit's bias so
-    sentences stop before the length limit, at different lengths.  Returns (model, src, tgt)."""
+    """A ``layers``+``layers``-layer, ``heads``-head, 32-wide Transformer (random weights,
+    seeded) in eval mode, with word tokenizers trained on ``pairs``; ``eos_boost`` is added to
+    the EOS logit's bias so sentences stop before the length limit, at different lengths.
+    Returns (model, src, tgt)."""
     norm = Normalizer.book()
     src = WordTokenizer.train([s for s, _ in pairs], normalizer=norm)
     tgt = WordTokenizer.train([t for _, t in pairs], normalizer=norm)
@@ -23,9 +24,9 @@ def tiny_translator(
         tgt_vocab_size=tgt.vocab_size,
         num_hiddens=32,
         ffn_num_hiddens=64,
-        num_heads=2,
-        num_enc_layers=1,
-        num_dec_layers=1,
+        num_heads=heads,
+        num_enc_layers=layers,
+        num_dec_layers=layers,
         dropout=0.0,
     )
     model = build_model(cfg).eval()

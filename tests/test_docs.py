@@ -1,11 +1,14 @@
-"""The docs run: every Python block of README.md and docs/*.md, each on its own.
+"""The docs run: every Python block of README.md and docs/*.md (and of the Chinese pages,
+README.zh-CN.md and docs/zh/*.md), each on its own.
 
 Each ```python block is executed in a fresh namespace, in a fresh temporary working directory,
 exactly as written: a block that needs an import, an input or a file makes it itself. A block
 preceded by the line ``<!-- slow -->`` is marked ``slow``. Shell blocks are not run.
 
 The measured figures README quotes from a benchmark's JSON in ``benchmarks/results/`` are checked
-against it, so the two cannot drift apart.
+against it, so the two cannot drift apart; so are the demo's time and BLEU wherever a page or a
+notebook quotes them, in both languages. The documentation site's own build (tools/docs_site.py,
+its strict build run by `make test`) is checked here in its parts: links, notebook pages.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "README.zh-CN.md",
+    *sorted((ROOT / "docs" / "zh").glob("*.md")),
+]
 SLOW_MARK = "<!-- slow -->"
 #: the languages a fenced block may be written in; only ``python`` is executed
 KNOWN_LANGUAGES = {"python", "bash", "console", "toml", "json", "text", ""}
@@ -134,7 +142,7 @@ def test_relative_links_point_to_files_and_headings_that_exist():
             if "://" in target or target.startswith("mailto:"):
                 continue
             dest = path.parent / target if target else path
-            assert dest.exists(), f"{path.name}: broken link {target}"
+            assert dest.exists(), f"{path.relative_to(ROOT)}: broken link {target}"
             if anchor and dest.suffix == ".md":
                 assert anchor in _anchors(dest), f"{path.name}: no heading #{anchor} in {target}"
 
@@ -335,3 +343,200 @@ def test_readme_translation_rows_quote_translate_json():
         (row,) = [line for line in rows if f"translation speed, {mode}:" in line]
         for r in block["ratios"]:
             assert f"{r['ratio']:.2f}x" in row, f"{mode}: {r['case']} {r['ratio']:.2f}x"
+
+
+# ------------------------------------------------------------------------- the demo's figures
+#: where a time or a BLEU of `make demo` may be quoted: the pages of both languages and the
+#: notebooks' explanations
+DEMO_JSONS = ("demo.json", "demo-busy.json")
+_MINUTES = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:[-–]\s*(\d+)\s*)?(?:min\b|minutes|分钟)")
+_BLEU = re.compile(r"BLEU\s*(?:above\s*)?(\d+(?:\.\d+)?)(\s*以上)?")
+
+
+def _split(text: str) -> list[str]:
+    """Paragraphs, a table's rows each on its own."""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        rows = [r for r in para.splitlines() if r.startswith("|")]
+        out.extend(rows if rows else [para])
+    return out
+
+
+def _paragraphs() -> list[tuple[str, str]]:
+    """``(where, text)`` for every paragraph (or table row) of the docs and of the notebooks'
+    Markdown cells."""
+    found = []
+    for path in DOCS:
+        for n, para in enumerate(_split(path.read_text(encoding="utf-8"))):
+            found.append((f"{path.relative_to(ROOT)} paragraph {n}", para))
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for i, cell in enumerate(cells):
+            if cell["cell_type"] == "markdown":
+                for para in _split("".join(cell["source"])):
+                    found.append((f"{path.name} cell {i}", para))
+    return found
+
+
+def test_the_demos_time_and_bleu_come_from_its_json_in_both_languages():
+    """A paragraph that speaks of `make demo` (or `qkv demo` / the demo translator) and quotes a
+    measured time (a figure with decimals: a whole number of minutes is a budget, like its
+    7 minutes) or a BLEU names the JSON the figure comes from, and the figure is that JSON's.
+    No ranges ("3-5 minutes"), no round claims ("BLEU above 80")."""
+    runs = {
+        name: json.loads((ROOT / "benchmarks/results" / name).read_text(encoding="utf-8"))
+        for name in DEMO_JSONS
+    }
+    minutes = {f"{r['wall_minutes']:.1f}" for r in runs.values()} | {
+        f"{r['train_minutes']:.2f}" for r in runs.values()
+    }
+    bleus = {f"{r['test_bleu']:.2f}" for r in runs.values()}
+    checked = 0
+    for where, para in _paragraphs():
+        if not re.search(r"make demo|qkv demo\b|demo translate", para):
+            continue
+        for low, high in [(m.group(1), m.group(2)) for m in _MINUTES.finditer(para)]:
+            assert high is None, f"{where}: a range of minutes ({low}-{high}): quote demo.json"
+            if "." in low:
+                checked += 1
+                assert low in minutes, f"{where}: {low} min is not in {DEMO_JSONS}"
+                assert any(j in para for j in DEMO_JSONS), f"{where}: {low} min names no JSON"
+        for figure, above in [(m.group(1), m.group(2)) for m in _BLEU.finditer(para)]:
+            if re.search(rf">=\s*{re.escape(figure)}", para):
+                continue  # a target, not a measurement
+            checked += 1
+            assert not above and figure in bleus, f"{where}: BLEU {figure} is not in {DEMO_JSONS}"
+            assert any(j in para for j in DEMO_JSONS), f"{where}: BLEU {figure} names no JSON"
+    # README (en), README.zh-CN, docs/seeds.md and notebook 004 quote the demo
+    assert checked >= 8, checked
+
+
+# ------------------------------------------------------------------------- the site's parts
+def _docs_site():
+    import importlib
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("tools.docs_site")
+
+
+def test_a_notebook_page_shows_text_figures_and_html_and_no_ansi():
+    site = _docs_site()
+    png = "iVBORw0KGgo="  # the PNG signature, base64
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["# 9 · a notebook\n", "text"]},
+            {
+                "cell_type": "code",
+                "source": ["print('hi')"],
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": "hi\n```\n"},
+                    {"output_type": "stream", "name": "stderr", "text": "\x1b[31mwarn\x1b[0m"},
+                    {"output_type": "display_data", "data": {"image/png": png}},
+                    {
+                        "output_type": "display_data",
+                        "data": {"text/html": "<b>x</b><script>1<2</script>"},
+                    },
+                ],
+            },
+        ]
+    }
+    text, images = site.notebook_markdown(nb, "009_x")
+    assert text.startswith("# 9 · a notebook\n") and "```python\nprint('hi')\n```" in text
+    assert "````text\nhi\n```\n````" in text  # a fence longer than any in the output
+    assert "warn" in text and "\x1b" not in text and "qkv-nb-stderr" in text
+    assert (
+        images == {"009_x/output-1.png": b"\x89PNG\r\n\x1a\n"} and "](009_x/output-1.png)" in text
+    )
+    assert "<script>" not in text  # the HTML travels base64 past Markdown, the hook restores it
+    hooks = importlib_hooks()
+    restored = hooks.on_page_content(
+        text,
+        page=type("P", (), {"url": "notebooks/009_x.html"})(),
+        config={"theme": {"language": "en"}},
+    )
+    assert "<b>x</b><script>1<2</script>" in restored and "data-search-exclude" in restored
+
+
+def importlib_hooks():
+    import importlib
+
+    _docs_site()
+    return importlib.import_module("tools.mkdocs_hooks")
+
+
+def test_site_links_go_to_the_page_of_the_right_side():
+    site = _docs_site()
+    docs, zh = ROOT / "docs", ROOT / "docs" / "zh"
+    cases = [  # (target, the side of the page linking, expected)
+        (ROOT / "README.md", "en", ("en", "index.md")),
+        (ROOT / "README.md", "zh", ("en", "index.md")),
+        (ROOT / "README.zh-CN.md", "en", ("zh", "index.md")),
+        (docs / "models.md", "zh", ("zh", "models.md")),  # not translated: on both sides
+        (docs / "viz.md", "zh", ("en", "viz.md")),  # translated: the English one is on en only
+        (zh / "viz.md", "en", ("zh", "viz.md")),
+        (
+            ROOT / "notebooks" / "001_self_attention_by_hand.ipynb",
+            "zh",
+            ("zh", "notebooks/001_self_attention_by_hand.md"),
+        ),
+        (ROOT / "benchmarks/results/demo.json", "en", ("en", "files/benchmarks/results/demo.json")),
+    ]
+    for target, lang, expected in cases:
+        assert site.site_path(target, lang) == expected, (target, lang)
+    crossing: list = []
+    copies: set = set()
+    text = site.rewrite_links(
+        "[a](../viz.md#the-html-viewer) [b](models.md) [c](../../benchmarks/results/demo.json)",
+        zh / "train.md",
+        "train.md",
+        "zh",
+        copies,
+        crossing,
+    )
+    assert text == (
+        "[a](qkv-side:en/viz.html#the-html-viewer) [b](models.md) "
+        "[c](files/benchmarks/results/demo.json)"
+    )
+    assert crossing == [("zh", "train.md", "en/viz.html#the-html-viewer")]
+    assert copies == {"benchmarks/results/demo.json"}
+    hooks = importlib_hooks()
+    assert hooks.side_href("notebooks/x.html", "zh", "en/viz.html") == "../../viz.html"
+    assert hooks.side_href("seeds.html", "en", "zh/seeds.html") == "zh/seeds.html"
+
+
+def test_the_sites_build_times_come_from_docs_json_in_both_languages():
+    """A paragraph about `make docs` that quotes seconds names benchmarks/results/docs.json, and
+    each figure is one of that file's."""
+    record = json.loads((ROOT / "benchmarks/results/docs.json").read_text(encoding="utf-8"))
+    figures = {
+        f"{v:.1f}" for run in record["runs"].values() for k, v in run.items() if k.endswith("_s")
+    }
+    assert {"first", "cached", "check"} <= set(record["runs"])
+    seconds = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:s\b|秒)")
+    quoted = 0
+    for where, para in _paragraphs():
+        if "make docs" not in para:
+            continue
+        for figure in seconds.findall(para):
+            quoted += 1
+            assert figure in figures, f"{where}: {figure} s is not in docs.json"
+            assert "docs.json" in para, f"{where}: {figure} s names no JSON"
+    assert quoted >= 8, quoted  # four figures, in README and README.zh-CN
+
+
+def test_the_strict_build_fails_on_a_heading_that_is_not_there(tmp_path):
+    """What `make test`'s strict build catches: a link to a heading a page does not have."""
+    site = _docs_site()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Start\n\n[there](other.md#no-such-heading)\n", "utf-8")
+    (docs / "other.md").write_text("# Other\n\n## A heading\n", "utf-8")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        "site_name: t\nvalidation:\n  anchors: warn\nnav:\n  - index.md\n  - other.md\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RuntimeError, match="no-such-heading"):  # the real site: make docs-check
+        site.mkdocs_builds([config], strict=True, env={})

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from .inference.limits import SETTING as POSITION_SETTING
 from .inference.quantize import check_quantize, quantize_model
 from .nn.seq2seq import EncoderDecoder
 from .viz.display import CardDisplay
+from .viz.vectors import record_queries_keys
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,10 @@ class SentenceAttention:
         cross: per decoder layer ``(H, Lt, Ls)``; the Bahdanau model has one layer with one head.
         encoder_self: per encoder layer ``(H, S, S)``; None for the Bahdanau (GRU) encoder.
         decoder_self: per decoder layer ``(H, T, T)``; None for the Bahdanau decoder.
+        vectors: the queries and keys behind the weights, for the viewer's neuron view:
+            ``{"encoder" | "decoder" | "cross": (queries, keys, scale)}`` with per-layer
+            ``(H, L, d)`` tensors (:func:`qkv.viz.vectors.record_queries_keys`); empty for the
+            Bahdanau model, whose additive scores have no dot product.
     """
 
     source: str
@@ -97,6 +102,7 @@ class SentenceAttention:
     cross: list[Tensor]
     encoder_self: list[Tensor] | None = None
     decoder_self: list[Tensor] | None = None
+    vectors: dict[str, Any] = field(default_factory=dict)
 
     def cross_mean(self, layer: int | None = None) -> Tensor:
         """The ``(Lt, Ls)`` alignment: cross-attention averaged over the heads of ``layer``, or
@@ -121,15 +127,22 @@ class SentenceAttention:
 
         if self.kind == "bahdanau":
             return translation_attention(self.src_tokens, self.tgt_tokens, bahdanau=self.bahdanau)
+        vectors = {k: v for k, v in self.vectors.items() if k != "decoder"}
         kinds = translation_attention(
-            self.src_tokens, self.tgt_tokens, encoder=self.encoder_self, cross=self.cross
+            self.src_tokens,
+            self.tgt_tokens,
+            encoder=self.encoder_self,
+            cross=self.cross,
+            vectors=vectors,
         )
         if self.decoder_self is not None:
+            q_k = self.vectors.get("decoder")
             dec = AttentionKind(
                 "decoder self-attention",
                 self.decoder_self,
                 self.tgt_input_tokens,
                 self.tgt_input_tokens,
+                **({} if q_k is None else dict(zip(("queries", "keys", "scale"), q_k))),
             )
             kinds.insert(1, dec)
         return kinds
@@ -358,13 +371,25 @@ class Translator(ModelEngine, CardDisplay):
         training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), record_queries_keys(self.model) as seen:
                 _, maps = self.model(
                     src, dec_in, torch.tensor([S], device=self._device), return_attention=True
                 )
         finally:
             self.model.train(training)
         one = maps.sentence(0, src_len=S, tgt_len=T)
+        vectors = {}
+        if self.kind != "bahdanau":
+            enc, dec = list(self.model.encoder.blks), list(self.model.decoder.blks)
+            attends = {
+                "encoder": [b.attention for b in enc],
+                "decoder": [b.attention1 for b in dec],
+                "cross": [b.attention2 for b in dec],
+            }
+            for what, modules in attends.items():
+                got = seen.layers(modules)
+                if got is not None:
+                    vectors[what] = got
         return SentenceAttention(
             source=text,
             translation=self.tgt_tokenizer.decode(ids),
@@ -375,6 +400,7 @@ class Translator(ModelEngine, CardDisplay):
             cross=one["cross"],
             encoder_self=one.get("encoder_self"),
             decoder_self=one.get("decoder_self"),
+            vectors=vectors,
         )
 
     def __repr__(self) -> str:

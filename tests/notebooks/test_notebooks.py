@@ -9,11 +9,11 @@ seconds and are marked slow.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
+from _kernel import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -61,20 +61,9 @@ def _params():
 @pytest.mark.parametrize("path", list(_params()))
 def test_notebook_runs(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
-    nbclient = pytest.importorskip("nbclient", reason="the notebooks need the dev extra")
-    pytest.importorskip("ipykernel", reason="the notebooks need the dev extra")
-    # the kernel is a child process: it inherits this environment
-    monkeypatch.setenv(
-        "PYTHONPATH",
-        os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-    )
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
     start = time.monotonic()
-    client.execute()
+    execute(nb, tmp_path, monkeypatch)
     seconds = time.monotonic() - start
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     errors = [o for o in outputs if o.output_type == "error"]

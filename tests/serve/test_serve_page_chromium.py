@@ -70,15 +70,16 @@ def test_type_translate_and_see_the_attention(browser, site, translator):
     names = browser.eval("qkvViewer.data.kinds.map(k => k.name)")
     assert names == ["encoder self-attention", "decoder self-attention", "cross-attention"]
     assert browser.eval("document.getElementById('kind').options.length") == 3
-    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(ref.src_tokens)
+    # it opens on the cross-attention (target rows), as the file's viewer does
+    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(ref.tgt_tokens)
     px = browser.eval(PIXELS)
     assert px["w"] > 50 and px["ink"] > 500, px
     # another kind from the menu, as in the file's viewer
     browser.eval(
-        "(() => { const s = document.getElementById('kind'); s.value = '2';"
+        "(() => { const s = document.getElementById('kind'); s.value = '0';"
         " s.dispatchEvent(new Event('change')); })()"
     )
-    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(ref.tgt_tokens)
+    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(ref.src_tokens)
     # nothing came from anywhere but this server
     origins = browser.eval(
         "performance.getEntriesByType('resource').map(e => new URL(e.name).origin)"
@@ -111,7 +112,7 @@ def test_html_in_a_sentence_is_shown_as_text_and_runs_nothing(browser, site, tra
     assert browser.eval("document.querySelectorAll('img, b').length") == 0  # no element made
     assert browser.eval("document.body.dataset.pwned") is None
     toks = browser.eval(
-        "Array.from(document.querySelectorAll('#qtokens .tok')).map(s => s.textContent)"
+        "Array.from(document.querySelectorAll('#ktokens .tok')).map(s => s.textContent)"
     )
     assert toks == translator.attention(evil).src_tokens
     assert any("<" in t for t in toks)  # markup-like tokens (e.g. <unk>) shown as text

@@ -146,20 +146,21 @@ def test_three_viewers_each_answer_their_own_controls(browser, host):
     assert firsts == [["first", 7, 5], ["second", 5, 3], ["third", 11, 4]]
     before = [browser.eval(PIXELS % i) for i in range(3)]
     assert all(p["ink"] > 200 for p in before), before
-    assert browser.eval(STATES) == [["0:0:-1:matrix", ""]] * 3
+    # each opens on its last layer (of two), the heads averaged
+    assert browser.eval(STATES) == [["0:1:-1:matrix", ""]] * 3
 
     # a menu of the second viewer changes the second viewer only
     _select(browser, 1, "head-menu", 1)
     assert browser.eval(STATES) == [
-        ["0:0:-1:matrix", ""],
-        ["0:0:1:matrix", ""],
-        ["0:0:-1:matrix", ""],
+        ["0:1:-1:matrix", ""],
+        ["0:1:1:matrix", ""],
+        ["0:1:-1:matrix", ""],
     ]
     after = [browser.eval(PIXELS % i) for i in range(3)]
     assert after[1]["hash"] != before[1]["hash"]
     assert [after[0]["hash"], after[2]["hash"]] == [before[0]["hash"], before[2]["hash"]]
-    _select(browser, 2, "layer", 1)
-    assert browser.eval(STATES)[2] == ["0:1:-1:matrix", ""]
+    _select(browser, 2, "layer", 0)
+    assert browser.eval(STATES)[2] == ["0:0:-1:matrix", ""]
 
     # the real pointer over a query token of the third viewer (attached late)
     browser.hover(*_center(browser, 2, ".qkv-qtokens .tok", 4))
@@ -185,7 +186,7 @@ def test_three_viewers_each_answer_their_own_controls(browser, host):
     assert [s[1] for s in browser.eval(STATES)] == ["cell:2:3", "", "q:4"]
     w = browser.eval(
         "(() => { const v = document.querySelectorAll('.qkv-viewer')[0].qkvViewer;"
-        " return v.data.kinds[0].layers[0].mean[2 * 9 + 3] / v.data.scale; })()"
+        " return v.data.kinds[0].layers[1].mean[2 * 9 + 3] / v.data.scale; })()"
     )
     text = browser.eval(
         "document.querySelectorAll('.qkv-viewer')[0].querySelector('.qkv-readout').textContent"

@@ -145,3 +145,59 @@ def test_a_big_page_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="qkv.viz.html"):
         page = attention_html(AttentionKind("k", [np.full((n, n), 1.0 / n)]))
     assert len(caplog.records) == 1 and "<canvas" in page
+
+
+# ---------------------------------------------------------------------------- views' data
+def test_a_translation_opens_on_cross_attention_at_its_last_layer():
+    w = torch.rand(3, 2, 4, 4).softmax(-1)
+    kinds = viz.translation_attention(list("abcd"), list("wxyz"), encoder=w, decoder=w, cross=w)
+    assert viz.attention_payload(kinds)["start"] == {"kind": 2, "layer": 2}
+    alone = viz.AttentionKind("self-attention", w[:2])
+    assert viz.attention_payload(alone)["start"] == {"kind": 0, "layer": 1}
+    bahdanau = viz.translation_attention(list("ab"), list("xyz"), bahdanau=torch.rand(3, 2))
+    assert viz.attention_payload(bahdanau)["start"] == {"kind": 0, "layer": 0}
+
+
+def test_recorded_vectors_give_the_weights_and_travel_in_the_payload():
+    from _viz_translation import sentence_attention
+
+    att = sentence_attention()
+    assert set(att.vectors) == {"encoder", "decoder", "cross"}
+    for what, weights in (
+        ("encoder", att.encoder_self),
+        ("decoder", att.decoder_self),
+        ("cross", att.cross),
+    ):
+        queries, keys, scale = att.vectors[what]
+        assert scale == pytest.approx(1 / (32 / 4) ** 0.5)
+        for q, k, w in zip(queries, keys, weights):
+            scores = q @ k.transpose(-1, -2) * scale
+            if what == "decoder":
+                scores = scores.masked_fill(w == 0, float("-inf"))
+            torch.testing.assert_close(scores.softmax(-1), w, atol=1e-6, rtol=0)
+    payload = viz.attention_payload(att.kinds())
+    cross = payload["kinds"][2]["vectors"]
+    q = np.array(cross["q"][1][3]).reshape(len(att.tgt_tokens), 8)
+    np.testing.assert_allclose(q, att.vectors["cross"][0][1][3].numpy(), atol=1e-6)
+    assert payload["kinds"][1]["vectors"]["hidden"][:5] == [0, 1, 1, 1, 1]  # causal
+    assert set(payload["kinds"][2]["vectors"]["hidden"]) == {0}
+
+
+def test_vectors_are_checked_naming_the_argument():
+    w = torch.rand(1, 2, 3, 4).softmax(-1)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8)
+    ok = viz.AttentionKind("self", w, queries=q, keys=k, scale=0.5)
+    assert ok.queries[0].shape == (2, 3, 8) and ok.scale == 0.5
+    with pytest.raises(ValueError, match="keys: expected it with the other vectors"):
+        viz.AttentionKind("self", w, queries=q, scale=0.5)
+    with pytest.raises(TypeError, match="scale: expected a number"):
+        viz.AttentionKind("self", w, queries=q, keys=k)
+    with pytest.raises(
+        ValueError, match=r"keys\[0\]: expected finite vectors of shape \(2, 4, d\)"
+    ):
+        viz.AttentionKind("self", w, queries=q, keys=torch.randn(1, 2, 5, 8), scale=1.0)
+    with pytest.raises(ValueError, match=r"keys\[0\]: expected the queries' width d = 8"):
+        viz.AttentionKind("self", w, queries=q, keys=torch.randn(1, 2, 4, 6), scale=1.0)
+    with pytest.raises(ValueError, match="scale: given without queries and keys"):
+        viz.AttentionKind("self", w, scale=1.0)
+    assert viz.attention_cells(ok) == 3 * 3 * 4  # the weights: the vectors are not counted

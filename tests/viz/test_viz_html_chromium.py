@@ -79,7 +79,10 @@ def test_page_renders(browser, pages):
         "['kind', 'layer', 'head'].map(id => document.getElementById(id).options.length)"
     )
     assert menus == [3, 2, 5]  # 3 kinds, 2 layers, mean + 4 heads
-    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(SRC)
+    # a translation opens on its cross-attention (target rows, source columns), last layer
+    assert browser.eval("document.body.dataset.view") == "2:1:-1:matrix"
+    assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(TGT)
+    assert browser.eval("qkvViewer.geometry().cell") >= 28  # 10 keys: cells to read and hover
     # the screenshot itself is not blank
     from PIL import Image
 
@@ -91,6 +94,7 @@ def test_page_renders(browser, pages):
 
 def test_switching_head_changes_the_picture(browser, pages):
     browser.open(pages["small"])
+    _select(browser, "kind", 0)  # the encoder's self-attention, at its first layer
     before = browser.eval(PIXELS % "heat")
     _select(browser, "head", 1)
     assert browser.eval("document.body.dataset.view") == "0:0:1:matrix"
@@ -111,6 +115,7 @@ def test_switching_head_changes_the_picture(browser, pages):
 
 def test_hovering_a_query_token_highlights_where_it_attends(browser, pages):
     browser.open(pages["small"])
+    _select(browser, "kind", 0)
     assert browser.eval("document.body.dataset.hover || ''") == ""
     assert browser.eval(PIXELS % "overlay")["ink"] == 0
     browser.hover(*browser.eval(CENTER % ("#qtokens .tok", 6)))  # "it"
@@ -138,6 +143,7 @@ def test_hovering_a_query_token_highlights_where_it_attends(browser, pages):
 
 def test_hovering_a_cell(browser, pages):
     browser.open(pages["small"])
+    _select(browser, "kind", 0)
     g = browser.eval("qkvViewer.geometry()")
     r = browser.eval("(() => { const r = heat.getBoundingClientRect(); return [r.x, r.y]; })()")
     x = r[0] + g["left"] + 4.5 * g["cell"]

@@ -5,11 +5,18 @@ every ``log_every`` updates. Messages go through :mod:`logging` (the run's logge
 ``qkv.train.loop``); :func:`messages_on` shows them on the progress stream when nothing else
 would, and :func:`sayer` makes the run's ``say``, which wipes the line first so that a message
 never lands in the middle of it.
+
+In a Jupyter notebook (a kernel, and no ``stream`` given) nothing is written to stderr, which a
+notebook shows as one red box per write: the progress is one output updated in place (a bar and
+the line), and the messages, the lines a terminal would print every ``log_every`` updates among
+them, are one collapsible output, also updated in place (:class:`NotebookDisplay`). A terminal
+and a file see exactly what they saw before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 import math
 import sys
@@ -17,20 +24,82 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Progress", "Say", "messages_on", "sayer"]
+__all__ = ["NotebookDisplay", "Progress", "Say", "in_notebook", "messages_on", "sayer"]
 
 #: how a run says something: ``say(text)`` (INFO), ``say(text, logging.WARNING)``
 Say = Callable[..., None]
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel, whose outputs a notebook shows (IPython's
+    shell with a kernel; a terminal IPython has none)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too broken to ask: behave as a plain process
+        return False
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class NotebookDisplay:
+    """A run's two outputs in a notebook, each created on first use and then updated in place
+    (IPython display handles): the progress (an HTML bar and the line; the line as plain text
+    for a viewer without HTML) and the messages (a ``<details>`` block: its summary the last
+    message, the whole list inside)."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._notes: Any = None
+        self.messages: list[str] = []
+
+    @staticmethod
+    def _show(handle: Any, bundle: dict[str, str]) -> Any:
+        from IPython.display import display
+
+        if handle is None:
+            return display(bundle, raw=True, display_id=True)
+        handle.update(bundle, raw=True)
+        return handle
+
+    def progress(self, line: str, step: int, total: int) -> None:
+        """Show ``line`` (and a bar at ``step`` of ``total``) in the progress output."""
+        bar = (
+            f'<progress value="{min(step, total)}" max="{max(total, 1)}" '
+            f'style="width:16em;vertical-align:middle"></progress> '
+        )
+        markup = f'<div class="qkv-progress">{bar}<code>{html.escape(line)}</code></div>'
+        self._bar = self._show(self._bar, {"text/plain": line, "text/html": markup})
+
+    def message(self, text: str) -> None:
+        """Add ``text`` to the messages output (below the progress output, shown first)."""
+        if self._bar is None:
+            self.progress("starting", 0, 1)
+        self.messages.append(text)
+        n = len(self.messages)
+        summary = f"{n} message{'s' if n != 1 else ''} of the run; the last: {text}"
+        markup = (
+            f'<details class="qkv-messages"><summary>{html.escape(summary)}</summary>'
+            f'<pre style="margin:4px 0 0">{html.escape(chr(10).join(self.messages))}</pre>'
+            "</details>"
+        )
+        self._notes = self._show(
+            self._notes, {"text/plain": "\n".join(self.messages), "text/html": markup}
+        )
 
 
 class Progress:
     """The progress display: a line rewritten in place on a terminal, else a line every
     ``log_every`` updates; on stderr (rank 0 only). Messages are not its business: they go
     through :mod:`logging`, and :meth:`clear` wipes the line on a terminal first so that a
-    message never lands in the middle of it."""
+    message never lands in the middle of it. In a notebook (no ``stream`` given) it is a
+    :class:`NotebookDisplay` instead, and the lines printed every ``log_every`` updates join
+    the messages."""
 
     def __init__(self, total: int, enabled: bool, stream: Any = None) -> None:
         self.total, self.enabled = total, enabled
+        self.notebook = NotebookDisplay() if stream is None and enabled and in_notebook() else None
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last_draw = 0.0
@@ -56,6 +125,13 @@ class Progress:
             return
         line = self._fmt(step, loss, lr, tps, elapsed, eta)
         now = time.monotonic()
+        if self.notebook is not None:
+            if log or now - self._last_draw >= 0.25:
+                self.notebook.progress(line, step, max(self.total, step))
+                self._last_draw = now
+            if log:
+                self.notebook.message(line)
+            return
         if self.tty and not log:
             if now - self._last_draw >= 0.25:
                 self.stream.write("\r" + line + "\x1b[K")
@@ -84,6 +160,12 @@ class _MessageHandler(logging.StreamHandler):
         self.setFormatter(logging.Formatter("qkv: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.bar.notebook is not None:  # the notebook's messages output, not stderr
+            try:
+                self.bar.notebook.message(self.format(record))
+            except Exception:
+                self.handleError(record)
+            return
         self.bar.clear()
         super().emit(record)
 

@@ -66,9 +66,16 @@ class AttentionKind:
             finite and non-negative (attention weights; a row may sum to 1 or, fully masked, to 0).
         query_tokens: the ``Lq`` row labels (queries), or None for positions ``0..Lq-1``.
         key_tokens: the ``Lk`` column labels (keys), or None for positions ``0..Lk-1``.
+        queries: optional, the query vectors the weights were computed from, per layer
+            ``(H, Lq, d)`` (or one ``(layers, H, Lq, d)``): with ``keys`` and ``scale``, what
+            the viewer's neuron view shows (:func:`qkv.viz.vectors.record_queries_keys`
+            records them from a model).
+        keys: the key vectors, per layer ``(H, Lk, d)``; given with ``queries`` or not at all.
+        scale: the factor the dot products were multiplied by (``1/√d`` for the scaled dot
+            product); required with ``queries``.
 
-    After construction ``layers`` is a tuple of float64 numpy arrays ``(H, Lq, Lk)`` and the token
-    lists are tuples of str.
+    After construction ``layers`` is a tuple of float64 numpy arrays ``(H, Lq, Lk)``, the token
+    lists are tuples of str, and ``queries``/``keys`` tuples of float64 arrays or None.
 
     Raises:
         TypeError / ValueError naming the argument, what was expected and what was received.
@@ -78,6 +85,9 @@ class AttentionKind:
     layers: Any
     query_tokens: Sequence[str] | None = None
     key_tokens: Sequence[str] | None = None
+    queries: Any = None
+    keys: Any = None
+    scale: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -132,6 +142,52 @@ class AttentionKind:
         object.__setattr__(self, "layers", tuple(out))
         object.__setattr__(self, "query_tokens", _tokens(self.query_tokens, Lq, "query_tokens"))
         object.__setattr__(self, "key_tokens", _tokens(self.key_tokens, Lk, "key_tokens"))
+        self._check_vectors()
+
+    def _check_vectors(self) -> None:
+        """``queries``, ``keys`` and ``scale`` checked against the weights and stored."""
+        if self.queries is None and self.keys is None:
+            if self.scale is not None:
+                raise ValueError("scale: given without queries and keys (it scales their dots)")
+            return
+        if self.queries is None or self.keys is None:
+            missing = "keys" if self.keys is None else "queries"
+            raise ValueError(f"{missing}: expected it with the other vectors, got None")
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)):
+            raise TypeError(f"scale: expected a number with queries and keys, got {self.scale!r}")
+        Lq, Lk = self.shape
+        stored = {}
+        for name, rows in (("queries", Lq), ("keys", Lk)):
+            raw = getattr(self, name)
+            per_layer = [raw[i] for i in range(len(raw))] if hasattr(raw, "shape") else raw
+            if isinstance(per_layer, (str, bytes)) or not isinstance(per_layer, Sequence):
+                raise TypeError(
+                    f"{name}: expected per-layer arrays (H, L, d), got {_describe(raw)}"
+                )
+            if len(per_layer) != self.num_layers:
+                raise ValueError(
+                    f"{name}: expected {self.num_layers} layers like the weights, got "
+                    f"{len(per_layer)}"
+                )
+            out = []
+            for i, x in enumerate(per_layer):
+                v = to_numpy(x, f"{name}[{i}]")
+                want = (self.heads(i), rows)
+                if v.ndim != 3 or v.shape[:2] != want or not np.isfinite(v).all():
+                    raise ValueError(
+                        f"{name}[{i}]: expected finite vectors of shape ({want[0]}, {rows}, d), "
+                        f"got shape {v.shape}"
+                    )
+                out.append(v)
+            stored[name] = tuple(out)
+        for i, (q, k) in enumerate(zip(stored["queries"], stored["keys"])):
+            if q.shape[2] != k.shape[2]:
+                raise ValueError(
+                    f"keys[{i}]: expected the queries' width d = {q.shape[2]}, got {k.shape[2]}"
+                )
+        object.__setattr__(self, "queries", stored["queries"])
+        object.__setattr__(self, "keys", stored["keys"])
+        object.__setattr__(self, "scale", float(self.scale))
 
     @property
     def num_layers(self) -> int:
@@ -179,6 +235,7 @@ def translation_attention(
     decoder: Any = None,
     cross: Any = None,
     bahdanau: Any = None,
+    vectors: dict[str, Any] | None = None,
 ) -> list[AttentionKind]:
     """The attention kinds of one translated sentence, ready for the viewer or a figure.
 
@@ -190,17 +247,39 @@ def translation_attention(
         decoder: decoder self-attention, per layer ``(H, Lt, Lt)``.
         cross: cross-attention (decoder queries, encoder keys), per layer ``(H, Lt, Ls)``.
         bahdanau: the Bahdanau decoder's per-step weights ``(Lt, Ls)`` (one layer, one head).
+        vectors: optional, for the neuron view: ``{"encoder" | "decoder" | "cross": (queries,
+            keys, scale)}``, per-layer queries ``(H, Lq, d)`` and keys ``(H, Lk, d)`` of that
+            kind (see :class:`AttentionKind`).
 
     Returns:
         The kinds that were given, in the order encoder, decoder, cross, Bahdanau.
     """
     kinds = []
+    vectors = {} if vectors is None else dict(vectors)
+    unknown = set(vectors) - {"encoder", "decoder", "cross"}
+    if unknown:
+        raise ValueError(f"vectors: expected keys among encoder, decoder, cross, got {unknown}")
+
+    def qks(what: str) -> dict[str, Any]:
+        got = vectors.get(what)
+        return {} if got is None else dict(zip(("queries", "keys", "scale"), got))
+
     if encoder is not None:
-        kinds.append(AttentionKind("encoder self-attention", encoder, src_tokens, src_tokens))
+        kinds.append(
+            AttentionKind(
+                "encoder self-attention", encoder, src_tokens, src_tokens, **qks("encoder")
+            )
+        )
     if decoder is not None:
-        kinds.append(AttentionKind("decoder self-attention", decoder, tgt_tokens, tgt_tokens))
+        kinds.append(
+            AttentionKind(
+                "decoder self-attention", decoder, tgt_tokens, tgt_tokens, **qks("decoder")
+            )
+        )
     if cross is not None:
-        kinds.append(AttentionKind("cross-attention", cross, tgt_tokens, src_tokens))
+        kinds.append(
+            AttentionKind("cross-attention", cross, tgt_tokens, src_tokens, **qks("cross"))
+        )
     if bahdanau is not None:
         w = to_numpy(bahdanau, "bahdanau")
         if w.ndim != 2:

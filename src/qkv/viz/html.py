@@ -58,6 +58,7 @@ __all__ = [
     "save_attention",
     "save_attention_html",
     "scoped_css",
+    "start_view",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ def _ints(w: np.ndarray, scale: int) -> list[int]:
 
 def attention_cells(kinds: AttentionKind | Sequence[AttentionKind]) -> int:
     """How many weights the viewer embeds for ``kinds``: per layer ``(H + 1) * Lq * Lk`` (the
-    heads and their mean; ``Lq * Lk`` for a one-head layer, whose mean is that head)."""
+    heads and their mean; ``Lq * Lk`` for a one-head layer, whose mean is that head). The query
+    and key vectors of the neuron view, ``H * (Lq + Lk) * d`` per layer, grow linearly with the
+    text and are not counted: at the lengths the bound is about they are a small part."""
     total = 0
     for k in as_kinds(kinds):
         Lq, Lk = k.shape
@@ -129,10 +132,15 @@ def attention_payload(
 ) -> dict[str, Any]:
     """The data the viewer draws, as a JSON-ready dict.
 
-    ``{"title": str, "scale": 10**decimals, "kinds": [{"name", "q", "k", "layers": [{"heads",
-    "mean"}]}]}``: ``q``/``k`` the ``Lq`` query and ``Lk`` key tokens; ``heads`` one flat
-    row-major list of ``Lq * Lk`` integers per head (the weights times ``scale``, rounded);
-    ``mean`` the same for the mean over the heads, or None for a one-head layer.
+    ``{"title": str, "scale": 10**decimals, "start": {"kind", "layer"}, "kinds": [{"name", "q",
+    "k", "layers": [{"heads", "mean"}], "vectors"}]}``: ``q``/``k`` the ``Lq`` query and ``Lk``
+    key tokens; ``heads`` one flat row-major list of ``Lq * Lk`` integers per head (the weights
+    times ``scale``, rounded); ``mean`` the same for the mean over the heads, or None for a
+    one-head layer. ``start`` is what the viewer opens on (:func:`start_view`). ``vectors`` is
+    None, or for a kind given its queries and keys ``{"d", "scale", "q": [[...] per head] per
+    layer, "k": ..., "hidden"}``: each head's ``Lq * d`` (``Lk * d``) vector entries, row-major,
+    to 6 decimals, and ``hidden`` the ``Lq * Lk`` flags (1: the key had weight exactly 0 in
+    every head of the first layer, a masked key) that the neuron view's softmax leaves out.
 
     Args:
         kinds, title, decimals: as :func:`attention_html`.
@@ -157,9 +165,42 @@ def attention_payload(
             mean = None if w.shape[0] == 1 else _ints(w.mean(axis=0), scale)
             layers.append({"heads": heads, "mean": mean})
         out.append(
-            {"name": k.name, "q": list(k.query_tokens), "k": list(k.key_tokens), "layers": layers}
+            {
+                "name": k.name,
+                "q": list(k.query_tokens),
+                "k": list(k.key_tokens),
+                "layers": layers,
+                "vectors": _vectors(k),
+            }
         )
-    return {"title": title, "scale": scale, "kinds": out}
+    return {"title": title, "scale": scale, "start": start_view(ks), "kinds": out}
+
+
+def start_view(kinds: Sequence[AttentionKind]) -> dict[str, int]:
+    """What the viewer opens on: a translation's cross-attention (what a lesson on translation
+    is about; the Bahdanau decoder's attention is its cross-attention), else the first kind
+    (an encoder's self-attention), at its last layer."""
+    names = [k.name.lower() for k in kinds]
+    i = next((n for n, name in enumerate(names) if "cross" in name or "bahdanau" in name), 0)
+    return {"kind": i, "layer": kinds[i].num_layers - 1}
+
+
+def _vectors(k: AttentionKind) -> dict[str, Any] | None:
+    """The neuron view's data of ``k`` (see :func:`attention_payload`), or None without vectors."""
+    if k.queries is None:
+        return None
+
+    def flat(v: np.ndarray) -> list[list[float]]:  # (H, L, d) -> per head, row-major
+        return [np.round(v[h], 6).ravel().tolist() for h in range(v.shape[0])]
+
+    hidden = (k.layers[0] == 0).all(axis=0).astype(np.int8).ravel().tolist()
+    return {
+        "d": int(k.queries[0].shape[2]),
+        "scale": k.scale,
+        "q": [flat(v) for v in k.queries],
+        "k": [flat(v) for v in k.keys],
+        "hidden": hidden,
+    }
 
 
 def payload_json(payload: dict[str, Any]) -> str:
@@ -261,6 +302,13 @@ def save_attention(
 #: ``qkv-`` class inside its root; the ids are for the single-viewer pages (the file, the server
 #: page) and are dropped from an embedded viewer (:func:`attention_fragment`)
 VIEWER_CONTROLS = """<div id="controls" class="qkv-controls">
+    <span class="qkv-tabs" role="tablist" aria-label="view">
+      <button type="button" class="qkv-tab" role="tab" data-view="matrix"
+        aria-selected="true">matrix</button>
+      <button type="button" class="qkv-tab" role="tab" data-view="head">head view</button>
+      <button type="button" class="qkv-tab" role="tab" data-view="model">model view</button>
+      <button type="button" class="qkv-tab" role="tab" data-view="neuron">neuron view</button>
+    </span>
     <label>kind <select id="kind" class="qkv-kind"></select></label>
     <label>layer <select id="layer" class="qkv-layer"></select></label>
     <label>head <select id="head" class="qkv-head-menu"></select></label>
@@ -271,8 +319,9 @@ VIEWER_CONTROLS = """<div id="controls" class="qkv-controls">
     </select></label>
   </div>"""
 
-#: the viewer's matrix and token panels
-VIEWER_PANELS = """<div class="qkv-panels">
+#: the viewer's four views: the matrix and token panels, the head view, the model view and the
+#: neuron view (one shown at a time)
+VIEWER_PANELS = """<div class="qkv-panels qkv-view" data-for="matrix">
   <section id="matrix-panel" class="qkv-matrix-panel">
     <div id="stage" class="qkv-stage"><canvas id="heat" class="qkv-heat"></canvas><canvas
       id="overlay" class="qkv-overlay"></canvas></div>
@@ -286,6 +335,27 @@ VIEWER_PANELS = """<div class="qkv-panels">
     <h2>keys <small>(columns) — hover one: where it is attended from</small></h2>
     <div id="ktokens" class="tokens qkv-ktokens"></div>
   </section>
+</div>
+<div class="qkv-headview qkv-view" data-for="head" hidden>
+  <p class="qkv-help">Each query (left) is joined to every key (right) by one line per head, in
+    the head's colour, as opaque as its weight. Hover a token: its lines alone. Click a head's
+    colour to hide or show it; double-click it to show that head alone.</p>
+  <div class="qkv-swatches"></div>
+  <canvas class="qkv-lines"></canvas>
+  <p class="qkv-head-readout">Hover a token.</p>
+</div>
+<div class="qkv-modelview qkv-view" data-for="model" hidden>
+  <p class="qkv-help">Every layer (rows) and head (columns) of this kind at once, each scaled to
+    its own maximum. Click one to open it in the matrix.</p>
+  <div class="qkv-grid"></div>
+</div>
+<div class="qkv-neuronview qkv-view" data-for="neuron" hidden>
+  <p class="qkv-help">How one weight is computed, as seed 001 does it by hand: the query vector,
+    the key vector, their elementwise product, its sum (the dot product), the scale, and the
+    softmax over every key the query sees.</p>
+  <div class="qkv-neuron-pick"><label>query <select class="qkv-nq"></select></label>
+    <label>key <select class="qkv-nk"></select></label></div>
+  <div class="qkv-neuron"></div>
 </div>"""
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -332,6 +402,33 @@ _PARTS_CSS = """
   cursor: default; border: 1px solid transparent; white-space: pre; }
 .qkv-panels .tok.active { border-color: #1f77b4; box-shadow: 0 0 0 1px #1f77b4; }
 .qkv-panels .tok:hover { border-color: #888; }
+.qkv-view[hidden] { display: none; }
+.qkv-tabs { margin-right: 14px; }
+.qkv-tab { font: inherit; border: 1px solid #bbb; background: #fff; padding: 2px 10px;
+  margin: 0 -1px 0 0; cursor: pointer; }
+.qkv-tab[aria-selected="true"] { background: #1f77b4; color: #fff; border-color: #1f77b4; }
+.qkv-headview, .qkv-modelview, .qkv-neuronview { padding: 8px 16px; overflow-x: auto; }
+.qkv-help { color: #555; font-size: 13px; margin: 4px 0 8px; max-width: 60em; }
+.qkv-swatches { margin: 4px 0 8px; }
+.qkv-swatch { display: inline-block; min-width: 22px; height: 20px; margin: 0 3px 3px 0;
+  border: 2px solid transparent; color: #fff; font: 12px/16px sans-serif; text-align: center;
+  cursor: pointer; padding: 0 3px; }
+.qkv-swatch.off { opacity: 0.25; }
+.qkv-lines { cursor: default; }
+.qkv-head-readout { min-height: 2.8em; font-size: 13px; }
+.qkv-grid-row { display: flex; align-items: center; gap: 6px; margin-bottom: 6px; }
+.qkv-grid-label { width: 58px; flex: none; font-size: 12px; color: #555; }
+.qkv-grid-head { flex: none; font-size: 12px; text-align: center; font-weight: 600; }
+.qkv-thumb { image-rendering: pixelated; border: 2px solid #ddd; cursor: pointer; }
+.qkv-thumb:hover { border-color: #222; }
+.qkv-neuron table { border-collapse: collapse; margin: 6px 0; }
+.qkv-neuron td, .qkv-neuron th { border: 1px solid #e4e4e4; padding: 1px 4px; font-size: 12px;
+  text-align: right; white-space: nowrap; }
+.qkv-neuron th { text-align: left; font-weight: 600; background: #fafafa; }
+.qkv-neuron .qkv-sum { font-size: 14px; line-height: 1.8; margin: 6px 0; }
+.qkv-neuron .qkv-keys td.sel { outline: 2px solid #1f77b4; }
+.qkv-neuron .qkv-bar { display: inline-block; height: 10px; background: #cb181d; }
+.qkv-neuron .qkv-keys tr { cursor: pointer; }
 """
 
 #: the viewer's style sheet for a page of its own (the file, the server's page): the page's
@@ -385,10 +482,12 @@ _MOUNT_JS = r"""
   var $ = function (part) { return root.querySelector(".qkv-" + part); };
   var heat = $("heat"), overlay = $("overlay"), ctx = heat.getContext("2d"),
       octx = overlay.getContext("2d");
-  var state = { kind: 0, layer: 0, head: -1, norm: "matrix", hover: null };
+  var state = { kind: 0, layer: 0, head: -1, norm: "matrix", hover: null, view: "matrix",
+                nq: 0, nk: 0 };
   var geo = null, qspans = [], kspans = [], current = null;
 
   // a "Reds"-like ramp: white -> dark red
+  var hv = { focus: null, off: {}, drawn: null, geo: null }, mv = null, nv = null;
   var STOPS = [[255, 245, 240], [254, 224, 210], [252, 187, 161], [252, 146, 114],
                [251, 106, 74], [239, 59, 44], [203, 24, 29], [165, 15, 21], [103, 0, 13]];
   var LUT = new Uint8ClampedArray(256 * 3);
@@ -458,7 +557,8 @@ _MOUNT_JS = r"""
     // a page of its own fills the window; an embedded viewer its own box
     var width = root === document.body ? window.innerWidth : (root.clientWidth || window.innerWidth);
     var avail = Math.max(240, Math.min(760, width - 440));
-    var cell = Math.max(1, Math.min(28, Math.floor(avail / Math.max(Lq, Lk))));
+    // short texts get large cells: easy to read and to hover
+    var cell = Math.max(1, Math.min(56, Math.floor(avail / Math.max(Lq, Lk))));
     var labels = cell >= 10;
     var left = labels ? Math.min(140, textWidth(d.q) + 10) : 40;
     var top = labels ? Math.min(140, textWidth(d.k) + 10) : 22;
@@ -484,19 +584,25 @@ _MOUNT_JS = r"""
     return out;
   }
 
-  function draw() {
-    var d = kind(), M = matrix(), Lq = geo.Lq, Lk = geo.Lk, cell = geo.cell;
-    var n = norms(M);
-    current = { M: M, n: n };
+  // one pixel per cell: M (Lq * Lk scaled integers), row i divided by n[i]
+  function matrixImage(M, Lq, Lk, n) {
     var off = document.createElement("canvas"); off.width = Lk; off.height = Lq;
-    var octx2 = off.getContext("2d"), img = octx2.createImageData(Lk, Lq), px = img.data;
+    var c2 = off.getContext("2d"), img = c2.createImageData(Lk, Lq), px = img.data;
     for (var i = 0; i < Lq; i++) {
       for (var j = 0; j < Lk; j++) {
         var c = level(M[i * Lk + j] / n[i]) * 3, p = (i * Lk + j) * 4;
         px[p] = LUT[c]; px[p + 1] = LUT[c + 1]; px[p + 2] = LUT[c + 2]; px[p + 3] = 255;
       }
     }
-    octx2.putImageData(img, 0, 0);
+    c2.putImageData(img, 0, 0);
+    return off;
+  }
+
+  function draw() {
+    var d = kind(), M = matrix(), Lq = geo.Lq, Lk = geo.Lk, cell = geo.cell;
+    var n = norms(M);
+    current = { M: M, n: n };
+    var off = matrixImage(M, Lq, Lk, n);
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, heat.width, heat.height);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(off, geo.left, geo.top, Lk * cell, Lq * cell);
@@ -613,7 +719,272 @@ _MOUNT_JS = r"""
     var h = state.hover;
     if (h && ((h.q != null && h.q >= geo.Lq) || (h.k != null && h.k >= geo.Lk))) h = null;
     setHover(h);
+    drawView();
   }
+  // ---- the other views: head (lines per head), model (every layer x head), neuron (q, k)
+  var COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+    "#3182bd"];
+  function colour(h) { return COLOURS[h % COLOURS.length]; }
+  function resetViews() { hv.off = {}; hv.focus = null; state.nq = 0; state.nk = 0; }
+  function setView(v) {
+    state.view = v;
+    root.querySelectorAll(".qkv-view").forEach(function (el) { el.hidden = el.dataset.for !== v; });
+    root.querySelectorAll(".qkv-tab").forEach(function (b) {
+      b.setAttribute("aria-selected", String(b.dataset.view === v));
+    });
+    if (v === "matrix" && DATA) { layout(); draw(); drawOverlay(); }
+    drawView();
+  }
+  function drawView() {
+    if (!DATA) return;
+    if (state.view === "head") drawHeadView();
+    else if (state.view === "model") drawModelView();
+    else if (state.view === "neuron") drawNeuronView();
+    root.dataset.mode = state.view;
+  }
+  function measure(c, toks) {
+    var w = 0;
+    for (var i = 0; i < toks.length; i++) w = Math.max(w, c.measureText(toks[i]).width);
+    return Math.ceil(w);
+  }
+
+  function swatches(H) {
+    var box = $("swatches");
+    if (box.children.length !== H) {
+      box.textContent = "";
+      for (var h = 0; h < H; h++) {
+        var b = document.createElement("span");
+        b.className = "qkv-swatch"; b.dataset.h = String(h); b.textContent = String(h);
+        b.title = "head " + h + ": click to hide or show, double-click to show it alone";
+        b.style.background = colour(h);
+        box.appendChild(b);
+      }
+    }
+    for (var i = 0; i < box.children.length; i++) box.children[i].classList.toggle("off", !!hv.off[i]);
+  }
+
+  function drawHeadView() {
+    var d = kind(), L = layerData(), H = L.heads.length, Lq = d.q.length, Lk = d.k.length;
+    var cv = $("lines"), c = cv.getContext("2d"), row = Math.max(6, Math.min(22, Math.floor(900 / Math.max(Lq, Lk))));
+    var font = Math.min(13, row - 2) + "px sans-serif";
+    c.font = font;
+    var lw = Math.min(220, measure(c, d.q) + 14), rw = Math.min(220, measure(c, d.k) + 14);
+    var gap = Math.max(180, Math.min(360, 14 * Math.max(Lq, Lk))), top = 8;
+    cv.width = lw + gap + rw; cv.height = 2 * top + Math.max(Lq, Lk) * row;
+    hv.geo = { row: row, top: top, lw: lw, gap: gap, Lq: Lq, Lk: Lk };
+    c.clearRect(0, 0, cv.width, cv.height);
+    var f = hv.focus, shown = [], drawn = {};
+    for (var h = 0; h < H; h++) if (!hv.off[h]) shown.push(h);
+    c.lineWidth = 2;
+    shown.forEach(function (h) {
+      var M = L.heads[h], vals = [];
+      c.strokeStyle = colour(h);
+      for (var i = 0; i < Lq; i++) {
+        for (var j = 0; j < Lk; j++) {
+          var w = M[i * Lk + j] / SCALE, hit = !f || (f.axis === "q" ? f.i === i : f.i === j);
+          vals.push(hit ? w : 0);
+          if (!hit || w <= 0) continue;
+          c.globalAlpha = Math.min(1, w / shown.length);  // as bertviz: ink shared by the heads shown
+          c.beginPath();
+          c.moveTo(lw, top + (i + 0.5) * row); c.lineTo(lw + gap, top + (j + 0.5) * row);
+          c.stroke();
+        }
+      }
+      drawn[h] = vals;
+    });
+    c.globalAlpha = 1; c.textBaseline = "middle"; c.fillStyle = "#222";
+    function label(toks, axis, x, align) {
+      c.textAlign = align;
+      for (var a = 0; a < toks.length; a++) {
+        c.font = (f && f.axis === axis && f.i === a ? "bold " : "") + font;
+        c.fillText(toks[a], x, top + (a + 0.5) * row, (axis === "q" ? lw : rw) - 8);
+      }
+    }
+    label(d.q, "q", lw - 6, "right");
+    label(d.k, "k", lw + gap + 6, "left");
+    hv.drawn = { kind: state.kind, layer: state.layer, heads: shown, weights: drawn, focus: f,
+                 Lq: Lq, Lk: Lk };
+    swatches(H);
+    var out = $("head-readout");
+    if (!f) { out.textContent = "Hover a token: its lines alone."; return; }
+    var toks = f.axis === "q" ? d.q : d.k, parts = shown.map(function (h) {
+      var vals = drawn[h], best = 0, at = 0;
+      for (var x = 0; x < vals.length; x++) if (vals[x] > best) { best = vals[x]; at = x; }
+      var other = f.axis === "q" ? d.k[at % Lk] : d.q[Math.floor(at / Lk)];
+      return "head " + h + ": \u201c" + other + "\u201d " + best.toFixed(3);
+    });
+    out.textContent = (f.axis === "q" ? "query " : "key ") + f.i + " \u201c" + toks[f.i] +
+      "\u201d, strongest " + (f.axis === "q" ? "key" : "query") + " per head: " + parts.join(" \u00b7 ");
+  }
+
+  function drawModelView() {
+    var d = kind(), Lq = d.q.length, Lk = d.k.length, grid = $("grid"), thumbs = 0;
+    grid.textContent = "";
+    var maxH = Math.max.apply(null, d.layers.map(function (l) { return l.heads.length; }));
+    var width = root === document.body ? window.innerWidth : (root.clientWidth || window.innerWidth);
+    var size = Math.max(48, Math.min(140, Math.floor((width - 110) / maxH) - 10));
+    var sx = size * Lk / Math.max(Lq, Lk), sy = size * Lq / Math.max(Lq, Lk);
+    var heads = document.createElement("div");
+    heads.className = "qkv-grid-row";
+    heads.appendChild(document.createElement("span")).className = "qkv-grid-label";
+    for (var h = 0; h < maxH; h++) {
+      var t = document.createElement("span");
+      t.className = "qkv-grid-head"; t.textContent = "head " + h; t.style.width = (sx + 4) + "px";
+      t.style.color = colour(h); heads.appendChild(t);
+    }
+    grid.appendChild(heads);
+    d.layers.forEach(function (L, l) {
+      var line = document.createElement("div"), name = document.createElement("span");
+      line.className = "qkv-grid-row"; name.className = "qkv-grid-label";
+      name.textContent = "layer " + l; line.appendChild(name);
+      L.heads.forEach(function (M, h) {
+        var n = new Float64Array(Lq), m = 0, i;
+        for (i = 0; i < M.length; i++) m = Math.max(m, M[i]);
+        n.fill(m > 0 ? m : 1);
+        var img = matrixImage(M, Lq, Lk, n), cv = document.createElement("canvas");
+        cv.width = Lk; cv.height = Lq; cv.getContext("2d").drawImage(img, 0, 0);
+        cv.className = "qkv-thumb"; cv.dataset.layer = String(l); cv.dataset.head = String(h);
+        cv.style.width = sx + "px"; cv.style.height = sy + "px"; cv.style.borderColor = colour(h);
+        cv.title = "layer " + l + ", head " + h + ": click to open it in the matrix";
+        line.appendChild(cv); thumbs++;
+      });
+      grid.appendChild(line);
+    });
+    mv = { kind: state.kind, layers: d.layers.length, thumbs: thumbs, size: size };
+  }
+
+  function fillPick(sel, toks, value) {
+    if (sel.dataset.kind !== String(state.kind) || sel.options.length !== toks.length) {
+      sel.textContent = "";
+      toks.forEach(function (t, i) { option(sel, i, i + " \u201c" + t + "\u201d"); });
+      sel.dataset.kind = String(state.kind);
+    }
+    sel.value = String(value);
+  }
+  function cellOf(v, m) {  // a vector entry: blue below zero, red above, as strong as |v| / m
+    var td = document.createElement("td"), a = m > 0 ? Math.min(1, Math.abs(v) / m) : 0;
+    td.textContent = v.toFixed(3);
+    td.style.background = v >= 0 ? "rgba(203,24,29," + a + ")" : "rgba(31,119,180," + a + ")";
+    if (a > 0.6) td.style.color = "#fff";
+    return td;
+  }
+  function tableRow(table, head, vals, m) {
+    var tr = document.createElement("tr"), th = document.createElement("th");
+    th.textContent = head; tr.appendChild(th);
+    vals.forEach(function (v) { tr.appendChild(cellOf(v, m)); });
+    table.appendChild(tr);
+  }
+
+  function neuronNumbers(V, L, h, Lk) {
+    var dd = V.d, Q = V.q[state.layer][h], K = V.k[state.layer][h];
+    var q = Q.slice(state.nq * dd, (state.nq + 1) * dd), scores = [], probs = [], big = -Infinity;
+    for (var j = 0; j < Lk; j++) {
+      var dot = 0;
+      for (var x = 0; x < dd; x++) dot += q[x] * K[j * dd + x];
+      scores.push(dot * V.scale);
+      if (!V.hidden[state.nq * Lk + j]) big = Math.max(big, dot * V.scale);
+    }
+    var z = 0;
+    for (j = 0; j < Lk; j++) { probs.push(V.hidden[state.nq * Lk + j] ? 0 : Math.exp(scores[j] - big)); z += probs[j]; }
+    for (j = 0; j < Lk; j++) probs[j] = z > 0 ? probs[j] / z : 0;
+    var k = K.slice(state.nk * dd, (state.nk + 1) * dd), prod = q.map(function (v, i) { return v * k[i]; });
+    var sum = prod.reduce(function (a, b) { return a + b; }, 0);
+    return { q: q, k: k, prod: prod, dot: sum, scale: V.scale, score: sum * V.scale, scores: scores,
+             probs: probs, softmax: probs[state.nk], weight: L.heads[h][state.nq * Lk + state.nk] / SCALE,
+             head: h, layer: state.layer, query: state.nq, key: state.nk, d: dd };
+  }
+
+  function drawNeuronView() {
+    var d = kind(), V = d.vectors, box = $("neuron"), Lk = d.k.length;
+    box.textContent = "";
+    $("neuron-pick").hidden = !V;
+    if (!V) {
+      nv = null;
+      box.textContent = "This kind carries no query and key vectors (Translator.attention records " +
+        "them; AttentionKind takes them as queries=, keys=, scale=).";
+      return;
+    }
+    state.nq = Math.min(state.nq, d.q.length - 1); state.nk = Math.min(state.nk, Lk - 1);
+    fillPick($("nq"), d.q, state.nq); fillPick($("nk"), d.k, state.nk);
+    var L = layerData(), h = state.head < 0 ? 0 : state.head;
+    nv = neuronNumbers(V, L, h, Lk);
+    var note = document.createElement("p");
+    note.textContent = "layer " + state.layer + ", head " + h + (state.head < 0 ?
+      " (the mean over heads has no vectors: choose a head above)" : "") + ", d = " + nv.d;
+    box.appendChild(note);
+    var m = 0;
+    nv.q.concat(nv.k, nv.prod).forEach(function (v) { m = Math.max(m, Math.abs(v)); });
+    var table = document.createElement("table");
+    tableRow(table, "q: query " + state.nq + " \u201c" + d.q[state.nq] + "\u201d", nv.q, m);
+    tableRow(table, "k: key " + state.nk + " \u201c" + d.k[state.nk] + "\u201d", nv.k, m);
+    tableRow(table, "q \u00d7 k (elementwise)", nv.prod, m);
+    box.appendChild(table);
+    var sum = document.createElement("div");
+    sum.className = "qkv-sum";
+    var seen = V.hidden.slice(state.nq * Lk, (state.nq + 1) * Lk).filter(function (x) { return !x; }).length;
+    sum.textContent = "q \u00b7 k = \u03a3 (q \u00d7 k) = " + nv.dot.toFixed(4) + "  \u2192  \u00d7 scale " +
+      nv.scale.toFixed(4) + " = score " + nv.score.toFixed(4) + "  \u2192  softmax over the " + seen +
+      " keys this query sees = " + nv.softmax.toFixed(4) + "  (the model's weight: " + nv.weight.toFixed(4) + ")";
+    box.appendChild(sum);
+    var keys = document.createElement("table");
+    keys.className = "qkv-keys";
+    var headRow = document.createElement("tr");
+    ["key", "score", "softmax", ""].forEach(function (t) {
+      var th = document.createElement("th"); th.textContent = t; headRow.appendChild(th);
+    });
+    keys.appendChild(headRow);
+    for (var j = 0; j < Lk; j++) {
+      var tr = document.createElement("tr"), hid = V.hidden[state.nq * Lk + j];
+      tr.dataset.k = String(j);
+      [j + " \u201c" + d.k[j] + "\u201d", hid ? "masked" : nv.scores[j].toFixed(4), nv.probs[j].toFixed(4)].forEach(function (t) {
+        var td = document.createElement("td"); td.textContent = t;
+        if (j === state.nk) td.className = "sel";
+        tr.appendChild(td);
+      });
+      var bar = document.createElement("td"), span = document.createElement("span");
+      span.className = "qkv-bar"; span.style.width = Math.round(120 * nv.probs[j]) + "px";
+      bar.appendChild(span); tr.appendChild(bar); keys.appendChild(tr);
+    }
+    box.appendChild(keys);
+  }
+
+  function wireViews() {
+    var lines = $("lines");
+    lines.addEventListener("mousemove", function (e) {
+      var g = hv.geo; if (!g) return;
+      var b = lines.getBoundingClientRect(), x = e.clientX - b.left, y = e.clientY - b.top;
+      var i = Math.floor((y - g.top) / g.row), f = null;
+      if (x < g.lw && i >= 0 && i < g.Lq) f = { axis: "q", i: i };
+      else if (x > g.lw + g.gap && i >= 0 && i < g.Lk) f = { axis: "k", i: i };
+      var same = (f && hv.focus && f.axis === hv.focus.axis && f.i === hv.focus.i) || (!f && !hv.focus);
+      if (!same) { hv.focus = f; drawHeadView(); }
+    });
+    lines.addEventListener("mouseleave", function () { if (hv.focus) { hv.focus = null; drawHeadView(); } });
+    var sw = $("swatches");
+    sw.addEventListener("click", function (e) {
+      var h = e.target.dataset ? e.target.dataset.h : null; if (h == null) return;
+      hv.off[h] = !hv.off[h]; drawHeadView();
+    });
+    sw.addEventListener("dblclick", function (e) {
+      var h = e.target.dataset ? e.target.dataset.h : null; if (h == null) return;
+      var H = layerData().heads.length; hv.off = {};
+      for (var x = 0; x < H; x++) if (String(x) !== h) hv.off[x] = true;
+      drawHeadView();
+    });
+    $("grid").addEventListener("click", function (e) {
+      var t = e.target; if (!t.classList || !t.classList.contains("qkv-thumb")) return;
+      state.layer = Number(t.dataset.layer); state.head = Number(t.dataset.head);
+      fillMenus(); setView("matrix"); refresh(false);
+    });
+    $("nq").addEventListener("change", function (e) { state.nq = Number(e.target.value); drawNeuronView(); });
+    $("nk").addEventListener("change", function (e) { state.nk = Number(e.target.value); drawNeuronView(); });
+    $("neuron").addEventListener("click", function (e) {
+      var tr = e.target.closest ? e.target.closest("tr[data-k]") : null;
+      if (tr) { state.nk = Number(tr.dataset.k); drawNeuronView(); }
+    });
+  }
+
 
   function onTokens(e) {
     var s = e.target.closest ? e.target.closest(".tok") : null;
@@ -635,11 +1006,15 @@ _MOUNT_JS = r"""
   heat.parentNode.addEventListener("mouseleave", function () { setHover(null); });
   $("kind").addEventListener("change", function (e) {
     state.kind = Number(e.target.value); state.layer = 0; state.head = -1; state.hover = null;
-    refresh(true);
+    resetViews(); refresh(true);
   });
   $("layer").addEventListener("change", function (e) {
-    state.layer = Number(e.target.value); fillMenus(); refresh(false);
+    state.layer = Number(e.target.value); hv.off = {}; fillMenus(); refresh(false);
   });
+  root.querySelectorAll(".qkv-tab").forEach(function (b) {
+    b.addEventListener("click", function () { setView(b.dataset.view); });
+  });
+  wireViews();
   $("head-menu").addEventListener("change", function (e) { state.head = Number(e.target.value); refresh(false); });
   $("norm").addEventListener("change", function (e) { state.norm = e.target.value; refresh(false); });
   var resizeTimer = null;
@@ -648,10 +1023,14 @@ _MOUNT_JS = r"""
     resizeTimer = setTimeout(function () { if (DATA) { layout(); refresh(false); } }, 100);
   });
 
-  var api = { state: state, data: null, setHover: setHover,
+  var api = { state: state, data: null, setHover: setHover, setView: setView,
     geometry: function () { return Object.assign({}, geo); },
+    headView: function () { return hv.drawn; },
+    modelView: function () { return mv; },
+    neuron: function () { return nv; },
+    pick: function (q, k) { if (q != null) state.nq = q; if (k != null) state.nk = k; drawView(); },
     select: function (k, l, h) {
-      if (k != null && k !== state.kind) { state.kind = k; state.layer = 0; state.head = -1; state.hover = null; refresh(true); }
+      if (k != null && k !== state.kind) { state.kind = k; state.layer = 0; state.head = -1; state.hover = null; resetViews(); refresh(true); }
       if (l != null) { state.layer = l; fillMenus(); }
       if (h != null) state.head = h;
       fillMenus(); refresh(false);
@@ -660,7 +1039,10 @@ _MOUNT_JS = r"""
   // draw new data (attention_payload's shape): menus, tokens and picture start over
   api.show = function (data) {
     DATA = data; SCALE = data.scale;
-    state.kind = 0; state.layer = 0; state.head = -1; state.hover = null;
+    // a translation opens on its cross-attention, at the last layer (attention_payload's start)
+    var start = data.start || { kind: 0, layer: 0 };
+    state.kind = start.kind; state.layer = start.layer; state.head = -1; state.hover = null;
+    resetViews();
     $("kind").textContent = "";
     // long sequences: one weight of 1 (say a causal first row) would wash out the rest
     state.norm = Math.max(kind().q.length, kind().k.length) > 64 ? "row" : "matrix";
