@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import replace
+from .._folder import MANIFEST
+
 __all__ = [
     "CLEAN_REASONS",
     "MANIFEST",
@@ -59,7 +62,6 @@ __all__ = [
 
 #: the folder's format; a newer one is refused with the version it needs
 PREPARED_VERSION = 1
-MANIFEST = "manifest.json"
 _LEN_MAX = np.iinfo(np.uint16).max
 
 
@@ -161,7 +163,7 @@ class TokenArraysWriter:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-            os.replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
+            replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
 
 
 # ---------------------------------------------------------------------------- raw pairs

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_file, replace
 from ..data import load_tokenizers, save_tokenizers
 from ..data.languages import detect_languages
 from ..data.prepared import (
@@ -62,7 +63,6 @@ from ..data.prepared import (
     token_dtype,
 )
 from ..data.splits import TEST, TRAIN, VALID, group_hashes, split_parts
-from ..inference.writing import atomic_file
 from .checkpoint import atomic_write_json
 from .config import TrainConfig
 from .presets import resolve_config
@@ -200,9 +200,8 @@ def _encode(
     )
     results = pool.imap(encode_rows, tasks) if pool is not None else map(encode_rows, tasks)
     for i, arrays in zip(todo, results):
-        tmp = work / f".chunk-{i:06d}.tmp.npz"
-        np.savez(tmp, *arrays)
-        os.replace(tmp, work / f"chunk-{i:06d}.npz")
+        with atomic_file(work / f"chunk-{i:06d}.npz", temp=f".chunk-{i:06d}.tmp.npz") as f:
+            np.savez(f, *arrays)
         done += len(arrays[0])
         progress(min(done, len(train)))
 
@@ -476,7 +475,7 @@ def _install(work: Path, out: Path) -> None:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
-        os.replace(work / name, target)
+        replace(work / name, target)
 
 
 def prepare_corpus(

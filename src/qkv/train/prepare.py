@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._folder import MODEL_CONFIG, TOKENIZERS
 from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
 from ..data.languages import language_name
 from ..data.prepared import PreparedSplit, is_prepared
@@ -316,7 +317,7 @@ def _resumed_data(
     try:
         prepared = PreparedSplit.describes(ckpt.split)
         split = PreparedSplit.from_dict(ckpt.split) if prepared else Split.from_dict(ckpt.split)
-        toks = load_tokenizers(ckpt.path / "tokenizers")
+        toks = load_tokenizers(ckpt.path / TOKENIZERS)
     except (ValueError, KeyError, OSError) as e:
         raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
     resolved = ckpt.trainer_state.get("resolved_config")
@@ -332,7 +333,7 @@ def _resumed_data(
         ) from None
     # what may change on resume comes from the invocation; the rest is the run's own
     run_cfg = run_cfg.updated({k: getattr(settings, k) for k in sorted(RESUMABLE_KEYS)})
-    langs = model_languages(read_json(ckpt.path, "model.json"), ckpt.path)
+    langs = model_languages(read_json(ckpt.path, MODEL_CONFIG), ckpt.path)
     if langs is not None and not (run_cfg.src_lang and run_cfg.tgt_lang):
         # settings saved before they held the languages: the checkpoint's model records them
         run_cfg = run_cfg.updated({"src_lang": langs[0], "tgt_lang": langs[1]})
