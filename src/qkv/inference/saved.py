@@ -15,8 +15,9 @@ A folder written by ``qkv train`` (a checkpoint ``OUT/checkpoints/step-XXXXXXXX`
     trainer.pt          a checkpoint's optimizer, schedule and RNG state (tensors only)
     decoding.json       the final model's decoding chosen on validation (beam, length penalty)
 
-This module reads that format (``qkv.train.checkpoint`` writes it): verifying the manifest,
-finding the folder to use in a run folder (whose names are :mod:`qkv.inference.layout`'s),
+This module reads that format (``qkv.train.checkpoint`` writes it; the files' names are
+:mod:`qkv._folder`'s): verifying the manifest, finding the folder to use in a run folder (whose
+names are :mod:`qkv.inference.layout`'s),
 loading the weights, and :func:`load_model`, which returns a :class:`SavedModel` (model,
 tokenizers, decoding) ready to decode. Anything wrong with a folder is a
 :class:`CheckpointError` that says what, never a traceback from deep inside torch.

@@ -16,6 +16,11 @@ translating needs::
 ``load_model``, ``Translator.load``, ``qkv translate``, ``qkv evaluate`` (with ``--data``) and the
 attention viewer read it as they read a run. :func:`run_card` gathers a run's card from the
 folder it was exported from.
+
+The files' names are :mod:`qkv._folder`'s. Every folder is written atomically
+(:func:`write_folder`, on :mod:`qkv._atomic`'s folder swap); :func:`atomic_file`,
+:func:`fsync_dir`, :class:`NoSpaceError` (:mod:`qkv._atomic`) and :func:`current_umask`
+(:mod:`qkv._machine`) are importable from here too.
 """
 
 from __future__ import annotations
