@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import replace
+from .._errors import SettingError
 from .._folder import MANIFEST
 
 __all__ = [
@@ -311,9 +312,10 @@ def _check_size(path: Path, dtype: Any, count: int) -> None:
     want = count * dtype.itemsize
     size = path.stat().st_size if path.is_file() else None
     if size != want:
-        raise ValueError(
-            f"data: {str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
-            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again"
+        raise SettingError(
+            "data",
+            f"{str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
+            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again",
         )
 
 
@@ -332,14 +334,15 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"data: {str(folder)!r} is not a prepared corpus ({e})") from None
+        raise SettingError("data", f"{str(folder)!r} is not a prepared corpus ({e})") from None
     if not isinstance(m, dict) or m.get("type") != "qkv.PreparedCorpus":
-        raise ValueError(f"data: {str(path)!r} is not the manifest of a prepared corpus")
+        raise SettingError("data", f"{str(path)!r} is not the manifest of a prepared corpus")
     version = m.get("version")
     if not isinstance(version, int) or version > PREPARED_VERSION:
-        raise ValueError(
-            f"data: {str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
-            f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv"
+        raise SettingError(
+            "data",
+            f"{str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
+            f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv",
         )
     return m
 

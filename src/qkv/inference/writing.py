@@ -45,6 +45,7 @@ from .._atomic import (
     is_no_space,
     no_space_error,
 )
+from .._errors import SettingError
 from .._folder import (
     CARD,
     CARD_DATA,
@@ -332,36 +333,43 @@ def check_out(out: str | Path, force: bool, sources: tuple[Path, ...] = ()) -> P
     format (never a run, a checkpoint, a run's own ``final/``, or files qkv did not write)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out: {str(out)!r} is a file; expected a folder to write the model to")
+        raise SettingError(
+            "out", f"{str(out)!r} is a file; expected a folder to write the model to"
+        )
     for above in out.absolute().parents:
         if above.exists():
             if not above.is_dir():
-                raise ValueError(
-                    f"out: {str(above)!r} is a file, not a folder (in {str(out)!r}); expected "
-                    "a folder to write the model to"
+                raise SettingError(
+                    "out",
+                    f"{str(above)!r} is a file, not a folder (in {str(out)!r}); expected "
+                    "a folder to write the model to",
                 )
             break
     for src in sources:
         if src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve()):
-            raise ValueError(
-                f"out: {str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder"
+            raise SettingError(
+                "out",
+                f"{str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder",
             )
     if not out.exists() or not any(out.iterdir()):
         return out
     if not force:
-        raise ValueError(
-            f"out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
-            "force=True (--force) to replace a model folder written before"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} exists and is not empty; choose a new folder, or pass "
+            "force=True (--force) to replace a model folder written before",
         )
     if _run_final(out):
-        raise ValueError(
-            f"out: {str(out)!r} is the final model of the run {str(out.parent)!r} (its chosen "
-            "weights and decoding): it is never replaced, even with --force; choose a new folder"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} is the final model of the run {str(out.parent)!r} (its chosen "
+            "weights and decoding): it is never replaced, even with --force; choose a new folder",
         )
     if not is_model_folder(out):
-        raise ValueError(
-            f"out: {str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
-            "files qkv did not write): it is never replaced, even with --force; choose a new folder"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
+            "files qkv did not write): it is never replaced, even with --force; choose a new folder",
         )
     return out
 

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from .._atomic import NoSpaceError, replace, write_bytes, write_json
+from .._errors import keyed
 from .._folder import MANIFEST, MODEL_CONFIG, SPLIT, TOKENIZERS, TRAIN_CONFIG, TRAINER_STATE
 from ..inference.layout import BEST_POINTER, FINAL_DIR, RunLayout, step_name, step_of
 from ..inference.saved import (
@@ -342,29 +343,38 @@ def _resume_target(root: Path, resume_from: int | str | Path) -> Path:
         else f"{str(root)!r} holds no checkpoint"
     )
     if isinstance(resume_from, bool) or not isinstance(resume_from, (int, str, os.PathLike)):
-        raise TypeError(
-            "resume_from: expected an update number or a checkpoint folder, got "
-            f"{type(resume_from).__name__}"
+        raise keyed(
+            TypeError,
+            "resume_from",
+            f"expected an update number or a checkpoint folder, got {type(resume_from).__name__}",
         )
     if isinstance(resume_from, int):
         if resume_from < 0:
-            raise CheckpointError(f"resume_from: expected an update number >= 0, got {resume_from}")
+            raise keyed(
+                CheckpointError, "resume_from", f"expected an update number >= 0, got {resume_from}"
+            )
         target = root / step_name(resume_from)
         if target not in found:
-            raise CheckpointError(
-                f"resume_from: no checkpoint of update {resume_from} in {str(root)!r}; {there}"
+            raise keyed(
+                CheckpointError,
+                "resume_from",
+                f"no checkpoint of update {resume_from} in {str(root)!r}; {there}",
             )
         return target
     target = Path(resume_from)
     if not (target / MANIFEST).is_file():
-        raise CheckpointError(
-            f"resume_from: {str(target)!r} is not a checkpoint folder "
-            f"({'no ' + MANIFEST + ' in it' if target.is_dir() else 'no such folder'}); {there}"
+        raise keyed(
+            CheckpointError,
+            "resume_from",
+            f"{str(target)!r} is not a checkpoint folder "
+            f"({'no ' + MANIFEST + ' in it' if target.is_dir() else 'no such folder'}); {there}",
         )
     if target.resolve() not in {p.resolve() for p in found}:
-        raise CheckpointError(
-            f"resume_from: {str(target)!r} is not a checkpoint of the run being resumed (one of "
-            f"{str(root)!r}); {there}"
+        raise keyed(
+            CheckpointError,
+            "resume_from",
+            f"{str(target)!r} is not a checkpoint of the run being resumed (one of "
+            f"{str(root)!r}); {there}",
         )
     return root / target.resolve().name
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._errors import SettingError
 from .._folder import MODEL_CONFIG, TOKENIZERS
 from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
 from ..data.languages import language_name
@@ -195,9 +196,10 @@ def open_run(
     D.barrier()
     latest = latest_checkpoint(layout.checkpoints)
     if latest is not None and resume is False:
-        raise ValueError(
-            f"out: {str(layout.out)!r} already holds a run (checkpoint {latest.name}); pass "
-            "--resume to continue it, or choose another --out"
+        raise SettingError(
+            "out",
+            f"{str(layout.out)!r} already holds a run (checkpoint {latest.name}); pass "
+            "--resume to continue it, or choose another --out",
         )
     ckpt = None
     if resume is not False:
@@ -262,9 +264,10 @@ def _new_run_data(
     split = run_split(config, files)
     n_train = len(split.train)
     if n_train < 1:
-        raise ValueError(
-            f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
-            f"read); expected more data, or smaller valid/test sizes"
+        raise SettingError(
+            "data",
+            f"{source} gives no training pairs after the split ({len(pairs)} pairs "
+            f"read); expected more data, or smaller valid/test sizes",
         )
     run_cfg, preset = resolve_config(
         config, n_train, device=info.device.type, world_size=info.world_size
@@ -286,9 +289,10 @@ def _prepared_data(
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A new run's settings, preset and data from a prepared corpus (``qkv prepare``)."""
     if init is not None:
-        raise ValueError(
-            "init_from: a prepared corpus holds its own tokenizers, the saved model others; "
-            "train from the corpus's file (--data FILE) to keep the model's vocabulary"
+        raise SettingError(
+            "init_from",
+            "a prepared corpus holds its own tokenizers, the saved model others; "
+            "train from the corpus's file (--data FILE) to keep the model's vocabulary",
         )
     corpus = open_prepared(str(settings.data))
     config = prepared_settings(settings, corpus)
@@ -340,10 +344,11 @@ def _resumed_data(
     if isinstance(split, PreparedSplit):
         corpus = open_prepared(str(run_cfg.data))
         if corpus.fingerprint != split.fingerprint:
-            raise ValueError(
-                f"data: the prepared corpus {str(corpus.folder)!r} is not the one the run was "
+            raise SettingError(
+                "data",
+                f"the prepared corpus {str(corpus.folder)!r} is not the one the run was "
                 f"trained on (fingerprint {corpus.fingerprint}, the run's {split.fingerprint}): "
-                f"{RESUME_REMEDY}"
+                f"{RESUME_REMEDY}",
             )
         return run_cfg, ckpt.trainer_state.get("preset"), prepared_run_data(run_cfg, corpus, toks)
     data = load_run_data(run_cfg, split=split, tokenizers=toks)
@@ -408,8 +413,8 @@ def _batches(
     kept = int(np.count_nonzero(longest < limit))  # with <eos>: longest + 1 <= limit
     del longest
     if kept == 0:
-        raise ValueError(
-            f"data: every one of the {data.n_train} training pairs is longer than "
+        raise SettingError(
+            "data", f"every one of the {data.n_train} training pairs is longer than "
             f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
             f"({'--set max_len=N' if limit == config.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
             "or check the data"
