@@ -301,7 +301,7 @@ def choose(
         if busy or cpus.restricted:
             new_env["OMP_NUM_THREADS"] = str(n)
         else:
-            n = None  # torch's own default: today's behaviour on a quiet machine
+            n = None  # torch's own default: nothing changes on a quiet machine
     wait = None
     if user_wait:
         name, value = next(iter(user_wait.items()))
