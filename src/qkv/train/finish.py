@@ -98,7 +98,7 @@ def _choose_decoding(
         return Decoding(), None
     decoding, tried, best_bleu = Decoding(), [], -math.inf
     cap = setup.validation.decoding.output_len_cap
-    for candidate in CANDIDATES:  # scored as the checkpoints were: capped at max_len
+    for candidate in CANDIDATES:  # scored as the checkpoints were: capped at the pair limit
         sc = setup.validation.bleu(setup.model, dataclasses.replace(candidate, output_len_cap=cap))
         tried.append(f"{candidate.describe()}: {sc.bleu:.2f}")
         if sc.bleu > best_bleu:

@@ -356,14 +356,15 @@ def _resumed_data(
 
 
 # ---------------------------------------------------------------------------- the model
-def length_limit(model: nn.Module, max_len: int) -> tuple[int, str]:
-    """The longest pair (in tokens, ``<eos>`` counted) a run trains on: ``max_len``, or the
-    model's learned positional table when it is smaller (pairs longer than it could not be
-    encoded: dropped before the first update, and counted), with its name."""
+def length_limit(model: nn.Module, pair_limit: int) -> tuple[int, str]:
+    """The longest pair (in tokens, ``<eos>`` counted) a run trains on: ``pair_limit`` (the
+    run's ``max_len`` setting), or the model's learned positional table when it is smaller
+    (pairs longer than it could not be encoded: dropped before the first update, and counted),
+    with its name."""
     table = min((n for n in position_limits(model) if n is not None), default=None)
-    if table is not None and table < max_len:
+    if table is not None and table < pair_limit:
         return table, f"the model's learned positions ({POSITION_SETTING}={table})"
-    return max_len, f"max_len={max_len}"
+    return pair_limit, f"max_len={pair_limit}"
 
 
 def _model(
