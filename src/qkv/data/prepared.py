@@ -106,22 +106,25 @@ def check_sources(records: Iterable[dict[str, Any]], folder: str | Path, remedy:
             the file, what changed and ``remedy``.
     """
     for r in records:
-        p = Path(r["path"])
-        where = f"{r['key']}: {str(p)!r}"
+        p, key = Path(r["path"]), r["key"]
         if not p.is_file():
-            raise ValueError(f"{where} was prepared into {str(folder)!r} and is gone; {remedy}")
+            raise SettingError(
+                key, f"{str(p)!r} was prepared into {str(folder)!r} and is gone; {remedy}"
+            )
         st = p.stat()
         if st.st_size == r["size"] and st.st_mtime_ns == r["mtime_ns"]:
             continue
         if st.st_size != r["size"]:
-            raise ValueError(
-                f"{where} changed since it was prepared into {str(folder)!r} (size "
-                f"{r['size']} -> {st.st_size} bytes); {remedy}"
+            raise SettingError(
+                key,
+                f"{str(p)!r} changed since it was prepared into {str(folder)!r} (size "
+                f"{r['size']} -> {st.st_size} bytes); {remedy}",
             )
         if file_digest(p) != r["blake2b"]:
-            raise ValueError(
-                f"{where} changed since it was prepared into {str(folder)!r} (same size, "
-                f"other content: BLAKE2b {r['blake2b']} recorded); {remedy}"
+            raise SettingError(
+                key,
+                f"{str(p)!r} changed since it was prepared into {str(folder)!r} (same size, "
+                f"other content: BLAKE2b {r['blake2b']} recorded); {remedy}",
             )
 
 
