@@ -6,13 +6,16 @@ packages on one floor are siblings and do not import each other (the package roo
 import ``functional``, which it re-exports).
 
     floor  package                       what it is                                 may import
-    0      qkv.functional                the math: attention, masks, scores          -
-    0      qkv.data                      corpus readers, tokenizers, batching        -
+    0      qkv._deps                     optional dependencies checked before work   the ground
+    0      qkv._errors                   errors that name the setting they are about the ground
+    0      qkv._folder                   the file names of a model folder            the ground
+    0      qkv._atomic                   files and folders written whole or not      the ground
+    0      qkv._machine                  procfs, sysfs, cgroups: CPUs, memory, umask the ground
+    0      qkv.functional                the math: attention, masks, scores          the ground
+    0      qkv.data                      corpus readers, tokenizers, batching        the ground
     0      qkv (the root __init__)       __version__, re-exports functional          functional
-    0      qkv._deps                     optional dependencies checked before work   -
-    0      qkv._errors                   errors that name the setting they are about -
-    0      qkv._lazy                     a package's names loaded on first use       -
-    0      qkv.runtime                   torch's CPU threads chosen from the machine -
+    0      qkv._lazy                     a package's names loaded on first use       the ground
+    0      qkv.runtime                   torch's CPU threads chosen from the machine the ground
     1      qkv.nn                        modules: own parameters, call functional    floor 0
     2      qkv.decoding                  greedy and beam search, KV cache            floors 0-1
     3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
@@ -27,9 +30,11 @@ import ``functional``, which it re-exports).
     7      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-6
     8      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-7
 
-``data`` imports no other part of qkv but ``_deps`` and ``_errors`` (its languages check a code
-with a ``SettingError`` and detect one with an optional package), so it sits on the ground floor
-beside ``functional``: everything above may use it. ``viz`` imports no other part of qkv either, but sits beside
+The modules ``qkv._*`` (:data:`GROUND`) are the ground of floor 0: each imports nothing of qkv
+but another of them, and every part of qkv may import them, its siblings on floor 0 included.
+``data`` imports no other part of qkv but the ground (its languages check a code with a
+``SettingError``, a prepared corpus is written atomically), so it sits on floor 0 beside
+``functional``: everything above may use it. ``viz`` imports no other part of qkv either, but sits beside
 ``inference`` as its sibling: ``translate`` and the demos draw with it, while ``inference`` (what
 a server runs) never pulls in the plotting stack.
 """
@@ -53,6 +58,9 @@ FLOORS: dict[str, int] = {
     "_deps": 0,
     "_errors": 0,
     "_lazy": 0,
+    "_folder": 0,
+    "_atomic": 0,
+    "_machine": 0,
     "runtime": 0,
     "nn": 1,
     "decoding": 2,
@@ -66,8 +74,11 @@ FLOORS: dict[str, int] = {
     "cli": 7,
     "__main__": 8,
 }
-#: imports between two parts of one floor that are allowed: (importer, imported)
-SAME_FLOOR: set[tuple[str, str]] = {("", "functional"), ("data", "_deps"), ("data", "_errors")}
+#: the ground of floor 0: modules that import nothing of qkv but each other, which any part may
+#: import (a part of floor 0 included)
+GROUND = {"_deps", "_errors", "_lazy", "_folder", "_atomic", "_machine"}
+#: imports between two parts of one floor that are allowed besides the ground: (importer, imported)
+SAME_FLOOR: set[tuple[str, str]] = {("", "functional")}
 
 
 def _module_name(path: Path) -> str:
@@ -129,7 +140,7 @@ def upward_imports(name: str, source: str, is_package: bool = False) -> list[str
     bad = []
     for target, line, _ in _imports(name, source, is_package):
         other = _part(target)
-        if other == own or (own, other) in SAME_FLOOR:
+        if other == own or (own, other) in SAME_FLOOR or other in GROUND:
             continue
         if other not in FLOORS or own not in FLOORS:
             bad.append(f"{name}:{line} imports {target}: {other or own!r} has no floor in FLOORS")
@@ -227,8 +238,16 @@ def test_no_lazy_import_hides_a_cycle():
 # ---------------------------------------------------------------------------- tests mirror src
 #: test folders that mirror something other than a package of src/qkv
 MIRRORS_ELSEWHERE = {"bench": "benchmarks/", "notebooks": "notebooks/"}
-#: test files at the top of tests/: a module of src/qkv (qkv._deps) or the project as a whole
-TOP_LEVEL_TESTS = {"test_architecture.py", "test_deps.py", "test_docs.py", "test_runtime.py"}
+#: test files at the top of tests/: a module of src/qkv (qkv._deps, qkv._machine) or the project
+#: as a whole
+TOP_LEVEL_TESTS = {
+    "test_architecture.py",
+    "test_atomic.py",
+    "test_deps.py",
+    "test_docs.py",
+    "test_machine.py",
+    "test_runtime.py",
+}
 
 
 def test_tests_mirror_src():
@@ -389,3 +408,73 @@ def test_the_transformer_reaches_its_fast_path_through_one_module():
         if target in FAST_PATH_MODULES and name not in FAST_PATH_MODULES
     }
     assert users == {"qkv.nn._fast_decode"}, users
+
+
+def test_the_ground_imports_nothing_of_qkv_but_the_ground():
+    """``qkv._*`` sits under every part of qkv: it imports no part but another ``qkv._*``."""
+    bad = [
+        f"{name}:{line} imports {target}"
+        for name, (path, is_pkg) in _modules().items()
+        if _part(name) in GROUND
+        for target, line, _ in _imports(name, path.read_text(encoding="utf-8"), is_pkg)
+        if _part(target) not in GROUND
+    ]
+    assert {p for p in FLOORS if p.startswith("_") and p != "__main__"} == GROUND
+    assert not bad, "the ground imports a part of qkv:\n" + "\n".join(bad)
+
+
+def _string_constants(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        (n.value, n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+
+
+#: the files of a model folder whose names only qkv._folder spells
+FOLDER_FILES = {"model.json", "decoding.json", "trainer.json", "manifest.json"}
+
+
+def test_the_model_folders_file_names_are_spelled_in_one_module():
+    """``model.json``, ``decoding.json``, ``trainer.json`` and ``manifest.json`` are named by
+    ``qkv._folder`` (a string of its own, not prose of a message or docstring); every other
+    module uses its names."""
+    found = {
+        f"{path.relative_to(SRC)}:{line}: {value!r}"
+        for path, _ in _modules().values()
+        for value, line in _string_constants(path)
+        if value in FOLDER_FILES
+    }
+    assert {f.split(":")[0] for f in found} == {"qkv/_folder.py"}, "\n".join(sorted(found))
+
+
+@pytest.mark.parametrize(
+    "needle, home, at_most",
+    [
+        ("os.replace", {"qkv/_atomic.py"}, 1),  # files and folders renamed into place
+        ("/proc/", {"qkv/_machine.py"}, 1),  # procfs read
+    ],
+)
+def test_one_module_does_each_kind_of_system_work(needle, home, at_most):
+    """Atomic renames are :mod:`qkv._atomic`'s; procfs, sysfs and cgroups are
+    :mod:`qkv._machine`'s: no other module of src spells them."""
+    where = {
+        str(path.relative_to(SRC))
+        for path, _ in _modules().values()
+        if needle in path.read_text(encoding="utf-8")
+    }
+    assert where <= home and len(where) <= at_most, sorted(where)
+
+
+def test_no_class_is_named_plan():
+    """A class name means one thing: the batcher's epoch of batches and attention's checked
+    call and the server's route of a request have names of their own, not the eight meanings
+    of "plan"."""
+    found = {
+        str(path.relative_to(SRC))
+        for path, _ in _modules().values()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "_Plan"
+    }
+    assert not found, sorted(found)

@@ -7,11 +7,15 @@ loop of small operations (decoding, a small model's training) runs 3-5x slower
 (``benchmarks/threads.py``). qkv therefore looks at the machine once, before torch loads:
 
 * **the CPUs this process may use**: its affinity mask (``os.sched_getaffinity``), the physical
-  cores among them (``/sys/devices/system/cpu``), and the cgroup CPU quota (v2 ``cpu.max``, v1
+  cores among them (sysfs's topology), and the cgroup CPU quota (v2 ``cpu.max``, v1
   ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), not ``os.cpu_count()``;
-* **how busy the others keep them**: a short look (:data:`LOOK_S`) at ``/proc/stat``, the CPU
-  time spent on those CPUs minus this process's own; niced processes' time does not count for a
-  process at nice 0, since they yield to it (:func:`read_stat`).
+* **how busy the others keep them**: a short look (:data:`LOOK_S`) at the kernel's CPU times,
+  the CPU time spent on those CPUs minus this process's own; niced processes' time does not
+  count for a process at nice 0, since they yield to it (:func:`read_stat`).
+
+The files are read by :mod:`qkv._machine`, the one module of qkv that reads procfs, sysfs and
+the cgroups; its readers are importable from here (:func:`cgroup_cpu_quota`,
+:func:`physical_cores`, :func:`read_stat`, :class:`StatSample`, :func:`runs_niced`).
 
 On a quiet machine nothing changes (torch's own thread count, libgomp's wait). When others keep
 CPUs busy, torch gets one thread per CPU left free (at least one): threads that have a core each
@@ -35,7 +39,8 @@ A long run follows the machine afterwards: :class:`LoadWatch` re-reads the load 
 which clears oneDNN's cache of primitives, so only after two checks agree); the wait policy
 cannot change in a running process.
 
-This module imports nothing of qkv and never imports torch at module level (floor 0).
+This module imports nothing of qkv but :mod:`qkv._machine` and never imports torch at module
+level (floor 0).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from ._machine import StatSample, cgroup_cpu_quota, physical_cores, read_stat, runs_niced
 
 __all__ = [
     "LOOK_S",
@@ -73,7 +79,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: the look at ``/proc/stat`` before torch loads, in seconds
+#: the look at the kernel's CPU times before torch loads, in seconds
 LOOK_S = 0.2
 #: other processes' use (in CPUs) that counts as one busy CPU: 0.5 and up rounds to one
 BUSY_CPU = 0.5
@@ -144,87 +150,6 @@ class Cpus:
         return text
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _quota_v2(text: str | None) -> float | None:
-    """A cgroup v2 ``cpu.max`` (``"max 100000"`` or ``"150000 100000"``) in CPUs."""
-    parts = (text or "").split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _quota_v1(quota: str | None, period: str | None) -> float | None:
-    """cgroup v1's ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us``, in CPUs."""
-    try:
-        q, p = int(quota or ""), int(period or "")
-    except ValueError:
-        return None
-    return q / p if q > 0 and p > 0 else None
-
-
-def _ancestors(base: Path, rel: str) -> list[Path]:
-    """``base/rel`` and each folder above it up to ``base`` (a quota anywhere above applies)."""
-    parts = [p for p in rel.split("/") if p]
-    return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
-
-
-def cgroup_cpu_quota(
-    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
-) -> float | None:
-    """The CPU quota of this process's cgroup, in CPUs (the smallest on its way up), or None.
-
-    Reads ``proc_cgroup`` (``/proc/self/cgroup``) for the cgroup's path, then cgroup v2's
-    ``cpu.max`` under ``root`` or cgroup v1's ``cpu.cfs_quota_us``/``cpu.cfs_period_us`` under
-    ``root/cpu`` (or ``root/cpu,cpuacct``), in that folder and each one above it. In a container
-    the path may name the host's hierarchy, so ``root`` itself is read as well.
-    """
-    root = Path(root)
-    lines = (_read(Path(proc_cgroup)) or "").splitlines()
-    found: list[float] = []
-    for line in lines:
-        hid, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        if hid == "0" and controllers == "":  # the v2 hierarchy
-            for d in _ancestors(root, rel):
-                q = _quota_v2(_read(d / "cpu.max"))
-                if q is not None:
-                    found.append(q)
-        elif "cpu" in controllers.split(","):
-            for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-                base = root / name
-                for d in _ancestors(base, rel):
-                    q = _quota_v1(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us"))
-                    if q is not None:
-                        found.append(q)
-    return min(found) if found else None
-
-
-def physical_cores(
-    ids: Iterable[int], sys_cpu: str | os.PathLike = "/sys/devices/system/cpu"
-) -> int:
-    """How many physical cores the logical CPUs ``ids`` are on (their package and core ids in
-    ``sys_cpu/cpuN/topology``); ``len(ids)`` where the topology cannot be read."""
-    ids = list(ids)
-    cores = set()
-    for i in ids:
-        topo = Path(sys_cpu) / f"cpu{i}" / "topology"
-        core, package = _read(topo / "core_id"), _read(topo / "physical_package_id")
-        if core is None:
-            return len(ids)
-        cores.add((package, core))
-    return max(1, len(cores))
-
-
 def machine_cpus() -> Cpus:
     """The CPUs this process may use on this machine (affinity, physical cores, cgroup quota)."""
     try:
@@ -235,74 +160,6 @@ def machine_cpus() -> Cpus:
 
 
 # ---------------------------------------------------------------------------- the load
-@dataclass(frozen=True)
-class StatSample:
-    """One reading of ``/proc/stat`` for some CPUs, and this process's CPU time then.
-
-    Attributes:
-        t: when (``time.monotonic()`` seconds).
-        busy: seconds those CPUs spent on anything but idling and waiting for I/O.
-        own: seconds of CPU this process used (all its threads).
-    """
-
-    t: float
-    busy: float
-    own: float
-
-
-def runs_niced() -> bool:
-    """Does this process run at a lower priority than the default (``nice`` > 0)?"""
-    try:
-        return os.getpriority(os.PRIO_PROCESS, 0) > 0
-    except (AttributeError, OSError):  # not Unix
-        return False
-
-
-def read_stat(
-    cpus: Iterable[int] | None,
-    stat: str | os.PathLike = "/proc/stat",
-    *,
-    now: float | None = None,
-    own: float | None = None,
-    count_nice: bool | None = None,
-) -> StatSample | None:
-    """Read ``stat`` (``/proc/stat``'s format) for the CPUs ``cpus`` (None: the ``cpu`` line of
-    all). ``now`` and ``own`` (this process's CPU seconds) are read from the clock and
-    ``os.times()`` unless given. None where the file cannot be read.
-
-    ``count_nice``: whether the time of niced processes (``nice`` > 0, ``/proc/stat``'s second
-    column) is busy time. A niced process yields its CPU to one at nice 0 (at ``nice 10`` it
-    gets a tenth of a shared core), so for a process at nice 0 it is not (None: decided by
-    :func:`runs_niced`; a niced process counts it: the others may be as niced as it is)."""
-    if count_nice is None:
-        count_nice = runs_niced()
-    text = _read(Path(stat))
-    if text is None:
-        return None
-    wanted = None if cpus is None else {f"cpu{i}" for i in cpus}
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    ticks, seen = 0, 0
-    for line in text.splitlines():
-        name, *values = line.split()
-        if not name.startswith("cpu") or (wanted is None) != (name == "cpu"):
-            continue
-        if wanted is not None and name not in wanted:
-            continue
-        try:
-            v = [int(x) for x in values[:8]]
-        except ValueError:
-            return None
-        # user nice system idle iowait irq softirq steal: busy is all but idle and iowait
-        ticks += sum(v) - v[3] - (v[4] if len(v) > 4 else 0) - (0 if count_nice else v[1])
-        seen += 1
-    if not seen:
-        return None
-    if own is None:
-        t = os.times()
-        own = t.user + t.system
-    return StatSample(time.monotonic() if now is None else now, ticks / hz, own)
-
-
 @dataclass(frozen=True)
 class Load:
     """What other processes kept busy over a while.
@@ -331,10 +188,10 @@ class Load:
 
 
 def others_load(
-    cpus: Iterable[int] | None, look: float = LOOK_S, stat: str | os.PathLike = "/proc/stat"
+    cpus: Iterable[int] | None, look: float = LOOK_S, stat: str | os.PathLike | None = None
 ) -> Load | None:
     """The others' load on ``cpus`` over ``look`` seconds of sleep, from two readings of
-    ``stat`` (``/proc/stat``) with this process's own CPU time taken out (None where it cannot
+    ``stat`` (procfs's, :func:`read_stat`) with this process's own CPU time taken out (None where it cannot
     be read)."""
     cpus = None if cpus is None else list(cpus)
     before = read_stat(cpus, stat)
@@ -444,7 +301,7 @@ def choose(
         if busy or cpus.restricted:
             new_env["OMP_NUM_THREADS"] = str(n)
         else:
-            n = None  # torch's own default: today's behaviour on a quiet machine
+            n = None  # torch's own default: nothing changes on a quiet machine
     wait = None
     if user_wait:
         name, value = next(iter(user_wait.items()))
@@ -511,7 +368,7 @@ class LoadWatch:
     """Re-reads the others' load now and then, for a long run whose thread count is automatic.
 
     :meth:`poll` is cheap between checks (a clock reading); every :attr:`EVERY_S` seconds it
-    reads ``/proc/stat`` (the load since the last check, this process's own time taken out) and
+    reads the kernel's CPU times (the load since the last check, this process's own time taken out) and
     returns a new thread count when two checks in a row agree on one that differs from the
     current (``torch.set_num_threads`` clears oneDNN's primitive cache: rarely, not on a blip).
 
@@ -519,7 +376,7 @@ class LoadWatch:
         cpus: the CPUs this process may use.
         threads: the thread count now.
         every: seconds between checks.
-        stat: ``/proc/stat``'s path; ``clock``: the time source (for tests).
+        stat: the CPU times' file (None: procfs's); ``clock``: the time source (for tests).
     """
 
     EVERY_S = 30.0
@@ -530,7 +387,7 @@ class LoadWatch:
         threads: int,
         *,
         every: float = EVERY_S,
-        stat: str | os.PathLike = "/proc/stat",
+        stat: str | os.PathLike | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

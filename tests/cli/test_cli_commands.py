@@ -19,7 +19,7 @@ from qkv.cli import COMMANDS, build_parser, main
 CLI = Path(qkv.cli.__file__).parent
 SRC = CLI.parents[1]
 #: the modules of src/qkv/cli/ that are not a command
-NOT_COMMANDS = {"__init__", "__main__", "_common"}
+NOT_COMMANDS = {"__init__", "__main__", "_common", "_train_settings"}
 
 
 def _subparsers() -> dict:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from qkv._errors import SettingError
+from qkv._errors import SettingError, keyed
 from qkv.cli import main
 from qkv.cli._common import named_by_flag, named_by_prefix
 from qkv.cli.serve import _FIELDS, _FLAGS
@@ -26,10 +26,13 @@ def test_the_key_is_read_not_the_message():
     assert named_by_flag(plain, _FLAGS) is plain
     other = SettingError("elsewhere", "x")
     assert named_by_flag(other, _FLAGS) is other
-    # the fallback for libraries without SettingError reads the prefix, keeping the type
-    err = named_by_prefix(FileNotFoundError("path: no such file 'x'"), {"path": "--data"})
+    # an error of another kind about a setting carries its key too (keyed), keeping the type
+    err = named_by_prefix(keyed(FileNotFoundError, "path", "no such file 'x'"), {"path": "--data"})
     assert type(err) is FileNotFoundError and str(err) == "--data: no such file 'x'"
     assert str(named_by_prefix(SettingError("out", "full"), {"out": "--out"})) == "--out: full"
+    # and one that merely starts like a key is left alone, of any kind
+    plain_missing = FileNotFoundError("path: no such file 'x'")
+    assert named_by_prefix(plain_missing, {"path": "--data"}) is plain_missing
 
 
 #: ServeConfig's limits it checks itself (max_wait_ms: the batcher does, when create_app builds it)

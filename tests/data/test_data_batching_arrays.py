@@ -58,7 +58,7 @@ def test_the_array_plan_is_the_greedy_loops_plan(trial):
     lt = [len(t) + 1 for t in tgt]
     for epoch in range(2):
         want = _reference_plan(ls, lt, max_tokens, cap, shuffle, trial, epoch)
-        got = b._plan(epoch)
+        got = b._batches(epoch)
         assert len(got) == len(want)
         for k, w in enumerate(want):
             assert got[k].tolist() == w.tolist()

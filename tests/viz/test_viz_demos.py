@@ -101,7 +101,7 @@ def test_positional_encoding_table():
         sinusoidal_table(4, 3)
     from qkv.demos.positional_encoding import encoding_table
 
-    table, _ = encoding_table(60, 32)  # the library's, once qkv.nn.position has landed
+    table, _ = encoding_table(60, 32)  # the library's
     torch.testing.assert_close(table, P, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="max_len"):
         sinusoidal_table(0, 4)

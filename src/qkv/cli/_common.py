@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._errors import SettingError
+from .._errors import SettingError, renamed, setting_of
 
 
 # ---------------------------------------------------------------------------- errors
@@ -57,20 +57,19 @@ def named_by_flag(err: BaseException, flags: Mapping[str, str]) -> BaseException
 
 
 def named_by_prefix(err: BaseException, flags: Mapping[str, str]) -> BaseException:
-    """:func:`named_by_flag`, and for the libraries that do not raise SettingError yet, the one
-    place where the command line reads a key from a message: ``KEY: rest`` with KEY in
-    ``flags`` becomes ``FLAG: rest`` (an error of the same type).
+    """:func:`named_by_flag` for errors of any kind about a setting: a
+    :class:`~qkv._errors.SettingError`, or an error the library made with
+    :func:`~qkv._errors.keyed` (a missing file, a damaged checkpoint, a run folder in use),
+    whose ``key`` ``flags`` maps (library key -> flag), is renamed, its type kept; anything
+    else is returned as it is, whatever its message says (never read for a key).
 
-    Still needed by ``qkv train`` (``TrainConfig``, ``train()``: its data, run folder, lock and
-    checkpoints), ``qkv evaluate --data`` (``qkv.data.read_pairs``) and ``qkv export --out``
-    (the model writer of ``qkv.inference``).
+    Used where the library's errors about a setting are not all ``ValueError``: ``qkv train``
+    and ``qkv prepare``, ``qkv evaluate --data``, ``qkv export --out``, ``qkv average --out``.
     """
-    if isinstance(err, SettingError):
-        return named_by_flag(err, flags)
-    key, sep, rest = str(err).partition(": ")
-    if not sep or key not in flags:
+    setting = setting_of(err)
+    if setting is None or setting[0] not in flags:
         return err
-    return type(err)(f"{flags[key]}: {rest}")
+    return renamed(err, flags[setting[0]])
 
 
 # ---------------------------------------------------------------------------- help texts

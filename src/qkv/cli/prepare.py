@@ -14,7 +14,13 @@ from typing import Any
 
 from .._deps import MissingDependency, require
 from ._common import fail, user_errors, with_default
-from .train import TRAIN_FLAGS, _config_parser, _named, train_config, train_flag_default
+from ._train_settings import (
+    TRAIN_FLAGS,
+    config_modules,
+    named_as_given,
+    train_config,
+    train_flag_default,
+)
 
 NAME = "prepare"
 
@@ -89,7 +95,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Prepare the corpus as the command line says; print the folder."""
-    require(f"qkv {NAME}", _config_parser(args))
+    require(f"qkv {NAME}", config_modules(args))
     from ..data.prepared import Cleaning
     from ..train.corpus import prepare_corpus
 
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     except MissingDependency as e:
         raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None
     except user_errors() as e:
-        return fail(NAME, _named(e, args))
+        return fail(NAME, named_as_given(e, args))
     except KeyboardInterrupt:
         print("qkv prepare: interrupted; run it again to continue", file=sys.stderr)
         return 130

@@ -131,49 +131,21 @@ class TokenBatcher:
         bos_id: int = Vocab.bos_id,
         eos_id: int = Vocab.eos_id,
     ) -> None:
-        if len(src_ids) != len(tgt_ids):
-            raise ValueError(
-                f"src_ids and tgt_ids must be aligned, got {len(src_ids)} and {len(tgt_ids)}"
-            )
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        if max_batch_size is not None and (
-            not isinstance(max_batch_size, int) or max_batch_size < 1
-        ):
-            raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
-        if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
-            raise ValueError(f"max_len must be an int >= 2 or None, got {max_len!r}")
+        _check_settings(len(src_ids), len(tgt_ids), max_tokens, max_batch_size, max_len, seed)
         world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
         rank = _env_int("RANK", 0) if rank is None else rank
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.max_tokens, self.max_batch_size, self.max_len = max_tokens, max_batch_size, max_len
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.src_eos, self.truncate = src_eos, truncate
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-
-        extra = 1 if src_eos else 0
-        # lengths in the type they come in (a prepared corpus's uint16) while max_len bounds them
-        wide = max_len is None or max_len > np.iinfo(np.uint16).max - 1
-        ls = _lengths(src_ids, "src_ids", wide)
-        lt = _lengths(tgt_ids, "tgt_ids", wide)
-        n_in = len(ls)
-        dropped: np.ndarray | None = None
-        if max_len is not None:
-            if truncate:
-                np.minimum(ls, max_len - extra, out=ls)
-                np.minimum(lt, max_len - 1, out=lt)
-            else:
-                fits = (ls <= max_len - extra) & (lt <= max_len - 1)
-                if not fits.all():
-                    dropped = np.flatnonzero(~fits)
-                    ls, lt = ls[fits], lt[fits]
-                del fits
-        n_kept = len(ls)
+        self._src, self._tgt = src_ids, tgt_ids
+        n_in = len(src_ids)
+        ls, lt, dropped = self._kept_lengths()
+        self._n = n_kept = len(ls)
         self.n_dropped = n_in - n_kept
         """Examples dropped for exceeding ``max_len``."""
         if n_kept == 0:
@@ -182,28 +154,12 @@ class TokenBatcher:
                 if n_in
                 else "src_ids must not be empty"
             )
-        # a kept example's position -> its index in the input: from the dropped ones when they
-        # are fewer (position p is index p + #{j: dropped[j] - j <= p}), else a table
-        self._index: np.ndarray | None = None
-        self._dropped_rank: np.ndarray | None = None
-        if dropped is not None and len(dropped) <= n_kept:
-            self._dropped_rank = dropped - np.arange(len(dropped))
-        elif dropped is not None:
-            mask = np.ones(n_in, dtype=bool)
-            mask[dropped] = False
-            self._index = np.flatnonzero(mask).astype(_index_dtype(n_in))
-            del mask
+        self._index, self._dropped_rank = _input_index(dropped, n_in, n_kept)
         del dropped
-        ls += extra
+        ls += 1 if src_eos else 0  # the lengths padded: with <eos>, with <bos>
         lt += 1
-        # the lengths in the smallest type that holds them: they are the batcher's memory
-        top = max(int(ls.max()), int(lt.max()))
-        small = next((t for t in (np.uint8, np.uint16) if top <= np.iinfo(t).max), np.int32)
-        self._ls = ls.astype(small, copy=False)
-        self._lt = lt.astype(small, copy=False)
+        self._ls, self._lt = _compact(ls, lt)
         del ls, lt
-        self._src, self._tgt = src_ids, tgt_ids
-        self._n = n_kept
         worst = int(max(self._ls.max(), self._lt.max()))
         if worst > max_tokens:
             raise ValueError(
@@ -212,7 +168,27 @@ class TokenBatcher:
             )
         self.epoch = 0
         self.batch_index = 0
-        self._plan_cache: tuple[int, _Plan] | None = None
+        self._batches_cache: tuple[int, _EpochBatches] | None = None
+
+    def _kept_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The source and target lengths (without ``<eos>``/``<bos>``) of the examples kept
+        under ``max_len`` (cut to it with ``truncate``), and the input indices of the ones
+        dropped (None: none)."""
+        max_len, extra = self.max_len, 1 if self.src_eos else 0
+        # lengths in the type they come in (a prepared corpus's uint16) while max_len bounds them
+        wide = max_len is None or max_len > np.iinfo(np.uint16).max - 1
+        ls = _lengths(self._src, "src_ids", wide)
+        lt = _lengths(self._tgt, "tgt_ids", wide)
+        if max_len is None:
+            return ls, lt, None
+        if self.truncate:
+            np.minimum(ls, max_len - extra, out=ls)
+            np.minimum(lt, max_len - 1, out=lt)
+            return ls, lt, None
+        fits = (ls <= max_len - extra) & (lt <= max_len - 1)
+        if fits.all():
+            return ls, lt, None
+        return ls[fits], lt[fits], np.flatnonzero(~fits)
 
     @classmethod
     def from_pairs(
@@ -237,7 +213,7 @@ class TokenBatcher:
 
     # -- the epoch plan -------------------------------------------------------------------
 
-    def _global_plan(self, epoch: int) -> _Plan:
+    def _all_batches(self, epoch: int) -> _EpochBatches:
         """All batches of ``epoch`` (every rank's), as positions into the kept examples.
 
         The examples are sorted by ``(max(Ls, Lt), Ls)``, ties in a random order drawn from
@@ -252,14 +228,14 @@ class TokenBatcher:
         del cost
         n_batches = len(bounds) - 1
         visit = rng.permutation(n_batches) if rng is not None else np.arange(n_batches)
-        return _Plan(order, bounds, visit)
+        return _EpochBatches(order, bounds, visit)
 
-    def _plan(self, epoch: int) -> _Plan:
+    def _batches(self, epoch: int) -> _EpochBatches:
         """This rank's batches of ``epoch``."""
-        if self._plan_cache is not None and self._plan_cache[0] == epoch:
-            return self._plan_cache[1]
-        self._plan_cache = None  # the old plan's arrays freed before the new one is built
-        plan = self._global_plan(epoch)
+        if self._batches_cache is not None and self._batches_cache[0] == epoch:
+            return self._batches_cache[1]
+        self._batches_cache = None  # the old plan's arrays freed before the new one is built
+        plan = self._all_batches(epoch)
         if self.world_size > 1:
             if len(plan) < self.world_size:
                 raise ValueError(
@@ -270,13 +246,13 @@ class TokenBatcher:
             # example is seen and every rank takes the same number of steps
             visit = plan.visit
             visit = np.concatenate([visit, visit[: -len(visit) % self.world_size]])
-            plan = _Plan(plan.order, plan.bounds, visit[self.rank :: self.world_size])
-        self._plan_cache = (epoch, plan)
+            plan = _EpochBatches(plan.order, plan.bounds, visit[self.rank :: self.world_size])
+        self._batches_cache = (epoch, plan)
         return plan
 
     def __len__(self) -> int:
         """Batches of this rank in the current epoch."""
-        return len(self._plan(self.epoch))
+        return len(self._batches(self.epoch))
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch (as ``DistributedSampler.set_epoch``)."""
@@ -290,10 +266,10 @@ class TokenBatcher:
         The position advances as each batch is handed out, so ``state_dict()`` taken after
         training on a batch resumes at the batch after it.
         """
-        plan = self._plan(self.epoch)
+        plan = self._batches(self.epoch)
         if self.batch_index >= len(plan):
             self.epoch, self.batch_index = self.epoch + 1, 0
-            plan = self._plan(self.epoch)
+            plan = self._batches(self.epoch)
         while self.batch_index < len(plan):
             positions = plan[self.batch_index]
             self.batch_index += 1
@@ -383,7 +359,7 @@ class TokenBatcher:
         return positions.copy()
 
 
-class _Plan:
+class _EpochBatches:
     """One epoch's batches of one rank: ``order`` (the kept examples sorted), ``bounds``
     (batch ``j`` is ``order[bounds[j]:bounds[j + 1]]``) and ``visit`` (the batches in the order
     they are handed out). Indexing gives a batch's positions; ``len`` the number of batches."""
@@ -413,6 +389,49 @@ def _lengths(ids, name: str, wide: bool) -> np.ndarray:
     if out.ndim != 1 or len(out) != len(ids):
         raise ValueError(f"{name}: expected {len(ids)} lengths, got shape {out.shape}")
     return out
+
+
+def _check_settings(
+    n_src: int,
+    n_tgt: int,
+    max_tokens: object,
+    max_batch_size: object,
+    max_len: object,
+    seed: object,
+) -> None:
+    """The batcher's arguments that need no reading of the data, checked (ValueError)."""
+    if n_src != n_tgt:
+        raise ValueError(f"src_ids and tgt_ids must be aligned, got {n_src} and {n_tgt}")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
+        raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
+    if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
+        raise ValueError(f"max_len must be an int >= 2 or None, got {max_len!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+
+
+def _input_index(
+    dropped: np.ndarray | None, n_in: int, n_kept: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """How a kept example's position maps to its index in the input, as ``(table, ranks)``
+    (both None: nothing was dropped). From the dropped ones when they are fewer (position
+    ``p`` is index ``p + #{j: dropped[j] - j <= p}``: ``ranks``), else a table."""
+    if dropped is None:
+        return None, None
+    if len(dropped) <= n_kept:
+        return None, dropped - np.arange(len(dropped))
+    mask = np.ones(n_in, dtype=bool)
+    mask[dropped] = False
+    return np.flatnonzero(mask).astype(_index_dtype(n_in)), None
+
+
+def _compact(ls: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths in the smallest type that holds them: they are the batcher's memory."""
+    top = max(int(ls.max()), int(lt.max()))
+    small = next((t for t in (np.uint8, np.uint16) if top <= np.iinfo(t).max), np.int32)
+    return ls.astype(small, copy=False), lt.astype(small, copy=False)
 
 
 def _index_dtype(n: int) -> type:

@@ -34,6 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import replace
+from .._errors import SettingError
+from .._folder import MANIFEST
+
 __all__ = [
     "CLEAN_REASONS",
     "MANIFEST",
@@ -59,7 +63,6 @@ __all__ = [
 
 #: the folder's format; a newer one is refused with the version it needs
 PREPARED_VERSION = 1
-MANIFEST = "manifest.json"
 _LEN_MAX = np.iinfo(np.uint16).max
 
 
@@ -103,22 +106,25 @@ def check_sources(records: Iterable[dict[str, Any]], folder: str | Path, remedy:
             the file, what changed and ``remedy``.
     """
     for r in records:
-        p = Path(r["path"])
-        where = f"{r['key']}: {str(p)!r}"
+        p, key = Path(r["path"]), r["key"]
         if not p.is_file():
-            raise ValueError(f"{where} was prepared into {str(folder)!r} and is gone; {remedy}")
+            raise SettingError(
+                key, f"{str(p)!r} was prepared into {str(folder)!r} and is gone; {remedy}"
+            )
         st = p.stat()
         if st.st_size == r["size"] and st.st_mtime_ns == r["mtime_ns"]:
             continue
         if st.st_size != r["size"]:
-            raise ValueError(
-                f"{where} changed since it was prepared into {str(folder)!r} (size "
-                f"{r['size']} -> {st.st_size} bytes); {remedy}"
+            raise SettingError(
+                key,
+                f"{str(p)!r} changed since it was prepared into {str(folder)!r} (size "
+                f"{r['size']} -> {st.st_size} bytes); {remedy}",
             )
         if file_digest(p) != r["blake2b"]:
-            raise ValueError(
-                f"{where} changed since it was prepared into {str(folder)!r} (same size, "
-                f"other content: BLAKE2b {r['blake2b']} recorded); {remedy}"
+            raise SettingError(
+                key,
+                f"{str(p)!r} changed since it was prepared into {str(folder)!r} (same size, "
+                f"other content: BLAKE2b {r['blake2b']} recorded); {remedy}",
             )
 
 
@@ -161,7 +167,7 @@ class TokenArraysWriter:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-            os.replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
+            replace(self.folder / f"{self.name}.{ext}.tmp", self.folder / f"{self.name}.{ext}")
 
 
 # ---------------------------------------------------------------------------- raw pairs
@@ -309,9 +315,10 @@ def _check_size(path: Path, dtype: Any, count: int) -> None:
     want = count * dtype.itemsize
     size = path.stat().st_size if path.is_file() else None
     if size != want:
-        raise ValueError(
-            f"data: {str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
-            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again"
+        raise SettingError(
+            "data",
+            f"{str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
+            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again",
         )
 
 
@@ -330,14 +337,15 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"data: {str(folder)!r} is not a prepared corpus ({e})") from None
+        raise SettingError("data", f"{str(folder)!r} is not a prepared corpus ({e})") from None
     if not isinstance(m, dict) or m.get("type") != "qkv.PreparedCorpus":
-        raise ValueError(f"data: {str(path)!r} is not the manifest of a prepared corpus")
+        raise SettingError("data", f"{str(path)!r} is not the manifest of a prepared corpus")
     version = m.get("version")
     if not isinstance(version, int) or version > PREPARED_VERSION:
-        raise ValueError(
-            f"data: {str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
-            f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv"
+        raise SettingError(
+            "data",
+            f"{str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
+            f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv",
         )
     return m
 

@@ -61,6 +61,8 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Union
 
+from .._errors import SettingError, keyed
+
 __all__ = ["FORMATS", "MAX_RECORD_LINES", "ReadReport", "iter_pairs", "read_pairs"]
 
 FORMATS = ("fra", "tsv", "csv", "jsonl", "aligned")
@@ -205,11 +207,11 @@ def _check_file(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise FileNotFoundError(f"path: no such file {str(path)!r}") from None
+        raise keyed(FileNotFoundError, "path", f"no such file {str(path)!r}") from None
     except OSError as e:
-        raise ValueError(f"path: cannot read {str(path)!r}: {e.strerror or e}") from None
+        raise SettingError("path", f"cannot read {str(path)!r}: {e.strerror or e}") from None
     if stat.S_ISDIR(mode):
-        raise ValueError(f"path: expected a file, got the directory {str(path)!r}")
+        raise SettingError("path", f"expected a file, got the directory {str(path)!r}")
     if not stat.S_ISREG(mode):
         what = (
             "a FIFO (named pipe)"
@@ -222,9 +224,10 @@ def _check_file(path: Path) -> None:
             if stat.S_ISSOCK(mode)
             else "not a regular file"
         )
-        raise ValueError(
-            f"path: {str(path)!r} is {what}; expected a regular file (a data file is read more "
-            "than once: to guess its format, to split it, to resume): save it to a file first"
+        raise SettingError(
+            "path",
+            f"{str(path)!r} is {what}; expected a regular file (a data file is read more "
+            "than once: to guess its format, to split it, to resume): save it to a file first",
         )
 
 
@@ -242,14 +245,15 @@ def _chunks(path: Path) -> Iterator[bytes]:
                     return
                 yield chunk
     except EOFError:
-        raise ValueError(
-            f"path: {str(path)!r} is truncated: its gzip stream ends before its end marker "
-            "(an interrupted download or copy?); get the file again"
+        raise SettingError(
+            "path",
+            f"{str(path)!r} is truncated: its gzip stream ends before its end marker "
+            "(an interrupted download or copy?); get the file again",
         ) from None
     except (gzip.BadGzipFile, zlib.error) as e:
-        raise ValueError(f"path: {str(path)!r} is not a valid gzip file ({e})") from None
+        raise SettingError("path", f"{str(path)!r} is not a valid gzip file ({e})") from None
     except OSError as e:
-        raise ValueError(f"path: cannot read {str(path)!r}: {e.strerror or e}") from None
+        raise SettingError("path", f"cannot read {str(path)!r}: {e.strerror or e}") from None
 
 
 def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -289,9 +293,10 @@ def _transcoded(chunks: Iterator[bytes], encoding: str, path: Path) -> Iterator[
             done += len(chunk)
         yield decoder.decode(b"", final=True).encode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
-            f"path: {str(path)!r} starts with a {encoding} byte-order mark but is not valid "
-            f"{encoding} ({e.reason} near byte {done + e.start}); convert it to UTF-8"
+        raise SettingError(
+            "path",
+            f"{str(path)!r} starts with a {encoding} byte-order mark but is not valid "
+            f"{encoding} ({e.reason} near byte {done + e.start}); convert it to UTF-8",
         ) from None
 
 
@@ -333,10 +338,11 @@ def _read_lines(path: Path, first_line: int = 1) -> Iterator[bytes]:
     for n, line in enumerate(_split_lines(stream), start=first_line):
         if b"\x00" in line:
             what = _nul_encoding(line) if encoding == "UTF-8" else f"{encoding} holding NULs"
-            raise ValueError(
-                f"path: line {n} of {str(path)!r} holds NUL bytes: it looks like {what}; qkv "
+            raise SettingError(
+                "path",
+                f"line {n} of {str(path)!r} holds NUL bytes: it looks like {what}; qkv "
                 "reads UTF-8 text (or UTF-16/UTF-32 starting with a byte-order mark): convert "
-                "it, e.g. iconv -f UTF-16 -t UTF-8"
+                "it, e.g. iconv -f UTF-16 -t UTF-8",
             )
         yield line
 
@@ -397,17 +403,19 @@ def _pick(
         if len(hits) == 1:
             return hits[0]
         if hits:
-            raise ValueError(
-                f"{arg}: {wanted!r} matches several of the {where} when case is ignored: "
-                f"{[names[i] for i in hits]}; pass the exact name"
+            raise SettingError(
+                arg,
+                f"{wanted!r} matches several of the {where} when case is ignored: "
+                f"{[names[i] for i in hits]}; pass the exact name",
             )
-        raise ValueError(f"{arg}: {wanted!r} is not among the {where}: {list(names)}")
+        raise SettingError(arg, f"{wanted!r} is not among the {where}: {list(names)}")
     for name in defaults:
         if name.casefold() in folded:
             return folded.index(name.casefold())
-    raise ValueError(
-        f"{arg}: none of the default names {list(defaults)} is among the {where} "
-        f"{list(names)}; pass {arg}= to choose one"
+    raise SettingError(
+        arg,
+        f"none of the default names {list(defaults)} is among the {where} "
+        f"{list(names)}; pass {arg}= to choose one",
     )
 
 
@@ -505,8 +513,8 @@ def _header(
     try:
         header_text = first.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
-            f"path: the header row of {path!r} is not valid UTF-8 ({e.reason})"
+        raise SettingError(
+            "path", f"the header row of {path!r} is not valid UTF-8 ({e.reason})"
         ) from None
     if delimiter == "\t":
         header = header_text.split("\t")
@@ -653,9 +661,10 @@ def _read_aligned(a: Path, b: Path, report: ReadReport) -> Iterator[tuple[str, s
         if (pair := _keep(report, n, sa, sb, f"{sa}\t{sb}")) is not None:
             yield pair
     if na != nb:
-        raise ValueError(
-            f"path: aligned files must have the same number of lines, got {na} in "
-            f"{str(a)!r} and {nb} in {str(b)!r}; the pairs cannot be trusted"
+        raise SettingError(
+            "path",
+            f"aligned files must have the same number of lines, got {na} in "
+            f"{str(a)!r} and {nb} in {str(b)!r}; the pairs cannot be trusted",
         )
 
 
@@ -716,10 +725,10 @@ def iter_pairs(
         :class:`ReadReport` it fills in as it goes (complete once the stream is exhausted).
     """
     if format is not None and format not in FORMATS:
-        raise ValueError(f"format: expected one of {FORMATS} or None, got {format!r}")
+        raise SettingError("format", f"expected one of {FORMATS} or None, got {format!r}")
     for name, col in (("src_column", src_column), ("tgt_column", tgt_column)):
         if col is not None and (not isinstance(col, str) or not col.strip()):
-            raise ValueError(f"{name}: expected a column name, got {col!r}")
+            raise SettingError(name, f"expected a column name, got {col!r}")
     named = src_column is not None or tgt_column is not None
     if format is None:
         format = guess_format(path)
@@ -727,9 +736,10 @@ def iter_pairs(
             format = "tsv"
     if named and format in ("fra", "aligned"):
         arg = "src_column" if src_column is not None else "tgt_column"
-        raise ValueError(
-            f"{arg}: the {format} format has no named columns (source first, then target); "
-            "name columns in a tsv, csv or jsonl file"
+        raise SettingError(
+            arg,
+            f"the {format} format has no named columns (source first, then target); "
+            "name columns in a tsv, csv or jsonl file",
         )
     if not isinstance(max_examples, int) or max_examples < 0:
         raise ValueError(f"max_examples must be an int >= 0, got {max_examples!r}")
@@ -772,7 +782,7 @@ def _counted(pairs: Iterator[tuple[str, str]], report: ReadReport) -> Iterator[t
             why = "it has no data lines"
         else:
             why = f"all {report.lines} lines were skipped:\n{report}"
-        raise ValueError(f"path: no sentence pair could be read from {report.path}: {why}")
+        raise SettingError("path", f"no sentence pair could be read from {report.path}: {why}")
 
 
 def read_pairs(

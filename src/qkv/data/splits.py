@@ -235,7 +235,7 @@ def split_pairs(
     group_key = normalized_source if key is None else key
     groups: dict[str, list[int]] = {}
     # each group is ordered by its smallest raw source: for data without variants this is the
-    # source itself, so such a split is the one earlier versions made
+    # source itself, so such a split is the one grouping by the exact text makes
     first: dict[str, str] = {}
     for i, (s, _) in enumerate(pairs):
         g = group_key(s)

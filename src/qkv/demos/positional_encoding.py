@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..nn.position import sinusoidal_encoding
 from . import register
 
 __all__ = ["encoding_table", "run", "sinusoidal_table"]
@@ -20,8 +21,8 @@ __all__ = ["encoding_table", "run", "sinusoidal_table"]
 def sinusoidal_table(max_len: int, d: int, base: float = 10000.0) -> Tensor:
     """The ``(max_len, d)`` float64 table of sinusoidal encodings (``d`` even).
 
-    A local helper until ``qkv.nn.position`` (the library's own) lands; the formula is the
-    paper's and the book's.
+    The formula written out, the paper's and the book's: what the demo checks the library's
+    table (:func:`encoding_table`) against.
     """
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len: expected a positive int, got {max_len!r}")
@@ -37,12 +38,7 @@ def sinusoidal_table(max_len: int, d: int, base: float = 10000.0) -> Tensor:
 
 
 def encoding_table(max_len: int, d: int) -> tuple[Tensor, str]:
-    """The ``(max_len, d)`` float64 table from ``qkv.nn.position`` when it is there, else from
-    :func:`sinusoidal_table`; also says which one it used."""
-    try:
-        from qkv.nn.position import sinusoidal_encoding
-    except ImportError:  # the library's positional encodings have not landed yet
-        return sinusoidal_table(max_len, d), "the demo's own sinusoidal_table"
+    """The ``(max_len, d)`` float64 table of the library's sinusoidal encoding, and its name."""
     P = sinusoidal_encoding(torch.arange(max_len), d, dtype=torch.float64)
     return P, "qkv.nn.position.sinusoidal_encoding"
 

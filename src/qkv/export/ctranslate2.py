@@ -34,6 +34,7 @@ from torch import nn
 
 from .._deps import require
 from .._errors import SettingError
+from .._folder import CT2_DIR
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import (
     CheckpointError,
@@ -57,8 +58,6 @@ __all__ = ["CT2_DIR", "QUANTIZATIONS", "Ct2Translator", "export_ctranslate2", "t
 
 log = logging.getLogger(__name__)
 
-#: the CTranslate2 model's folder inside an exported model folder
-CT2_DIR = "ctranslate2"
 #: ``quantize`` values (CTranslate2's weight types); None keeps float32
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "float16", "bfloat16")
 _OPTIONS = "qkv.json"

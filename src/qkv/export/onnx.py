@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from .._deps import require
+from .._folder import ONNX_FILES
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import (
     CheckpointError,
@@ -64,8 +65,6 @@ __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
 
 logger = logging.getLogger(__name__)
 
-#: The files :func:`export_onnx` writes (besides ``tokenizers/``).
-ONNX_FILES: tuple[str, ...] = ("encoder.onnx", "decoder_step.onnx", "onnx.json")
 _FORMAT = "qkv-onnx"
 _VERSION = 1
 

@@ -593,7 +593,7 @@ def _slices_pay(q: Tensor, k: Tensor, v: Tensor, spec: MaskSpec, kind: ScoreKind
 
 
 # ---------------------------------------------------------------------------- the planner
-class _Plan(NamedTuple):
+class _CheckedCall(NamedTuple):
     """One validated call: its tensors (trailing keys every query masks dropped), its masks, its
     score kind and the backend chosen."""
 
@@ -630,7 +630,7 @@ def _check_export_budget(query, key, value, spec, kind, arg, scale, choice, budg
 
 def _plan_kind(
     query, key, value, masks, kind: ScoreKind, arg, scale, dropout_p, need_weights, backend, budget
-) -> _Plan:
+) -> _CheckedCall:
     """Validate what every kind shares, canonicalise the masks, resolve the multiplier on the
     full key length, drop trailing keys every query has masked (when the weights are not
     returned), and choose the backend."""
@@ -648,7 +648,9 @@ def _plan_kind(
         choice = _export_choice(query, key, kind, scale, need_weights, backend)
         if backend == "export" and not torch.compiler.is_compiling():
             _check_export_budget(query, key, value, spec, kind, arg, scale, choice, budget)
-        return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice)
+        return _CheckedCall(
+            query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice
+        )
     end = spec.key_extent()
     pad = 0
     if 0 < end < spec.Lk:
@@ -661,7 +663,9 @@ def _plan_kind(
     choice = _choose(
         query, key, value, spec, kind, arg, scale, need_weights, p, backend, budget, pad_bytes
     )
-    return _Plan(query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice, pad)
+    return _CheckedCall(
+        query, key, value, inputs, spec, kind, arg, mult, p, need_weights, choice, pad
+    )
 
 
 def plan_call(
@@ -679,7 +683,7 @@ def plan_call(
     need_weights,
     backend,
     memory_budget,
-) -> _Plan:
+) -> _CheckedCall:
     """What :func:`attention` and :func:`explain` share: the arguments of :func:`attention`
     (same names, same order), validated and planned."""
     _check_qkv(query, key, value)
@@ -691,7 +695,7 @@ def plan_call(
     )
 
 
-def _run(plan: _Plan) -> tuple[Tensor, Tensor | None]:
+def _run(plan: _CheckedCall) -> tuple[Tensor, Tensor | None]:
     query, key, value, (key_in, value_in) = plan.query, plan.key, plan.value, plan.inputs
     spec, kind, arg, mult, p, choice = (
         plan.spec,

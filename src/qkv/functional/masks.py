@@ -253,15 +253,6 @@ class MaskSpec:
             return False
         return self.valid_lens is None or (self.lens_range is not None and self.lens_range[0] > 0)
 
-    @property
-    def empty_except_causal(self) -> bool:
-        """True when no mask but ``is_causal`` may be present."""
-        return (
-            self.key_padding_mask is None
-            and self.attn_mask is None
-            and all(m is CAUSAL for m in self.index_masks)
-        )
-
     def key_bounds(self, q0: int, q1: int) -> KeyBounds:
         """``(lo, hi, full_lo, full_hi)`` for queries ``q0:q1`` from every position-based mask
         (see :meth:`IndexMask.key_bounds`): the chunked planner skips keys outside ``lo:hi`` and

@@ -6,9 +6,10 @@ whoever can rewrite a file can rewrite the manifest too. So every size read from
 the sizes another engine's folder states) is checked here before a model is built or a beam
 decoded: against a hard limit per field (:data:`LIMITS`), against the weight file it must
 fill (a model cannot have more parameters than its weight file has bytes), and against the
-memory available (:func:`available_memory`: ``MemAvailable`` and the cgroup's limit). A size
-out of bounds is a :class:`~qkv._errors.SettingError` naming the field; the reader that read
-the file says which file, in one line (``checkpoint: model.json in 'x' is refused: ...``).
+memory available (:func:`available_memory`: ``MemAvailable``, the cgroups' limits and
+``ulimit -v``, as :mod:`qkv._machine` reads them). A size out of bounds is a
+:class:`~qkv._errors.SettingError` naming the field; the reader that read the file says which
+file, in one line (``checkpoint: model.json in 'x' is refused: ...``).
 
 The estimates are lower bounds (the weights' float32 bytes, the buffers that grow with the
 position table, the logits of one decoding step): a folder is refused only when it certainly
@@ -17,13 +18,11 @@ cannot fit, never because an estimate was generous.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .._errors import SettingError
+from .._machine import memory_available
 from ..nn.seq2seq import Seq2SeqConfig
 from .options import Decoding
 
@@ -61,36 +60,11 @@ LIMITS: dict[str, int] = {
 _FLOAT = 4  # bytes of a float32: a model is built in float32
 
 
-def _meminfo() -> int | None:
-    """The kernel's ``MemAvailable`` in bytes (Linux), else None."""
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-def _cgroup() -> int | None:
-    """What the cgroup (v2) this process runs in leaves of its limit, else None."""
-    with contextlib.suppress(OSError, ValueError):
-        limit = Path("/sys/fs/cgroup/memory.max").read_text(encoding="ascii").strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text(encoding="ascii"))
-        return None if limit == "max" else max(int(limit) - used, 0)
-    return None
-
-
-def _free_pages() -> int | None:
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return None
-
-
 def available_memory() -> int | None:
-    """Bytes of memory this process can still take: the kernel's ``MemAvailable`` (else its
-    free pages), less where a cgroup (a container's limit) leaves less; None where nothing
-    says."""
-    found = [n for n in (_meminfo() or _free_pages(), _cgroup()) if n is not None]
-    return min(found) if found else None
+    """Bytes of memory this process can still take (:func:`qkv._machine.memory_available`:
+    the kernel's ``MemAvailable``, less where a cgroup, v1 or v2, or ``ulimit -v`` leaves
+    less); None where nothing says. The memory guard of attention reads the same answer."""
+    return memory_available()
 
 
 def _gb(n: float) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .._errors import SettingError, keyed
+
 __all__ = ["pick_device"]
 
 
@@ -24,7 +26,7 @@ def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> tor
     if isinstance(device, torch.device):
         device = str(device)
     if not isinstance(device, str):
-        raise TypeError(f"device: expected a device name, got {type(device).__name__}")
+        raise keyed(TypeError, "device", f"expected a device name, got {type(device).__name__}")
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
@@ -33,23 +35,26 @@ def pick_device(device: str | torch.device = "auto", local_rank: int = 0) -> tor
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise ValueError(f"device: {expected}, got {device!r}") from None
+        raise SettingError("device", f"{expected}, got {device!r}") from None
     if dev.type not in ("cpu", "cuda"):  # mps, meta, xpu, ...: not what qkv runs or tests on
-        raise ValueError(
-            f"device: {expected}, got {device!r} (qkv runs on the CPU and on CUDA GPUs)"
+        raise SettingError(
+            "device", f"{expected}, got {device!r} (qkv runs on the CPU and on CUDA GPUs)"
         )
     if dev.type == "cpu":
         if dev.index not in (None, 0):
-            raise ValueError(f"device: {expected}, got {device!r} (the CPU has no index: 'cpu')")
+            raise SettingError(
+                "device", f"{expected}, got {device!r} (the CPU has no index: 'cpu')"
+            )
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} was asked for, but CUDA is not available")
+        raise SettingError("device", f"{device!r} was asked for, but CUDA is not available")
     count = torch.cuda.device_count()
     if dev.index is None:
         dev = torch.device("cuda", local_rank % count)
     elif dev.index >= count:
-        raise ValueError(
-            f"device: {device!r} was asked for, but this machine has {count} CUDA "
-            f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})"
+        raise SettingError(
+            "device",
+            f"{device!r} was asked for, but this machine has {count} CUDA "
+            f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})",
         )
     return dev

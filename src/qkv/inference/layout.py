@@ -11,8 +11,9 @@ A run folder ``OUT`` holds::
 Training writes these and everything that uses a run (loading, averaging, exporting, the lock
 checks) reads them through this module: :class:`RunLayout` for a run folder, and, for a
 checkpoints folder met on its own (``qkv average`` of a bare folder of ``step-*``),
-:func:`step_name`, :func:`step_of` and :data:`BEST_POINTER`. What one model folder holds inside
-(``manifest.json``, the weights, ...) is :mod:`qkv.inference.saved`'s business.
+:func:`step_name`, :func:`step_of` and :data:`BEST_POINTER`. The names of what one model folder
+holds inside (``manifest.json``, the weights, ...) are :mod:`qkv._folder`'s, and reading them is
+:mod:`qkv.inference.saved`'s.
 """
 
 from __future__ import annotations

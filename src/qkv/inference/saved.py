@@ -15,8 +15,9 @@ A folder written by ``qkv train`` (a checkpoint ``OUT/checkpoints/step-XXXXXXXX`
     trainer.pt          a checkpoint's optimizer, schedule and RNG state (tensors only)
     decoding.json       the final model's decoding chosen on validation (beam, length penalty)
 
-This module reads that format (``qkv.train.checkpoint`` writes it): verifying the manifest,
-finding the folder to use in a run folder (whose names are :mod:`qkv.inference.layout`'s),
+This module reads that format (``qkv.train.checkpoint`` writes it; the files' names are
+:mod:`qkv._folder`'s): verifying the manifest, finding the folder to use in a run folder (whose
+names are :mod:`qkv.inference.layout`'s),
 loading the weights, and :func:`load_model`, which returns a :class:`SavedModel` (model,
 tokenizers, decoding) ready to decode. Anything wrong with a folder is a
 :class:`CheckpointError` that says what, never a traceback from deep inside torch.
@@ -45,6 +46,19 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._folder import (
+    DECODING,
+    MANIFEST,
+    MODEL_CONFIG,
+    RESUME_FILES,
+    SPLIT,
+    TOKENIZERS,
+    TRAIN_CONFIG,
+    TRAINER_STATE,
+    TRAINER_TENSORS,
+    UNFINISHED_MARKS,
+    WEIGHTS,
+)
 from ..data import Tokenizer, load_tokenizers
 from ..data.languages import check_language
 from ..nn.seq2seq import EncoderDecoder, build_model
@@ -59,6 +73,7 @@ __all__ = [
     "CT2_FOLDER_FORMAT",
     "MANIFEST",
     "ONNX_FOLDER_FORMAT",
+    "RESUME_FILES",
     "CheckpointError",
     "LoadedCheckpoint",
     "SavedModel",
@@ -79,7 +94,6 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "qkv.checkpoint"
 CHECKPOINT_VERSION = 1
-MANIFEST = "manifest.json"
 #: the manifest format of a folder of ONNX graphs (``qkv export --format onnx``), which qkv's
 #: own engine does not read
 ONNX_FOLDER_FORMAT = "qkv.onnx"
@@ -204,7 +218,7 @@ def resolve_model_dir(path: str | Path) -> Path:
     run = RunLayout(p)
     if (run.final / MANIFEST).is_file() and _is_current(run.final, run.checkpoints):
         return run.final  # a run's final model (averaged, decoding chosen)
-    if any((p / name).exists() for name in ("model.safetensors", "trainer.pt", "model.json")):
+    if any((p / name).exists() for name in UNFINISHED_MARKS):
         raise CheckpointError(
             f"model dir: {str(p)!r} is not a qkv checkpoint, or one never completed (it has no "
             f"{MANIFEST}, which qkv writes last)"
@@ -496,18 +510,6 @@ class LoadedCheckpoint:
     tensors: dict | None
 
 
-#: what resuming a run reads of a checkpoint (each must be listed in the manifest)
-RESUME_FILES = (
-    "model.json",
-    "model.safetensors",
-    "train.json",
-    "split.json",
-    "trainer.json",
-    "trainer.pt",
-    "tokenizers",
-)
-
-
 def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedCheckpoint:
     """Verify and read a checkpoint folder (see the module docstring for its files).
 
@@ -526,29 +528,29 @@ def load_checkpoint(folder: str | Path, *, with_tensors: bool = True) -> LoadedC
     if with_tensors:
         v.all()
         for rel in RESUME_FILES:
-            v.tree(rel) if rel == "tokenizers" else v.file(rel)
-    model_meta = v.json("model.json")
+            v.tree(rel) if rel == TOKENIZERS else v.file(rel)
+    model_meta = v.json(MODEL_CONFIG)
     if not isinstance(model_meta, dict) or not isinstance(model_meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(d)!r} has no model config")
     try:  # a run resumed builds this model: its sizes in bounds first
-        check_model_config(model_meta["config"], v.size("model.safetensors"))
+        check_model_config(model_meta["config"], v.size(WEIGHTS))
     except (ValueError, TypeError) as e:
-        raise v.invalid("model.json", e) from None
+        raise v.invalid(MODEL_CONFIG, e) from None
     tensors = _read_state(v) if with_tensors else None
     return LoadedCheckpoint(
         path=d,
         manifest=v.manifest,
         model_config=model_meta["config"],
-        train_config=v.json("train.json"),
-        split=v.json("split.json"),
-        trainer_state=v.json("trainer.json"),
+        train_config=v.json(TRAIN_CONFIG),
+        split=v.json(SPLIT),
+        trainer_state=v.json(TRAINER_STATE),
         tensors=tensors,
     )
 
 
 def _read_state(v: VerifiedFolder) -> dict:
     """``trainer.pt``, verified, read with ``torch.load(weights_only=True)``; never otherwise."""
-    path = v.file("trainer.pt")
+    path = v.file(TRAINER_TENSORS)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except OSError as e:
@@ -583,8 +585,8 @@ def _read_weights(v: VerifiedFolder) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     d = v.dir
-    path = v.file("model.safetensors")
-    meta = v.json("model.json")
+    path = v.file(WEIGHTS)
+    meta = v.json(MODEL_CONFIG)
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, RuntimeError) as e:
@@ -667,10 +669,10 @@ def _build(v: VerifiedFolder, config: dict) -> EncoderDecoder:
     cannot build (a tampered file whose manifest was rewritten to match: negative or huge
     sizes, wrong types, ...)."""
     try:
-        checked = check_model_config(config, v.size("model.safetensors"))
+        checked = check_model_config(config, v.size(WEIGHTS))
         return build_model(checked)
     except Exception as e:  # whatever torch raises on an impossible size, named once
-        raise v.invalid("model.json", e) from None
+        raise v.invalid(MODEL_CONFIG, e) from None
 
 
 def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> SavedModel:
@@ -692,14 +694,14 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
     # only what translating reads is verified: a damaged trainer.pt or split.json of a
     # checkpoint does not stop its weights from translating
     v = VerifiedFolder(folder)
-    meta = v.json("model.json")
+    meta = v.json(MODEL_CONFIG)
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"checkpoint: model.json in {str(folder)!r} has no model config")
     languages = model_languages(meta, folder)
     model = _build(v, meta["config"])
     _fit_weights(folder, _read_weights(v), model)
     try:
-        src, tgt = load_tokenizers(v.tree("tokenizers"))
+        src, tgt = load_tokenizers(v.tree(TOKENIZERS))
     except (OSError, ValueError, KeyError) as e:
         raise v.gone() or CheckpointError(
             f"checkpoint: the tokenizers in {str(folder)!r} cannot be loaded: {e}"
@@ -712,11 +714,9 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
             f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
         )
     decoding = None
-    if "decoding.json" in v.files or (folder / "decoding.json").exists():
+    if DECODING in v.files or (folder / DECODING).exists():
         try:
-            decoding = check_decoding(
-                Decoding.from_dict(v.json("decoding.json")), cfg.tgt_vocab_size
-            )
+            decoding = check_decoding(Decoding.from_dict(v.json(DECODING)), cfg.tgt_vocab_size)
         except (ValueError, TypeError) as e:
-            raise v.invalid("decoding.json", e) from None
+            raise v.invalid(DECODING, e) from None
     return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device, languages)

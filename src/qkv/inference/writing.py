@@ -16,26 +16,51 @@ translating needs::
 ``load_model``, ``Translator.load``, ``qkv translate``, ``qkv evaluate`` (with ``--data``) and the
 attention viewer read it as they read a run. :func:`run_card` gathers a run's card from the
 folder it was exported from.
+
+The files' names are :mod:`qkv._folder`'s. Every folder is written atomically
+(:func:`write_folder`, on :mod:`qkv._atomic`'s folder swap); :func:`atomic_file`,
+:func:`fsync_dir`, :class:`NoSpaceError` (:mod:`qkv._atomic`) and :func:`current_umask`
+(:mod:`qkv._machine`) are importable from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import re
-import secrets
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
 from .. import __version__
+from .._atomic import (
+    NoSpaceError,
+    atomic_file,
+    fsync_dir,
+    install_folder,
+    is_no_space,
+    no_space_error,
+)
+from .._errors import SettingError
+from .._folder import (
+    CARD,
+    CARD_DATA,
+    DECODING,
+    FOLDER_NAMES,
+    MANIFEST,
+    MODEL_CONFIG,
+    ONNX_FILES,
+    TOKENIZERS,
+    TRAIN_CONFIG,
+    TRAINER_STATE,
+    TRAINER_TENSORS,
+    WEIGHTS,
+)
+from .._machine import current_umask
 from ..data import Tokenizer, save_tokenizers
 from ..data.languages import language_name
 from ..nn.seq2seq import EncoderDecoder
@@ -45,7 +70,6 @@ from .saved import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CT2_FOLDER_FORMAT,
-    MANIFEST,
     ONNX_FOLDER_FORMAT,
     VerifiedFolder,
     languages_record,
@@ -82,62 +106,8 @@ BUNDLED_LANGUAGES = ("en", "fr")
 TMP_PREFIX, _OLD = ".qkv-tmp-", ".qkv-old-"
 #: a folder being written or replaced by process PID: ``.qkv-tmp-NAME-PID``, ``.qkv-old-NAME-PID``
 _TEMP_FOLDER = re.compile(r"^\.qkv-(?:tmp|old)-(.+)-(\d+)$")
-#: what a folder qkv writes holds (a temporary one is removed only when it holds no more)
-FOLDER_NAMES = frozenset(
-    {
-        MANIFEST,
-        "model.safetensors",
-        "model.json",
-        "train.json",
-        "split.json",
-        "trainer.json",
-        "trainer.pt",
-        "decoding.json",
-        "tokenizers",
-        "README.md",
-        "card.json",
-        "ctranslate2",
-        *("encoder.onnx", "decoder_step.onnx", "onnx.json"),
-    }
-)
 #: what an ONNX export written before ONNX folders had a manifest holds (replaced by --force)
-_OLD_ONNX_NAMES = frozenset({"encoder.onnx", "decoder_step.onnx", "onnx.json", "tokenizers"})
-
-
-class NoSpaceError(OSError):
-    """A folder could not be written: the disk (or the user's quota) is full.  Nothing of it
-    is left behind, and what was written before is intact.  ``str(err)`` is the message."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-#: errno values that mean "the device is full"
-_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
-
-
-def is_no_space(err: BaseException) -> bool:
-    """Whether ``err`` says the disk is full (an OSError with ENOSPC/EDQUOT, or a library's
-    error that only carries the text, as safetensors' does)."""
-    if isinstance(err, OSError) and err.errno in _NO_SPACE:
-        return True
-    text = str(err)
-    return any(s in text for s in ("No space left on device", "StorageFull", "Disk quota"))
-
-
-def no_space_error(err: BaseException, folder: Path, what: str, remedy: str = "") -> NoSpaceError:
-    """The :class:`NoSpaceError` for ``err``: "no space left" with the folder and what was
-    being written, the free space, and ``remedy``."""
-    try:
-        free = f"; {shutil.disk_usage(folder).free / 1e6:.1f} MB free there now"
-    except OSError:
-        free = ""
-    return NoSpaceError(
-        errno.ENOSPC,
-        f"no space left on the device of {str(folder)!r} while writing {what}{free}: nothing "
-        f"of it was kept, and what was written there before is intact; free some space"
-        + (f", {remedy}" if remedy else ", then try again"),
-    )
+_OLD_ONNX_NAMES = frozenset({*ONNX_FILES, TOKENIZERS})
 
 
 def _pid_alive(pid: int) -> bool:
@@ -181,26 +151,6 @@ def remove_stale_folders(
 
 
 # ---------------------------------------------------------------------------- modes
-_UMASK_LOCK = threading.Lock()
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it where the kernel says it (Linux 4.7+:
-    ``Umask:`` in ``/proc/self/status``); elsewhere set and put back at once, under a lock
-    (another thread creating a file in between would get umask 022)."""
-    with (
-        contextlib.suppress(OSError, ValueError, IndexError),
-        open("/proc/self/status", encoding="ascii", errors="replace") as f,
-    ):
-        for line in f:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
 def give_umask_modes(root: Path) -> None:
     """Give ``root`` and everything under it the modes the user's umask gives a new file
     (``0o666 & ~umask``) and folder (``0o777 & ~umask``), as ``open()`` and ``mkdir`` do:
@@ -212,54 +162,7 @@ def give_umask_modes(root: Path) -> None:
             os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
-@contextlib.contextmanager
-def atomic_file(
-    path: str | Path,
-    mode: str = "wb",
-    *,
-    encoding: str | None = None,
-    newline: str | None = None,
-    temp: str | None = None,
-) -> Iterator[IO[Any]]:
-    """Write the file ``path`` atomically: ``with atomic_file(p) as f: f.write(...)`` writes a
-    temporary file in the same folder (named ``temp``, else ``.NAME.PID-RANDOM.tmp``), created
-    with the mode the user's umask gives, flushed and fsynced, then renamed over ``path``.
-    Readers see the old content or the new, never a part; on an error (or an exception in the
-    block) the temporary file is removed and ``path`` is left as it was; a full disk is a
-    :class:`NoSpaceError`. ``mode``: ``"wb"`` or ``"w"`` (with ``encoding`` and ``newline``)."""
-    p = Path(path)
-    tmp = p.with_name(temp or f".{p.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)  # a stale one of this name: never written through
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and is_no_space(e):
-            raise no_space_error(e, p.parent, p.name) from None
-        raise
-    fsync_dir(p.parent)
-
-
 # ---------------------------------------------------------------------------- the writer
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -332,18 +235,12 @@ def write_folder(
         write_manifest(tmp, fmt, step)
         for d in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
             fsync_dir(d)
-        if final.exists():  # replaced: set aside until the new one is in place
-            os.replace(final, old)
-        os.replace(tmp, final)
+        install_folder(tmp, final, old)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left
-        if old.exists() and not final.exists():  # the old folder goes back where it was
-            os.replace(old, final)
         if isinstance(e, Exception) and is_no_space(e):
             raise no_space_error(e, root, name, remedy) from None
         raise
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(root)
     return final
 
 
@@ -379,7 +276,7 @@ def write_model_folder(
 
     def fill(tmp: Path) -> None:
         _model_files(tmp, state_dict, meta, documents, tensors, texts)
-        write_tokenizers(tmp / "tokenizers")
+        write_tokenizers(tmp / TOKENIZERS)
         if extra is not None:
             extra(tmp)
 
@@ -409,12 +306,12 @@ def _model_files(
             continue
         seen[ident] = key
         unique[key] = value.detach().to("cpu").contiguous()
-    save_file(unique, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(unique, str(tmp / WEIGHTS), metadata={"format": "pt"})
 
     def dump(fname: str, obj: Any) -> None:
         _write_synced(tmp / fname, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
 
-    dump("model.json", {**meta, "aliases": aliases})
+    dump(MODEL_CONFIG, {**meta, "aliases": aliases})
     for fname, obj in documents.items():
         dump(fname, obj)
     for fname, text in (texts or {}).items():
@@ -422,7 +319,7 @@ def _model_files(
     if tensors is not None:
         # through a Python file: a full disk is an OSError with its errno, not torch's
         # "file write failed"
-        with open(tmp / "trainer.pt", "wb") as f:
+        with open(tmp / TRAINER_TENSORS, "wb") as f:
             torch.save(tensors, f)
             f.flush()
             os.fsync(f.fileno())
@@ -436,36 +333,43 @@ def check_out(out: str | Path, force: bool, sources: tuple[Path, ...] = ()) -> P
     format (never a run, a checkpoint, a run's own ``final/``, or files qkv did not write)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out: {str(out)!r} is a file; expected a folder to write the model to")
+        raise SettingError(
+            "out", f"{str(out)!r} is a file; expected a folder to write the model to"
+        )
     for above in out.absolute().parents:
         if above.exists():
             if not above.is_dir():
-                raise ValueError(
-                    f"out: {str(above)!r} is a file, not a folder (in {str(out)!r}); expected "
-                    "a folder to write the model to"
+                raise SettingError(
+                    "out",
+                    f"{str(above)!r} is a file, not a folder (in {str(out)!r}); expected "
+                    "a folder to write the model to",
                 )
             break
     for src in sources:
         if src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve()):
-            raise ValueError(
-                f"out: {str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder"
+            raise SettingError(
+                "out",
+                f"{str(out)!r} holds the model being saved ({str(src)!r}); choose a new folder",
             )
     if not out.exists() or not any(out.iterdir()):
         return out
     if not force:
-        raise ValueError(
-            f"out: {str(out)!r} exists and is not empty; choose a new folder, or pass "
-            "force=True (--force) to replace a model folder written before"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} exists and is not empty; choose a new folder, or pass "
+            "force=True (--force) to replace a model folder written before",
         )
     if _run_final(out):
-        raise ValueError(
-            f"out: {str(out)!r} is the final model of the run {str(out.parent)!r} (its chosen "
-            "weights and decoding): it is never replaced, even with --force; choose a new folder"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} is the final model of the run {str(out.parent)!r} (its chosen "
+            "weights and decoding): it is never replaced, even with --force; choose a new folder",
         )
     if not is_model_folder(out):
-        raise ValueError(
-            f"out: {str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
-            "files qkv did not write): it is never replaced, even with --force; choose a new folder"
+        raise SettingError(
+            "out",
+            f"{str(out)!r} is not a model folder qkv exported (a run, a checkpoint, or "
+            "files qkv did not write): it is never replaced, even with --force; choose a new folder",
         )
     return out
 
@@ -481,7 +385,7 @@ def is_model_folder(folder: Path) -> bool:
     ``checkpoints/`` (a run), not a run's ``final/``; or ONNX graphs qkv exported before they
     had a manifest? Only such a folder is ever replaced by a new model
     (``save_model(force=True)``, ``qkv export --force``, ``qkv average --force``)."""
-    if (folder / "trainer.pt").exists() or (folder / CHECKPOINTS_DIR).exists():
+    if (folder / TRAINER_TENSORS).exists() or (folder / CHECKPOINTS_DIR).exists():
         return False
     if _run_final(folder):
         return False
@@ -596,9 +500,9 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     (a qkv model folder, or an exported CTranslate2 or ONNX one).
     """
     v = VerifiedFolder(folder, formats=(CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT))
-    langs = model_languages(v.json("model.json"), folder) if "model.json" in v.files else None
-    if "card.json" in v.files:
-        kept = v.json("card.json")
+    langs = model_languages(v.json(MODEL_CONFIG), folder) if MODEL_CONFIG in v.files else None
+    if CARD_DATA in v.files:
+        kept = v.json(CARD_DATA)
         if isinstance(kept, dict):
             if langs is not None:
                 kept["languages"] = list(langs)
@@ -606,13 +510,13 @@ def run_card(folder: str | Path) -> dict[str, Any]:
     card: dict[str, Any] = {"scores": {}}
     if langs is not None:
         card["languages"] = list(langs)
-    if "train.json" in v.files:
-        train = v.json("train.json")
+    if TRAIN_CONFIG in v.files:
+        train = v.json(TRAIN_CONFIG)
         if isinstance(train, dict):
             card["data"] = train.get("data") or BUNDLED_DATA
             card["settings"] = {k: val for k, val in train.items() if k != "data"}
-    if "trainer.json" in v.files:
-        state = v.json("trainer.json")
+    if TRAINER_STATE in v.files:
+        state = v.json(TRAINER_STATE)
         if isinstance(state, dict):
             card["step"] = state.get("step")
             if isinstance(state.get("valid_bleu"), (int, float)):
@@ -696,7 +600,7 @@ def save_model(
             f"{cfg.src_vocab_size} and {cfg.tgt_vocab_size}"
         )
     default = None if decoding is None else Decoding.coerce(decoding)
-    documents = {} if default is None else {"decoding.json": default.to_dict()}
+    documents = {} if default is None else {DECODING: default.to_dict()}
     card = dict(card or {})
     if languages is None and card.get("languages") is not None:
         languages = tuple(card["languages"])  # type: ignore[assignment]
@@ -706,7 +610,7 @@ def save_model(
         card["languages"] = list(languages)
     readme = model_card(card, model, default)
     try:  # kept as data too: a model exported again keeps its card
-        documents["card.json"] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
+        documents[CARD_DATA] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
     except (TypeError, ValueError) as e:
         raise ValueError(f"card: expected JSON-serialisable values (text, numbers): {e}") from None
     out = Path(out)
@@ -719,7 +623,7 @@ def save_model(
             model_config=cfg.to_dict(),
             write_tokenizers=lambda d: save_tokenizers(d, src_tokenizer, tgt_tokenizer),
             documents=documents,
-            texts={"README.md": readme},
+            texts={CARD: readme},
             extra=extra,
             languages=languages,
         )

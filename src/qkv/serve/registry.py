@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SettingError
+from .._folder import MODEL_MARKS
 from ..data.languages import base_language, check_language, language_name
 from ..engines import folder_engine, open_translator
 from ..inference import Decoding, TextTranslator, verify_checkpoint
+from ..inference.layout import CHECKPOINTS_DIR, FINAL_DIR
 from .batcher import Batcher
 from .metrics import BATCH_BUCKETS, Histogram
 
@@ -60,17 +62,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: what a folder of models holds that makes a subfolder a model (``--models-dir``)
-_MODEL_MARKS = (
-    "manifest.json",
-    "model.json",
-    "model.safetensors",
-    "onnx.json",
-    "model.bin",
-    "ctranslate2",
-    "final",
-    "checkpoints",
-)
+#: what a folder of models holds that makes a subfolder a model (``--models-dir``): a model
+#: folder's files, or a run folder's
+_MODEL_MARKS = (*MODEL_MARKS, FINAL_DIR, CHECKPOINTS_DIR)
 
 #: the language a pivot goes through when several would do (Argos Translate's)
 PREFERRED_PIVOT = "en"

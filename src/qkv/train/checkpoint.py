@@ -17,10 +17,9 @@ and one checkpoint folder holds::
     trainer.pt          optimizer and schedule state, every rank's RNG states (tensors only;
                         read back with torch.load(weights_only=True))
 
-Writing is atomic: everything goes into ``.qkv-tmp-step-...-PID`` beside the final folder, every
-file is flushed and fsynced, then the folder is renamed into place (``os.replace``), and
-``best.json`` is replaced the same way (temporary file in the same folder, fsync,
-``os.replace``). A folder without its ``manifest.json`` is never a checkpoint. The next start
+Writing is atomic (:mod:`qkv._atomic`): everything goes into ``.qkv-tmp-step-...-PID`` beside
+the final folder, every file is flushed and fsynced, then the folder is renamed into place, and
+``best.json`` is replaced the same way (temporary file in the same folder, fsync, rename). A folder without its ``manifest.json`` is never a checkpoint. The next start
 removes what a killed writer left, and only that: qkv's own temporary names, holding only what
 qkv writes (:func:`remove_stale_temporaries`). There is no ``latest.json``: the newest
 checkpoint is the ``step-*`` folder with the highest number, and :func:`resume_checkpoint` picks
@@ -44,10 +43,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._atomic import NoSpaceError, replace, write_bytes, write_json
+from .._errors import keyed
+from .._folder import MANIFEST, MODEL_CONFIG, SPLIT, TOKENIZERS, TRAIN_CONFIG, TRAINER_STATE
 from ..inference.layout import BEST_POINTER, FINAL_DIR, RunLayout, step_name, step_of
 from ..inference.saved import (
     CHECKPOINT_FORMAT,
-    MANIFEST,
     CheckpointError,
     LoadedCheckpoint,
     VerifiedFolder,
@@ -63,14 +64,7 @@ from ..inference.saved import (
     sha256_file,
     verify_checkpoint,
 )
-from ..inference.writing import (
-    TMP_PREFIX,
-    NoSpaceError,
-    atomic_file,
-    check_out,
-    remove_stale_folders,
-    write_model_folder,
-)
+from ..inference.writing import TMP_PREFIX, check_out, remove_stale_folders, write_model_folder
 from .runlock import LockHolder
 
 __all__ = [
@@ -127,19 +121,23 @@ def run_lock_in_use(folder: str | Path) -> Callable[[int], bool] | None:
 
 
 # ---------------------------------------------------------------------------- atomic files
+def _temp(path: Path) -> str:
+    """The temporary name of ``path`` while it is written: ``.NAME.qkv-tmp-PID``, which
+    :func:`remove_stale_temporaries` knows."""
+    return f".{path.name}{TMP_PREFIX}{os.getpid()}"
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`qkv.inference.writing.atomic_file`: a
-    temporary file in the same folder, fsync, ``os.replace``, the mode the user's umask
-    gives). Readers see the old content or the new one, never a part; on an error the
-    temporary file is removed (a full disk: :class:`NoSpaceError`)."""
-    p = Path(path)
-    with atomic_file(p, temp=f".{p.name}{TMP_PREFIX}{os.getpid()}") as f:
-        f.write(data)
+    """Write ``data`` to ``path`` atomically (:func:`qkv._atomic.write_bytes`: a temporary
+    file in the same folder, fsync, rename, the mode the user's umask gives). Readers see the
+    old content or the new one, never a part; on an error the temporary file is removed (a
+    full disk: :class:`NoSpaceError`)."""
+    write_bytes(path, data, temp=_temp(Path(path)))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """:func:`atomic_write_bytes` of ``obj`` as indented UTF-8 JSON."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
+    write_json(path, obj, temp=_temp(Path(path)))
 
 
 # ---------------------------------------------------------------------------- saving
@@ -186,7 +184,7 @@ def save_checkpoint(
         state_dict=model.state_dict(),
         model_config=model_config,
         write_tokenizers=write_tokenizers,
-        documents={"train.json": train_config, "split.json": split, "trainer.json": trainer_state},
+        documents={TRAIN_CONFIG: train_config, SPLIT: split, TRAINER_STATE: trainer_state},
         tensors=tensors,
         languages=languages,
         in_use=run_lock_in_use(root),
@@ -211,9 +209,9 @@ def _model_identity(folder: Path) -> tuple[Any, ...]:
     (the SHA-256 of each file, verified) and its languages. Two runs of one architecture with
     other vocabularies (fr and zh) have equal configs and other tokenizers."""
     v = VerifiedFolder(folder)
-    meta = v.json("model.json")
+    meta = v.json(MODEL_CONFIG)
     config = meta.get("config") if isinstance(meta, dict) else None
-    v.tree("tokenizers")
+    v.tree(TOKENIZERS)
     tokenizers = {k: m.get("sha256") for k, m in v.files.items() if k.startswith("tokenizers/")}
     return config, tokenizers, model_languages(meta, folder)
 
@@ -345,29 +343,38 @@ def _resume_target(root: Path, resume_from: int | str | Path) -> Path:
         else f"{str(root)!r} holds no checkpoint"
     )
     if isinstance(resume_from, bool) or not isinstance(resume_from, (int, str, os.PathLike)):
-        raise TypeError(
-            "resume_from: expected an update number or a checkpoint folder, got "
-            f"{type(resume_from).__name__}"
+        raise keyed(
+            TypeError,
+            "resume_from",
+            f"expected an update number or a checkpoint folder, got {type(resume_from).__name__}",
         )
     if isinstance(resume_from, int):
         if resume_from < 0:
-            raise CheckpointError(f"resume_from: expected an update number >= 0, got {resume_from}")
+            raise keyed(
+                CheckpointError, "resume_from", f"expected an update number >= 0, got {resume_from}"
+            )
         target = root / step_name(resume_from)
         if target not in found:
-            raise CheckpointError(
-                f"resume_from: no checkpoint of update {resume_from} in {str(root)!r}; {there}"
+            raise keyed(
+                CheckpointError,
+                "resume_from",
+                f"no checkpoint of update {resume_from} in {str(root)!r}; {there}",
             )
         return target
     target = Path(resume_from)
     if not (target / MANIFEST).is_file():
-        raise CheckpointError(
-            f"resume_from: {str(target)!r} is not a checkpoint folder "
-            f"({'no ' + MANIFEST + ' in it' if target.is_dir() else 'no such folder'}); {there}"
+        raise keyed(
+            CheckpointError,
+            "resume_from",
+            f"{str(target)!r} is not a checkpoint folder "
+            f"({'no ' + MANIFEST + ' in it' if target.is_dir() else 'no such folder'}); {there}",
         )
     if target.resolve() not in {p.resolve() for p in found}:
-        raise CheckpointError(
-            f"resume_from: {str(target)!r} is not a checkpoint of the run being resumed (one of "
-            f"{str(root)!r}); {there}"
+        raise keyed(
+            CheckpointError,
+            "resume_from",
+            f"{str(target)!r} is not a checkpoint of the run being resumed (one of "
+            f"{str(root)!r}); {there}",
         )
     return root / target.resolve().name
 
@@ -379,7 +386,7 @@ def _set_aside(folder: Path, why: str) -> Path:
     while dest.exists():
         n += 1
         dest = folder.with_name(f"{folder.name}.{why}-{n}")
-    os.replace(folder, dest)
+    replace(folder, dest)
     return dest
 
 
@@ -485,10 +492,10 @@ def resumed_settings(
     """
     root = Path(root)
     if resume_from is not None:
-        return read_json(_resume_target(root, resume_from), "train.json")
+        return read_json(_resume_target(root, resume_from), TRAIN_CONFIG)
     for p in reversed(find_checkpoints(root)):
         try:
-            return read_json(p, "train.json")
+            return read_json(p, TRAIN_CONFIG)
         except CheckpointError:
             continue
     return None
@@ -517,13 +524,13 @@ def average_checkpoints(
     out = check_out(out, force, tuple(paths))
     weights = average_weights(paths)
     newest = paths[-1]
-    meta = read_json(newest, "model.json")
+    meta = read_json(newest, MODEL_CONFIG)
     steps = [_manifest_step(p) for p in paths]
 
-    verify_checkpoint(newest, ["tokenizers"])  # copied into a folder whose manifest vouches
+    verify_checkpoint(newest, [TOKENIZERS])  # copied into a folder whose manifest vouches
 
     def copy_tokenizers(dest: Path) -> None:
-        shutil.copytree(newest / "tokenizers", dest)
+        shutil.copytree(newest / TOKENIZERS, dest)
 
     return write_model_folder(
         out,
@@ -533,9 +540,9 @@ def average_checkpoints(
         languages=model_languages(meta, newest),
         write_tokenizers=copy_tokenizers,
         documents={
-            "train.json": read_json(newest, "train.json"),
-            "split.json": read_json(newest, "split.json"),
-            "trainer.json": {
+            TRAIN_CONFIG: read_json(newest, TRAIN_CONFIG),
+            SPLIT: read_json(newest, SPLIT),
+            TRAINER_STATE: {
                 "step": steps[-1],
                 "weights": {"kind": "average", "steps": steps, "folders": [str(p) for p in paths]},
             },

@@ -269,7 +269,7 @@ class TrainConfig:
 
     def _need(self, ok: bool, name: str, what: str) -> None:
         if not ok:
-            raise ValueError(f"{name}: expected {what}, got {getattr(self, name)!r}")
+            raise SettingError(name, f"expected {what}, got {getattr(self, name)!r}")
 
     def _check_data(self) -> None:
         """The data fields: the file, its columns and split, the text's normaliser and

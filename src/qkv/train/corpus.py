@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_file, replace
+from .._errors import SettingError, keyed
 from ..data import load_tokenizers, save_tokenizers
 from ..data.languages import detect_languages
 from ..data.prepared import (
@@ -62,7 +64,6 @@ from ..data.prepared import (
     token_dtype,
 )
 from ..data.splits import TEST, TRAIN, VALID, group_hashes, split_parts
-from ..inference.writing import atomic_file
 from .checkpoint import atomic_write_json
 from .config import TrainConfig
 from .presets import resolve_config
@@ -145,7 +146,7 @@ def _sources(config: TrainConfig) -> list[dict[str, Any]]:
             try:
                 records.append(source_record(key, p))
             except OSError as e:
-                raise FileNotFoundError(f"{key}: {p!r} cannot be read: {e.strerror}") from None
+                raise keyed(FileNotFoundError, key, f"{p!r} cannot be read: {e.strerror}") from None
     return records
 
 
@@ -200,9 +201,8 @@ def _encode(
     )
     results = pool.imap(encode_rows, tasks) if pool is not None else map(encode_rows, tasks)
     for i, arrays in zip(todo, results):
-        tmp = work / f".chunk-{i:06d}.tmp.npz"
-        np.savez(tmp, *arrays)
-        os.replace(tmp, work / f"chunk-{i:06d}.npz")
+        with atomic_file(work / f"chunk-{i:06d}.npz", temp=f".chunk-{i:06d}.tmp.npz") as f:
+            np.savez(f, *arrays)
         done += len(arrays[0])
         progress(min(done, len(train)))
 
@@ -418,9 +418,10 @@ def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, 
     test = raw.pairs(np.flatnonzero(parts == TEST))
     del parts
     if not len(train) or not valid:
-        raise ValueError(
-            f"data: {describe_data(config.data)} gives {len(train)} training and {len(valid)} "
-            "validation pairs; expected some of each (more data, or other valid/test sizes)"
+        raise SettingError(
+            "data",
+            f"{describe_data(config.data)} gives {len(train)} training and {len(valid)} "
+            "validation pairs; expected some of each (more data, or other valid/test sizes)",
         )
     resolved, _ = resolve_config(config, len(train))
     if cleaning is not None and cleaning.languages is not None:
@@ -476,7 +477,7 @@ def _install(work: Path, out: Path) -> None:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
-        os.replace(work / name, target)
+        replace(work / name, target)
 
 
 def prepare_corpus(
@@ -511,10 +512,12 @@ def prepare_corpus(
     say = say or (lambda _m: None)
     config = _absolute(config)
     if config.data is None:
-        raise ValueError("data: expected a corpus file (or two aligned files) to prepare, got None")
+        raise SettingError(
+            "data", "expected a corpus file (or two aligned files) to prepare, got None"
+        )
     out = Path(out).resolve()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out: expected a folder, got the file {str(out)!r}")
+        raise SettingError("out", f"expected a folder, got the file {str(out)!r}")
     t0 = time.monotonic()
     cleaning = cleaning if cleaning is not None and cleaning.active else None
     sources, settings = _sources(config), _settings(config)
@@ -694,10 +697,11 @@ def prepared_settings(config: TrainConfig, corpus: PreparedCorpus) -> TrainConfi
     for key in DATA_KEYS:
         given = getattr(config, key)
         if given != _DEFAULTS[key] and given != made[key] and made[key] is not None:
-            raise ValueError(
-                f"{key}: the prepared corpus {str(corpus.folder)!r} was made with {made[key]!r}, "
+            raise SettingError(
+                key,
+                f"the prepared corpus {str(corpus.folder)!r} was made with {made[key]!r}, "
                 f"given {given!r}; drop the setting, or prepare again with it "
-                f"({prepare_command(corpus.folder, m)} ...)"
+                f"({prepare_command(corpus.folder, m)} ...)",
             )
     return config.updated({k: made[k] for k in DATA_KEYS})
 
@@ -716,10 +720,11 @@ def prepared_run_data(
     resolved = corpus.manifest["resolved"]
     for key in TOKENIZER_KEYS:
         if getattr(config, key) != resolved[key]:
-            raise ValueError(
-                f"{key}: the prepared corpus {str(corpus.folder)!r} was made with "
+            raise SettingError(
+                key,
+                f"the prepared corpus {str(corpus.folder)!r} was made with "
                 f"{resolved[key]!r}, the run resolves it to {getattr(config, key)!r}; prepare "
-                f"again with the run's settings"
+                f"again with the run's settings",
             )
     toks = tokenizers if tokenizers is not None else load_tokenizers(corpus.folder / "tokenizers")
     raw_valid, valid = corpus.held_out("valid")

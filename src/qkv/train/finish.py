@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .._folder import DECODING, SPLIT, TRAIN_CONFIG, TRAINER_STATE
 from ..inference import CANDIDATES, Decoding
 from ..inference.layout import RunLayout, step_of
 from .checkpoint import (
@@ -97,7 +98,7 @@ def _choose_decoding(
         return Decoding(), None
     decoding, tried, best_bleu = Decoding(), [], -math.inf
     cap = setup.validation.decoding.output_len_cap
-    for candidate in CANDIDATES:  # scored as the checkpoints were: capped at max_len
+    for candidate in CANDIDATES:  # scored as the checkpoints were: capped at the pair limit
         sc = setup.validation.bleu(setup.model, dataclasses.replace(candidate, output_len_cap=cap))
         tried.append(f"{candidate.describe()}: {sc.bleu:.2f}")
         if sc.bleu > best_bleu:
@@ -139,9 +140,9 @@ def write_final(
         model_config=setup.model_config.to_dict(),
         write_tokenizers=setup.save_tokenizers,
         documents={
-            "train.json": setup.settings,
-            "split.json": setup.data.split.to_dict(),
-            "trainer.json": {
+            TRAIN_CONFIG: setup.settings,
+            SPLIT: setup.data.split.to_dict(),
+            TRAINER_STATE: {
                 "step": int(state.step),
                 "weights": source,
                 "valid_bleu": bleu,
@@ -149,7 +150,7 @@ def write_final(
                 "preset": state.preset,
                 "history": state.history,
             },
-            "decoding.json": decoding.to_dict(),
+            DECODING: decoding.to_dict(),
         },
         in_use=run_lock_in_use(layout.out),
         remedy=f"then finish the run: {resume_command(layout.out)}",
@@ -168,8 +169,8 @@ def read_final(folder: Path) -> Final:
     decoding as recorded there (each None when unreadable: the folder still stands)."""
     bleu, decoding = None, None
     try:
-        bleu = read_json(folder, "trainer.json").get("valid_bleu")  # verified, as every read
-        decoding = Decoding.from_dict(read_json(folder, "decoding.json"))
+        bleu = read_json(folder, TRAINER_STATE).get("valid_bleu")  # verified, as every read
+        decoding = Decoding.from_dict(read_json(folder, DECODING))
     except (OSError, ValueError, AttributeError):  # CheckpointError is a ValueError
         pass
     return Final(folder, bleu, decoding)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._errors import SettingError, keyed
 from ..data import Normalizer, Tokenizer
 from ..inference import CheckpointError, load_model
 from ..inference.saved import MANIFEST
@@ -77,10 +78,11 @@ class InitModel:
             if given != unset and theirs is not None and given != theirs:
                 conflicts.append(f"{key}: the model's {theirs!r}, given {given!r}")
         if conflicts:
-            raise ValueError(
-                f"init_from: the model in {str(self.folder)!r} fixes the architecture and the "
+            raise SettingError(
+                "init_from",
+                f"the model in {str(self.folder)!r} fixes the architecture and the "
                 f"vocabulary, and these settings differ: {'; '.join(conflicts)} (leave them "
-                f"out; of the model options only {', '.join(sorted(INIT_MAY_CHANGE))} may change)"
+                f"out; of the model options only {', '.join(sorted(INIT_MAY_CHANGE))} may change)",
             )
         options = {**own, **{k: v for k, v in config.model_options.items() if k in own}}
         changes: dict[str, Any] = {
@@ -98,8 +100,10 @@ class InitModel:
         try:
             model.load_state_dict(self.weights)
         except RuntimeError as e:  # pragma: no cover - settings() keeps the shapes equal
-            raise CheckpointError(
-                f"init_from: the weights in {str(self.folder)!r} do not fit the model: {e}"
+            raise keyed(
+                CheckpointError,
+                "init_from",
+                f"the weights in {str(self.folder)!r} do not fit the model: {e}",
             ) from None
 
 
@@ -116,7 +120,7 @@ def load_init(path: str | Path) -> InitModel:
         text = str(e)
         for label in ("model dir: ", "checkpoint: "):  # init_from names it
             text = text.removeprefix(label)
-        raise CheckpointError(f"init_from: {text}") from None
+        raise keyed(CheckpointError, "init_from", f"{text}") from None
     step = manifest.get("step") if isinstance(manifest, dict) else None
     return InitModel(
         folder=saved.path,

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._errors import SettingError
 from ..data import Batch, TokenBatcher
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
@@ -151,9 +152,10 @@ def train(
     require("training", required_modules(config))  # before anything is read or written
     config.validate()
     if init_from is not None and (resume or resume_from is not None):
-        raise ValueError(
-            "init_from: a resumed run continues its own checkpoint; starting from another "
-            "model's weights is a new run (drop resume, or init_from)"
+        raise SettingError(
+            "init_from",
+            "a resumed run continues its own checkpoint; starting from another "
+            "model's weights is a new run (drop resume, or init_from)",
         )
     layout = RunLayout(Path(out))
     # what to resume: nothing (False), the newest intact checkpoint (True), or the one named

@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .._errors import SettingError
+
 __all__ = ["sequence_loss"]
 
 
@@ -82,7 +84,9 @@ def sequence_loss(
         got = tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__
         raise ValueError(f"target: expected shape {tuple(logits.shape[:2])}, got {got}")
     if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing: expected a number in [0, 1), got {label_smoothing!r}")
+        raise SettingError(
+            "label_smoothing", f"expected a number in [0, 1), got {label_smoothing!r}"
+        )
     V = logits.shape[-1]
     flat_target = target.reshape(-1)
     keep = flat_target != pad_id  # (B * Lt,)

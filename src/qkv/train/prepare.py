@@ -20,6 +20,8 @@ import torch
 from torch import nn
 
 from .._deps import require
+from .._errors import SettingError
+from .._folder import MODEL_CONFIG, TOKENIZERS
 from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
 from ..data.languages import language_name
 from ..data.prepared import PreparedSplit, is_prepared
@@ -194,9 +196,10 @@ def open_run(
     D.barrier()
     latest = latest_checkpoint(layout.checkpoints)
     if latest is not None and resume is False:
-        raise ValueError(
-            f"out: {str(layout.out)!r} already holds a run (checkpoint {latest.name}); pass "
-            "--resume to continue it, or choose another --out"
+        raise SettingError(
+            "out",
+            f"{str(layout.out)!r} already holds a run (checkpoint {latest.name}); pass "
+            "--resume to continue it, or choose another --out",
         )
     ckpt = None
     if resume is not False:
@@ -261,9 +264,10 @@ def _new_run_data(
     split = run_split(config, files)
     n_train = len(split.train)
     if n_train < 1:
-        raise ValueError(
-            f"data: {source} gives no training pairs after the split ({len(pairs)} pairs "
-            f"read); expected more data, or smaller valid/test sizes"
+        raise SettingError(
+            "data",
+            f"{source} gives no training pairs after the split ({len(pairs)} pairs "
+            f"read); expected more data, or smaller valid/test sizes",
         )
     run_cfg, preset = resolve_config(
         config, n_train, device=info.device.type, world_size=info.world_size
@@ -285,9 +289,10 @@ def _prepared_data(
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A new run's settings, preset and data from a prepared corpus (``qkv prepare``)."""
     if init is not None:
-        raise ValueError(
-            "init_from: a prepared corpus holds its own tokenizers, the saved model others; "
-            "train from the corpus's file (--data FILE) to keep the model's vocabulary"
+        raise SettingError(
+            "init_from",
+            "a prepared corpus holds its own tokenizers, the saved model others; "
+            "train from the corpus's file (--data FILE) to keep the model's vocabulary",
         )
     corpus = open_prepared(str(settings.data))
     config = prepared_settings(settings, corpus)
@@ -316,7 +321,7 @@ def _resumed_data(
     try:
         prepared = PreparedSplit.describes(ckpt.split)
         split = PreparedSplit.from_dict(ckpt.split) if prepared else Split.from_dict(ckpt.split)
-        toks = load_tokenizers(ckpt.path / "tokenizers")
+        toks = load_tokenizers(ckpt.path / TOKENIZERS)
     except (ValueError, KeyError, OSError) as e:
         raise CheckpointError(f"checkpoint: {str(ckpt.path)!r} is unusable: {e}") from None
     resolved = ckpt.trainer_state.get("resolved_config")
@@ -332,17 +337,18 @@ def _resumed_data(
         ) from None
     # what may change on resume comes from the invocation; the rest is the run's own
     run_cfg = run_cfg.updated({k: getattr(settings, k) for k in sorted(RESUMABLE_KEYS)})
-    langs = model_languages(read_json(ckpt.path, "model.json"), ckpt.path)
+    langs = model_languages(read_json(ckpt.path, MODEL_CONFIG), ckpt.path)
     if langs is not None and not (run_cfg.src_lang and run_cfg.tgt_lang):
         # settings saved before they held the languages: the checkpoint's model records them
         run_cfg = run_cfg.updated({"src_lang": langs[0], "tgt_lang": langs[1]})
     if isinstance(split, PreparedSplit):
         corpus = open_prepared(str(run_cfg.data))
         if corpus.fingerprint != split.fingerprint:
-            raise ValueError(
-                f"data: the prepared corpus {str(corpus.folder)!r} is not the one the run was "
+            raise SettingError(
+                "data",
+                f"the prepared corpus {str(corpus.folder)!r} is not the one the run was "
                 f"trained on (fingerprint {corpus.fingerprint}, the run's {split.fingerprint}): "
-                f"{RESUME_REMEDY}"
+                f"{RESUME_REMEDY}",
             )
         return run_cfg, ckpt.trainer_state.get("preset"), prepared_run_data(run_cfg, corpus, toks)
     data = load_run_data(run_cfg, split=split, tokenizers=toks)
@@ -350,14 +356,15 @@ def _resumed_data(
 
 
 # ---------------------------------------------------------------------------- the model
-def length_limit(model: nn.Module, max_len: int) -> tuple[int, str]:
-    """The longest pair (in tokens, ``<eos>`` counted) a run trains on: ``max_len``, or the
-    model's learned positional table when it is smaller (pairs longer than it could not be
-    encoded: dropped before the first update, and counted), with its name."""
+def length_limit(model: nn.Module, pair_limit: int) -> tuple[int, str]:
+    """The longest pair (in tokens, ``<eos>`` counted) a run trains on: ``pair_limit`` (the
+    run's ``max_len`` setting), or the model's learned positional table when it is smaller
+    (pairs longer than it could not be encoded: dropped before the first update, and counted),
+    with its name."""
     table = min((n for n in position_limits(model) if n is not None), default=None)
-    if table is not None and table < max_len:
+    if table is not None and table < pair_limit:
         return table, f"the model's learned positions ({POSITION_SETTING}={table})"
-    return max_len, f"max_len={max_len}"
+    return pair_limit, f"max_len={pair_limit}"
 
 
 def _model(
@@ -407,8 +414,8 @@ def _batches(
     kept = int(np.count_nonzero(longest < limit))  # with <eos>: longest + 1 <= limit
     del longest
     if kept == 0:
-        raise ValueError(
-            f"data: every one of the {data.n_train} training pairs is longer than "
+        raise SettingError(
+            "data", f"every one of the {data.n_train} training pairs is longer than "
             f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
             f"({'--set max_len=N' if limit == config.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
             "or check the data"

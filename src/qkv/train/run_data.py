@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._deps import MissingDependency
+from .._errors import SettingError, keyed, setting_of
 from ..data import (
     Normalizer,
     ReadReport,
@@ -208,7 +209,7 @@ def _file_pairs(config: TrainConfig, key: str, path: str | list[str]) -> Iterato
         )
         yield from stream
     except (ValueError, TypeError, FileNotFoundError) as e:
-        raise type(e)(_as_data_error(str(e), source, key)) from None
+        raise _as_data_error(e, source, key) from None
     _check_skipped(report, config.max_skipped, key)
 
 
@@ -233,7 +234,7 @@ def iter_run_files(config: TrainConfig) -> Iterator[tuple[str, tuple[str, str]]]
     setting (``data``, ``valid_data``, ``test_data``): the data file's cut to ``max_pairs``
     (the file still read to its end, for its count of unreadable lines), then the others'."""
     if config.data is None:
-        raise ValueError("data: expected a corpus file (or two aligned files), got None")
+        raise SettingError("data", "expected a corpus file (or two aligned files), got None")
     limit = config.max_pairs
     for i, pair in enumerate(_file_pairs(config, "data", config.data)):
         if limit is None or i < limit:
@@ -305,18 +306,21 @@ def run_split(config: TrainConfig, files: RunFiles) -> Split:
     )
 
 
-def _as_data_error(text: str, source: str, key: str = "data") -> str:
-    """A reader's error as the run's setting names it: ``data:`` (the file), not ``path:``."""
-    if text.startswith("path: "):
-        return f"{key}: " + text[len("path: ") :]
-    if text.startswith("format: "):
-        return "data_format: " + text[len("format: ") :]
-    for key in ("src_column", "tgt_column"):  # named as the setting and its flag
-        if text.startswith(f"{key}: "):
-            flag = "--" + key.replace("_", "-")
-            text = text.replace(f"pass {key}= to choose one", f"pass {flag} NAME ({key})")
-            return f"{text} (data {source!r})"
-    return f"{key}: {source!r}: {text}"
+def _as_data_error(err: BaseException, source: str, key: str = "data") -> BaseException:
+    """A reader's error (``err``) as the run's setting names it, of the same type: ``data``
+    (the file), not ``path``; ``data_format``, not ``format``; a column named as its setting
+    and flag; an error about no setting of the reader's as one about the file ``key``."""
+    setting = setting_of(err)
+    name, problem = setting if setting is not None else ("", str(err))
+    if name == "path":
+        return keyed(type(err), key, problem)
+    if name == "format":
+        return keyed(type(err), "data_format", problem)
+    if name in ("src_column", "tgt_column"):  # named as the setting and its flag
+        flag = "--" + name.replace("_", "-")
+        problem = problem.replace(f"pass {name}= to choose one", f"pass {flag} NAME ({name})")
+        return keyed(type(err), name, f"{problem} (data {source!r})")
+    return keyed(type(err), key, f"{source!r}: {err!s}")
 
 
 def apply_split(split: Split, pairs: list[tuple[str, str]], source: str, remedy: str) -> tuple:
@@ -329,9 +333,10 @@ def apply_split(split: Split, pairs: list[tuple[str, str]], source: str, remedy:
             what = f"it gives {len(pairs)} pairs, the run was split from {split.n}"
         else:
             what = f"its {len(pairs)} pairs are not the text the run was split from"
-        raise ValueError(
-            f"data: {source!r} changed since the run was split ({what}; split.json "
-            f"fingerprint {split.fingerprint}): {remedy}"
+        raise SettingError(
+            "data",
+            f"{source!r} changed since the run was split ({what}; split.json "
+            f"fingerprint {split.fingerprint}): {remedy}",
         ) from None
 
 
@@ -356,10 +361,11 @@ def _check_skipped(report: ReadReport, max_skipped: float, key: str = "data") ->
             if max_skipped == 0
             else f"at most {max_skipped:.1%} may be (max_skipped={max_skipped:g}, --max-skipped)"
         )
-        raise ValueError(
-            f"{key}: {bad} of the {report.pairs + bad} lines of {report.path} ({frac:.1%}) "
+        raise SettingError(
+            key,
+            f"{bad} of the {report.pairs + bad} lines of {report.path} ({frac:.1%}) "
             f"cannot be read, {allowed}; blank lines are not counted: "
-            f"{report.summary(blank=False)}"
+            f"{report.summary(blank=False)}",
         )
     if report.n_skipped and os.environ.get("RANK", "0") == "0":  # said once under torchrun
         log.warning(
@@ -488,10 +494,11 @@ def _prepared_pairs(ckpt: Any, part: str) -> tuple[list[tuple[str, str]], str]:
     except ValueError as e:
         raise ValueError(f"{e} (the corpus the run in {str(ckpt.path)!r} trained on)") from None
     if corpus.fingerprint != split.fingerprint:
-        raise ValueError(
-            f"data: the prepared corpus {split.corpus!r} was prepared again since the run "
+        raise SettingError(
+            "data",
+            f"the prepared corpus {split.corpus!r} was prepared again since the run "
             f"trained on it (fingerprint {corpus.fingerprint}, the run's {split.fingerprint}): "
-            f"{EVALUATE_REMEDY}"
+            f"{EVALUATE_REMEDY}",
         )
     return corpus.held_out(part)[0], f"the {part} split of the prepared corpus {split.corpus}"
 
@@ -518,9 +525,10 @@ def load_run_data(
         )
     train, valid, test = apply_split(split, pairs_read, source, RESUME_REMEDY)
     if not train or not valid:
-        raise ValueError(
-            f"data: {source} gives {len(train)} training and {len(valid)} validation pairs; "
-            "expected some of each (more data, or other valid/test sizes)"
+        raise SettingError(
+            "data",
+            f"{source} gives {len(train)} training and {len(valid)} validation pairs; "
+            "expected some of each (more data, or other valid/test sizes)",
         )
     raw_valid, raw_test = [t for _, t in valid], [t for _, t in test]
     # a resumed run keeps the normaliser saved with its tokenizers, even if the named one changed

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
+from .._errors import SettingError, keyed
 from ..inference.layout import LOCK_NAME, RunLayout
 
 try:
@@ -113,21 +114,21 @@ def check_out(out: str | Path) -> bool:
     """
     p = Path(out)
     if p.exists() and not p.is_dir():
-        raise ValueError(f"out: {str(p)!r} is a file; expected a folder for the run")
+        raise SettingError("out", f"{str(p)!r} is a file; expected a folder for the run")
     parent = p
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if parent.exists() and not parent.is_dir():
-        raise ValueError(
-            f"out: {str(p)!r} lies under {str(parent)!r}, which is a file; expected a folder"
+        raise SettingError(
+            "out", f"{str(p)!r} lies under {str(parent)!r}, which is a file; expected a folder"
         )
     created = not p.exists()
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"out: cannot create {str(p)!r}: {e.strerror or e}") from None
+        raise SettingError("out", f"cannot create {str(p)!r}: {e.strerror or e}") from None
     if not os.access(p, os.W_OK | os.X_OK):
-        raise ValueError(f"out: {str(p)!r} is not writable by this user")
+        raise SettingError("out", f"{str(p)!r} is not writable by this user")
     return created
 
 
@@ -176,7 +177,9 @@ class RunLock:
         try:
             previous = self._acquire_flock() if fcntl is not None else self._acquire_excl()
         except OSError as e:
-            raise ValueError(f"out: cannot write {str(self.path)!r}: {e.strerror or e}") from None
+            raise SettingError(
+                "out", f"cannot write {str(self.path)!r}: {e.strerror or e}"
+            ) from None
         if previous is not None and previous.pid != me.pid:
             alive = previous.alive()
             why = {
@@ -246,9 +249,10 @@ class RunLock:
             if stale_hint
             else "; wait for it to end or stop it, or choose another --out"
         )
-        err = RunLockedError(
-            f"out: {str(self.out)!r} is in use by another trainer: {who}; lock file "
-            f"{self.path}{hint}"
+        err = keyed(
+            RunLockedError,
+            "out",
+            f"{str(self.out)!r} is in use by another trainer: {who}; lock file {self.path}{hint}",
         )
         err.path, err.holder = self.path, holder
         return err

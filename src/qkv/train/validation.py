@@ -67,8 +67,9 @@ def validation_bleu(
 
     ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
     against the normalised targets of ``pairs``. A run validates with ``decoding``'s
-    ``output_len_cap`` set to its ``max_len`` (its model never saw longer targets), so an
-    untrained model's validation does not decode every sentence to ``2 * source + 10`` tokens.
+    ``output_len_cap`` set to its pair limit (``max_len``: its model never saw longer
+    targets), so an untrained model's validation does not decode every sentence to
+    ``2 * source + 10`` tokens.
     The translations are decoded by :func:`qkv.inference.decode_texts`, as
     :class:`qkv.translate.Translator` decodes them, with its position-limit policy (a source
     longer than a learned table gets an empty hypothesis, never a crash in the middle of a
@@ -102,7 +103,7 @@ class ValidationSet:
         src_tokenizer, tgt_tokenizer: the run's tokenizers.
         device: where the model is.
         decoding: how the run's evaluations decode: its ``eval_beam``, the decode length capped
-            at its ``max_len`` (its model never saw longer targets).
+            at its pair limit (``max_len``: its model never saw longer targets).
         tokenize: sacreBLEU's BLEU tokenizer of every score of the run (its checkpoints, the
             average, the decoding choice): its target language's, as ``sacrebleu -l`` picks it.
     """

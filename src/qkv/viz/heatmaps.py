@@ -144,7 +144,7 @@ def font_family(texts: Iterable[str]) -> list[str]:
 
 def _font(*texts: Iterable[str] | None) -> dict[str, Any]:
     """Text keywords drawing ``texts`` (tick labels, titles) with fonts that have their glyphs:
-    nothing when the default font has every glyph (the figure is as before)."""
+    nothing when the default font has every glyph (matplotlib's default font is kept)."""
     fam = font_family(t for group in texts if group for t in group)
     return {"fontfamily": fam} if len(fam) > 1 else {}
 
