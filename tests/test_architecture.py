@@ -433,11 +433,25 @@ def _string_constants(path: Path) -> list[tuple[str, int]]:
 
 
 #: the files of a model folder whose names only qkv._folder spells
-FOLDER_FILES = {"model.json", "decoding.json", "trainer.json", "manifest.json"}
+FOLDER_FILES = {
+    "model.json",
+    "decoding.json",
+    "trainer.json",
+    "manifest.json",
+    "model.safetensors",
+    "train.json",
+    "split.json",
+    "trainer.pt",
+    "card.json",
+    "onnx.json",
+    "qkv.json",
+    "model.bin",
+}
 
 
 def test_the_model_folders_file_names_are_spelled_in_one_module():
-    """``model.json``, ``decoding.json``, ``trainer.json`` and ``manifest.json`` are named by
+    """A model folder's files (``model.json``, ``decoding.json``, ``trainer.json``,
+    ``manifest.json``, the weights, an export's files: :data:`FOLDER_FILES`) are named by
     ``qkv._folder`` (a string of its own, not prose of a message or docstring); every other
     module uses its names."""
     found = {

@@ -33,6 +33,7 @@ __all__ = [
     "CARD",
     "CARD_DATA",
     "CT2_DIR",
+    "CT2_OPTIONS",
     "CT2_WEIGHTS",
     "DECODING",
     "FOLDER_NAMES",
@@ -71,8 +72,9 @@ DECODING = "decoding.json"
 TOKENIZERS = "tokenizers"
 #: the model card (Markdown) and its content as data
 CARD, CARD_DATA = "README.md", "card.json"
-#: the CTranslate2 model's folder inside an exported model folder, and CTranslate2's weights
-CT2_DIR, CT2_WEIGHTS = "ctranslate2", "model.bin"
+#: the CTranslate2 model's folder inside an exported model folder, CTranslate2's weights, and
+#: qkv's settings beside them (languages, decoding, position bounds)
+CT2_DIR, CT2_WEIGHTS, CT2_OPTIONS = "ctranslate2", "model.bin", "qkv.json"
 #: the ONNX graphs and their settings (``qkv export --format onnx``)
 ONNX_CONFIG = "onnx.json"
 ONNX_FILES: tuple[str, ...] = ("encoder.onnx", "decoder_step.onnx", ONNX_CONFIG)

@@ -9,13 +9,14 @@ import logging
 from typing import Any
 
 from .._deps import require
+from .._folder import SPLIT
 from ._common import (
     add_model_flags,
     check_positive,
     engine_needs,
     fail,
     load_translator,
-    named_by_prefix,
+    named_by_flag,
     user_errors,
 )
 
@@ -103,11 +104,11 @@ def _pairs(args: argparse.Namespace, tr: Any) -> tuple[list[tuple[str, str]], st
                 data, args.format, src_column=args.src_column, tgt_column=args.tgt_column
             )
         except (ValueError, TypeError, FileNotFoundError) as err:  # named as the flags
-            raise named_by_prefix(err, _READ_FLAGS) from None
+            raise named_by_flag(err, _READ_FLAGS) from None
         if report.n_skipped:
             log.warning("%s", report)
         return pairs, " + ".join(args.data)
-    if "split.json" not in verify_checkpoint(tr.path, files=[])["files"]:
+    if SPLIT not in verify_checkpoint(tr.path, files=[])["files"]:
         raise ValueError(
             f"--data: {str(tr.path)!r} is an exported model (it keeps no record of the data it "
             "was trained on, so there is no test split to score): give the parallel text to "

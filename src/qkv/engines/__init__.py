@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SettingError
+from .._folder import CT2_OPTIONS, CT2_WEIGHTS, ONNX_CONFIG
 
 if TYPE_CHECKING:
     from ..inference import TextTranslator
@@ -42,9 +43,9 @@ def folder_engine(folder: str | Path, engine: str = "qkv") -> str:
     if engine not in ENGINES:
         raise SettingError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
     p = Path(folder)
-    if (p / "onnx.json").is_file():
+    if (p / ONNX_CONFIG).is_file():
         return "onnx"
-    if (p / "model.bin").is_file() and (p / "qkv.json").is_file():
+    if (p / CT2_WEIGHTS).is_file() and (p / CT2_OPTIONS).is_file():
         return "ctranslate2"
     return engine
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from .._deps import require
 from .._errors import SettingError
-from .._folder import CT2_DIR
+from .._folder import CT2_DIR, CT2_OPTIONS, CT2_WEIGHTS
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import (
     CheckpointError,
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 
 #: ``quantize`` values (CTranslate2's weight types); None keeps float32
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "float16", "bfloat16")
-_OPTIONS = "qkv.json"
 #: rows of the positional table exported at least (CTranslate2 refuses positions past it)
 MIN_POSITIONS = 1024
 
@@ -191,7 +190,7 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
     }
     if saved.languages is not None:  # the languages travel with the CTranslate2 model too
         options["languages"] = list(saved.languages)
-    (folder / _OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
+    (folder / CT2_OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
     # its own manifest: the folder checks itself when copied out alone (the manifest of the
     # qkv model folder around it lists it too)
     step = int(verify_checkpoint(saved.path, files=[]).get("step") or 0) if saved.path else 0
@@ -241,7 +240,7 @@ def find_ct2(path: str | Path) -> Path:
     """
     p = Path(path)
     for d in (p / CT2_DIR, p):
-        if (d / _OPTIONS).is_file() and (d / "model.bin").is_file():
+        if (d / CT2_OPTIONS).is_file() and (d / CT2_WEIGHTS).is_file():
             return d
     raise FileNotFoundError(
         f"model dir: {str(p)!r} holds no CTranslate2 model (expected {CT2_DIR}/model.bin "
@@ -349,7 +348,7 @@ class Ct2Translator(TranslatorBase, CardDisplay):
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         self.path = find_ct2(path)
         v, prefix = verify_ct2(self.path)
-        self.options, self._decoding, self.positions = _read_options(v, prefix + _OPTIONS)
+        self.options, self._decoding, self.positions = _read_options(v, prefix + CT2_OPTIONS)
         langs = self.options.get("languages")
         if isinstance(langs, list) and len(langs) == 2:
             self._languages = (str(langs[0]), str(langs[1]))
@@ -377,7 +376,7 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         except ValueError as e:  # a compute type or device CTranslate2 refuses
             raise SettingError("compute_type", str(e).splitlines()[0]) from None
         except RuntimeError as e:  # a model.bin (or vocabulary) it cannot read
-            raise v.invalid(prefix + "model.bin", e) from None
+            raise v.invalid(prefix + CT2_WEIGHTS, e) from None
 
     @property
     def device(self) -> str:

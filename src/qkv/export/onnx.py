@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from .._deps import require
-from .._folder import ONNX_FILES
+from .._folder import CARD, CARD_DATA, ONNX_CONFIG, ONNX_FILES
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import (
     CheckpointError,
@@ -266,12 +266,12 @@ def export_onnx(
     def fill(folder: Path) -> None:
         _export_graphs(net, folder)
         text = json.dumps(_meta(saved, config), indent=1) + "\n"
-        (folder / "onnx.json").write_text(text, encoding="utf-8")
+        (folder / ONNX_CONFIG).write_text(text, encoding="utf-8")
         save_tokenizers(folder / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
         # greedy: the model's own decoding (a beam) is not the runner's
         readme = model_card(card, net, None, use=_USE)
-        (folder / "README.md").write_text(readme, encoding="utf-8")
-        (folder / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+        (folder / CARD).write_text(readme, encoding="utf-8")
+        (folder / CARD_DATA).write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
 
     try:
         net.to(device="cpu", dtype=torch.float32).eval()
@@ -286,7 +286,7 @@ def _verified(folder: Path) -> VerifiedFolder:
     """``folder``'s manifest read and every file of it verified (none unlisted, none a link),
     before anything is read; a one-line error naming the file otherwise."""
     if folder.is_dir() and not (folder / MANIFEST).is_file():
-        if not (folder / "onnx.json").is_file():
+        if not (folder / ONNX_CONFIG).is_file():
             raise ValueError(
                 f"folder: expected an ONNX model written by qkv export --format onnx, but "
                 f"{str(folder)!r} has no onnx.json"
@@ -305,13 +305,13 @@ def _verified(folder: Path) -> VerifiedFolder:
 
 def _check_meta(v: VerifiedFolder) -> dict[str, Any]:
     """``onnx.json``, verified, each size the runner uses an int in bounds."""
-    meta = v.json("onnx.json")
+    meta = v.json(ONNX_CONFIG)
     if (
         not isinstance(meta, dict)
         or meta.get("format") != _FORMAT
         or meta.get("version") != _VERSION
     ):
-        raise v.invalid("onnx.json", ValueError(f"not a {_FORMAT} v{_VERSION} file"))
+        raise v.invalid(ONNX_CONFIG, ValueError(f"not a {_FORMAT} v{_VERSION} file"))
     bounds = {
         "layers": LIMITS["num_dec_layers"],
         "heads": LIMITS["num_heads"],
@@ -323,13 +323,13 @@ def _check_meta(v: VerifiedFolder) -> dict[str, Any]:
         value, top = meta.get(key), bounds.get(key, LIMITS["tgt_vocab_size"])
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             raise v.invalid(
-                "onnx.json", ValueError(f"{key}: expected an int in [0, {top:,}], got {value!r}")
+                ONNX_CONFIG, ValueError(f"{key}: expected an int in [0, {top:,}], got {value!r}")
             )
     suppress = meta.get("suppress")
     if not isinstance(suppress, list) or not all(
         isinstance(i, int) and 0 <= i < meta["tgt_vocab_size"] for i in suppress
     ):
-        raise v.invalid("onnx.json", ValueError("suppress: expected a list of target ids"))
+        raise v.invalid(ONNX_CONFIG, ValueError("suppress: expected a list of target ids"))
     return meta
 
 
@@ -390,7 +390,7 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         sizes = (self.src_tokenizer.vocab_size, self.tgt_tokenizer.vocab_size)
         if sizes != (meta.get("src_vocab_size"), meta["tgt_vocab_size"]):
             raise v.invalid(
-                "onnx.json",
+                ONNX_CONFIG,
                 ValueError(
                     f"vocabularies of {meta.get('src_vocab_size')} and {meta['tgt_vocab_size']} "
                     f"ids, the tokenizers have {sizes[0]} and {sizes[1]}"

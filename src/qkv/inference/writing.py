@@ -53,6 +53,7 @@ from .._folder import (
     FOLDER_NAMES,
     MANIFEST,
     MODEL_CONFIG,
+    ONNX_CONFIG,
     ONNX_FILES,
     TOKENIZERS,
     TRAIN_CONFIG,
@@ -393,7 +394,7 @@ def is_model_folder(folder: Path) -> bool:
         fmt = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("format")
     except (OSError, ValueError, AttributeError):
         names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
-        return "onnx.json" in names and names <= _OLD_ONNX_NAMES
+        return ONNX_CONFIG in names and names <= _OLD_ONNX_NAMES
     return fmt in (CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT)
 
 

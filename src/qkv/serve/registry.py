@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SettingError
-from .._folder import MODEL_MARKS
+from .._folder import CT2_OPTIONS, CT2_WEIGHTS, MODEL_MARKS, ONNX_CONFIG, WEIGHTS
 from ..data.languages import base_language, check_language, language_name
 from ..engines import folder_engine, open_translator
 from ..inference import Decoding, TextTranslator, verify_checkpoint
@@ -127,7 +127,7 @@ def _qkv_folder(path: Path) -> tuple[tuple[str, str] | None, int]:
     except CheckpointError as e:
         message = str(e).removeprefix("model dir: ").removeprefix(f"{str(path)!r} ")
         raise _bad(path, message) from None
-    weights = resolved / "model.safetensors"
+    weights = resolved / WEIGHTS
     size = weights.stat().st_size if weights.is_file() else 0
     return recorded_languages(resolved), size
 
@@ -158,23 +158,23 @@ def inspect_folder(path: str | Path, *, engine: str = "qkv") -> ModelFolder:
     held = folder_engine(p, engine)
     if held == "onnx":
         require("serving an ONNX model", ["onnxruntime"])
-        langs = _json_languages(p, "onnx.json")
+        langs = _json_languages(p, ONNX_CONFIG)
         size = sum(f.stat().st_size for f in p.glob("*.onnx*") if f.is_file())
         found = ("onnx", langs, size)
     elif held == "ctranslate2" and folder_engine(p, "qkv") == "ctranslate2":  # a bare model
         require("serving a CTranslate2 model", ["ctranslate2"])
-        found = ("ctranslate2", _json_languages(p, "qkv.json"), (p / "model.bin").stat().st_size)
+        found = ("ctranslate2", _json_languages(p, CT2_OPTIONS), (p / CT2_WEIGHTS).stat().st_size)
     elif held == "ctranslate2":
         ct2 = p / "ctranslate2"
-        if not (ct2 / "model.bin").is_file():
+        if not (ct2 / CT2_WEIGHTS).is_file():
             raise _bad(
                 p,
                 "holds no CTranslate2 model (expected ctranslate2/model.bin, as qkv export "
                 "--format ctranslate2 writes)",
             )
         require("serving a CTranslate2 model", ["ctranslate2"])
-        langs = _json_languages(ct2, "qkv.json") if (ct2 / "qkv.json").is_file() else None
-        found = ("ctranslate2", langs or _qkv_folder(p)[0], (ct2 / "model.bin").stat().st_size)
+        langs = _json_languages(ct2, CT2_OPTIONS) if (ct2 / CT2_OPTIONS).is_file() else None
+        found = ("ctranslate2", langs or _qkv_folder(p)[0], (ct2 / CT2_WEIGHTS).stat().st_size)
     else:
         require("serving a qkv model", ["safetensors"])
         langs, size = _qkv_folder(p)
