@@ -9,7 +9,7 @@ import pytest
 
 from qkv._errors import SettingError, keyed
 from qkv.cli import main
-from qkv.cli._common import named_by_flag, named_by_prefix
+from qkv.cli._common import named_by_flag
 from qkv.cli.serve import _FIELDS, _FLAGS
 from qkv.serve.config import ServeConfig
 
@@ -27,12 +27,12 @@ def test_the_key_is_read_not_the_message():
     other = SettingError("elsewhere", "x")
     assert named_by_flag(other, _FLAGS) is other
     # an error of another kind about a setting carries its key too (keyed), keeping the type
-    err = named_by_prefix(keyed(FileNotFoundError, "path", "no such file 'x'"), {"path": "--data"})
+    err = named_by_flag(keyed(FileNotFoundError, "path", "no such file 'x'"), {"path": "--data"})
     assert type(err) is FileNotFoundError and str(err) == "--data: no such file 'x'"
-    assert str(named_by_prefix(SettingError("out", "full"), {"out": "--out"})) == "--out: full"
+    assert str(named_by_flag(SettingError("out", "full"), {"out": "--out"})) == "--out: full"
     # and one that merely starts like a key is left alone, of any kind
     plain_missing = FileNotFoundError("path: no such file 'x'")
-    assert named_by_prefix(plain_missing, {"path": "--data"}) is plain_missing
+    assert named_by_flag(plain_missing, {"path": "--data"}) is plain_missing
 
 
 #: ServeConfig's limits it checks itself (max_wait_ms: the batcher does, when create_app builds it)

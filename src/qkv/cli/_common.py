@@ -49,23 +49,11 @@ def flag(dest: str) -> str:
 
 
 def named_by_flag(err: BaseException, flags: Mapping[str, str]) -> BaseException:
-    """``err`` naming the flag the user typed: a :class:`~qkv._errors.SettingError` whose key
-    ``flags`` maps (library key -> flag) is renamed; anything else is returned as it is."""
-    if isinstance(err, SettingError) and err.key in flags:
-        return err.renamed(flags[err.key])
-    return err
-
-
-def named_by_prefix(err: BaseException, flags: Mapping[str, str]) -> BaseException:
-    """:func:`named_by_flag` for errors of any kind about a setting: a
-    :class:`~qkv._errors.SettingError`, or an error the library made with
-    :func:`~qkv._errors.keyed` (a missing file, a damaged checkpoint, a run folder in use),
-    whose ``key`` ``flags`` maps (library key -> flag), is renamed, its type kept; anything
-    else is returned as it is, whatever its message says (never read for a key).
-
-    Used where the library's errors about a setting are not all ``ValueError``: ``qkv train``
-    and ``qkv prepare``, ``qkv evaluate --data``, ``qkv export --out``, ``qkv average --out``.
-    """
+    """``err`` naming the flag the user typed: an error about a setting (a
+    :class:`~qkv._errors.SettingError`, or an error of another kind the library made with
+    :func:`~qkv._errors.keyed`: a missing file, a damaged checkpoint, a run folder in use) whose
+    ``key`` ``flags`` maps (library key -> flag) is renamed, its type kept; anything else is
+    returned as it is, whatever its message says (a message is never read for a key)."""
     setting = setting_of(err)
     if setting is None or setting[0] not in flags:
         return err
@@ -113,7 +101,7 @@ def with_default(text: str, default: Callable[[], object]) -> DeferredHelp:
 # ---------------------------------------------------------------------------- model flags
 #: the decoding flags named otherwise than the Decoding option they set (``--length-penalty``
 #: sets ``length_penalty``, and so on for the others)
-DECODING_RENAMED = {"beam": "beam_size", "max_len": "max_output_len", "batch_tokens": "max_tokens"}
+DECODING_RENAMED = {"beam": "beam_size", "batch_tokens": "max_tokens"}
 
 
 def _decoding_default(name: str) -> Any:

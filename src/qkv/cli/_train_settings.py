@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SettingError
-from ._common import named_by_prefix
+from ._common import named_by_flag
 
 __all__ = [
     "TRAIN_FLAGS",
@@ -239,7 +239,7 @@ def _is_code(word: str) -> bool:
 
 def named_as_given(err: BaseException, args: argparse.Namespace) -> BaseException:
     """``err`` naming the flag that gave the setting it is about (``--data``, not ``data``),
-    when the user gave it by that flag (:func:`~qkv.cli._common.named_by_prefix`)."""
+    when the user gave it by that flag (:func:`~qkv.cli._common.named_by_flag`)."""
     flags = {key: name for name, (key, _, _) in TRAIN_FLAGS.items()} | _RUN_FLAGS
     flags["pair"] = "--pair"
     given = {
@@ -247,7 +247,7 @@ def named_as_given(err: BaseException, args: argparse.Namespace) -> BaseExceptio
         for key, name in flags.items()
         if getattr(args, name[2:].replace("-", "_"), None) is not None
     }
-    return named_by_prefix(err, given)
+    return named_by_flag(err, given)
 
 
 def config_modules(args: argparse.Namespace) -> list[str]:

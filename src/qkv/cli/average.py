@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .._deps import require
-from ._common import check_positive, fail, named_by_prefix, user_errors
+from ._common import check_positive, fail, named_by_flag, user_errors
 
 NAME = "average"
 
@@ -59,6 +59,6 @@ def run(args: argparse.Namespace) -> int:
             folders = found[-args.last :]
         path = average_checkpoints(folders, args.out, force=args.force)
     except user_errors() as e:
-        return fail(NAME, named_by_prefix(e, {"out": "--out"}))
+        return fail(NAME, named_by_flag(e, {"out": "--out"}))
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {path}")
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .._deps import require
-from ._common import fail, named_by_prefix, user_errors
+from ._common import fail, named_by_flag, user_errors
 
 NAME = "export"
 
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
             from ..export import export_model
 
             path = export_model(saved, out, force=args.force)
-    except user_errors() as e:  # the model writer names --out only in its messages so far
-        return fail(NAME, named_by_prefix(e, {"out": "--out"}))
+    except user_errors() as e:
+        return fail(NAME, named_by_flag(e, {"out": "--out"}))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
     return 0
