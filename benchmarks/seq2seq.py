@@ -63,7 +63,7 @@ def decoding_case(
     def run(use_cache: bool) -> Callable[[], object]:
         def f() -> object:
             out = generate(
-                model, src, lens, max_len=steps, bos_id=BOS, eos_id=EOS, use_cache=use_cache
+                model, src, lens, max_output_len=steps, bos_id=BOS, eos_id=EOS, use_cache=use_cache
             )
             assert all(len(x) == steps for x in out)
             return out

@@ -539,7 +539,7 @@ class Setup:
                 def run(srcs: list[list[int]]) -> list[list[int]]:
                     out = []
                     for src, lens in make_batches(srcs):
-                        kw = dict(max_len=steps, bos_id=BOS, eos_id=EOS, beam_size=beam)
+                        kw = dict(max_output_len=steps, bos_id=BOS, eos_id=EOS, beam_size=beam)
                         out += generate(m, src, lens, **kw)
                     return out
 

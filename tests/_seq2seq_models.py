@@ -52,7 +52,7 @@ def calibrate_eos(model: EncoderDecoder, src: torch.Tensor, lens: torch.Tensor) 
         base = bias[EOS].item()
         for b in [x / 4 for x in range(0, 17)]:
             bias[EOS] = base + b
-            out = greedy_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS)
+            out = greedy_search(model, src, lens, max_output_len=MAX_LEN, bos_id=BOS, eos_id=EOS)
             n = len({len(o) for o in out})
             if n > best:
                 best, best_bias = n, b

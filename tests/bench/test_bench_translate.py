@@ -35,7 +35,9 @@ def test_sources_are_log_normal_within_their_bounds_and_batches_keep_input_order
 @pytest.mark.parametrize("beam", [1, 4])
 def test_loops_decode_what_qkv_decodes(model, loop, beam):
     ((src, lens),) = bt.make_batches(bt.make_sources(9, 500, seed=3))
-    want = generate(model, src, lens, max_len=7, bos_id=bt.BOS, eos_id=bt.EOS, beam_size=beam)
+    want = generate(
+        model, src, lens, max_output_len=7, bos_id=bt.BOS, eos_id=bt.EOS, beam_size=beam
+    )
     got = loop(model).search(src, lens, 7, beam)
     assert got == want
     assert all(len(r) == 7 for r in got)  # the forced length: EOS never wins

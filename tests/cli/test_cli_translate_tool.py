@@ -9,7 +9,7 @@ import math
 import pytest
 
 from qkv.cli import main
-from qkv.inference import default_max_len
+from qkv.inference import default_output_len
 from qkv.translate import Translator
 
 #: mixed lengths (one to a dozen words), a blank line, repeats; the long ones make an
@@ -55,7 +55,7 @@ def test_every_line_of_a_file_translates_as_it_does_alone(trained, kind, beam, t
     if kind == "bahdanau":  # the test reaches what it tests: translations cut at their limit
         tr = Translator.load(trained[kind])
         cut = [
-            len(tr.tgt_tokenizer.encode(out)) >= default_max_len(len(tr.encode(line))) - 1
+            len(tr.tgt_tokenizer.encode(out)) >= default_output_len(len(tr.encode(line))) - 1
             for line, out in zip(LINES, whole)
             if line
         ]

@@ -212,14 +212,14 @@ def test_batches_respect_the_token_budget_and_pad_correctly():
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
-def test_max_batch_size_and_max_len():
+def test_max_batch_size_and_max_pair_len():
     src, tgt = ids(make_pairs())
     b = TokenBatcher(src, tgt, max_tokens=10_000, max_batch_size=16, shuffle=False)
     assert all(len(x) <= 16 for x in b)
     long_ones = sum(1 for s, t in zip(src, tgt) if len(s) + 1 > 10 or len(t) + 1 > 10)
-    d = TokenBatcher(src, tgt, max_tokens=200, max_len=10)
+    d = TokenBatcher(src, tgt, max_tokens=200, max_pair_len=10)
     assert d.n_dropped == long_ones > 0 and d.num_examples == len(src) - long_ones
-    t = TokenBatcher(src, tgt, max_tokens=200, max_len=10, truncate=True)
+    t = TokenBatcher(src, tgt, max_tokens=200, max_pair_len=10, truncate=True)
     assert t.n_dropped == 0
     for batch in t:
         assert batch.src.shape[1] <= 10 and batch.tgt_in.shape[1] <= 10
@@ -271,18 +271,18 @@ def test_load_state_dict_refuses_other_settings():
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="state must be a dict"):
         other.load_state_dict({"epoch": 0})
-    # max_len, truncate and src_eos change the batches too
-    state = TokenBatcher(src, tgt, max_tokens=100, max_len=40, seed=1).state_dict()
+    # max_pair_len, truncate and src_eos change the batches too
+    state = TokenBatcher(src, tgt, max_tokens=100, max_pair_len=40, seed=1).state_dict()
     for kw, msg in [
-        (dict(max_len=30), "max_len: saved 40, here 30"),
-        (dict(max_len=40, truncate=True), "truncate: saved False, here True"),
-        (dict(max_len=40, src_eos=False), "src_eos: saved True, here False"),
+        (dict(max_pair_len=30), "max_pair_len: saved 40, here 30"),
+        (dict(max_pair_len=40, truncate=True), "truncate: saved False, here True"),
+        (dict(max_pair_len=40, src_eos=False), "src_eos: saved True, here False"),
     ]:
         with pytest.raises(ValueError, match=msg):
             TokenBatcher(src, tgt, max_tokens=100, seed=1, **kw).load_state_dict(state)
     # a state from before these settings were recorded still loads
-    old = {k: v for k, v in state.items() if k not in ("max_len", "truncate", "src_eos")}
-    TokenBatcher(src, tgt, max_tokens=100, max_len=40, seed=1).load_state_dict(old)
+    old = {k: v for k, v in state.items() if k not in ("max_pair_len", "truncate", "src_eos")}
+    TokenBatcher(src, tgt, max_tokens=100, max_pair_len=40, seed=1).load_state_dict(old)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -344,7 +344,7 @@ def test_batcher_bad_arguments():
     with pytest.raises(ValueError, match="max_tokens must be an int"):
         TokenBatcher(src, tgt, max_tokens=0)
     with pytest.raises(ValueError, match="no example fits"):
-        TokenBatcher([[5] * 20], [[5] * 20], max_len=4)
+        TokenBatcher([[5] * 20], [[5] * 20], max_pair_len=4)
     with pytest.raises(ValueError, match="seed must be an int >= 0"):
         TokenBatcher(src, tgt, seed=-1)
     with pytest.raises(ValueError, match="exceeds the 1 batches"):
@@ -379,3 +379,19 @@ def test_benchmark_runs_at_small_scale(tmp_path, capsys):
         "read", "normalise", "split", "vocabulary", "tokenise", "batch",
     ]  # fmt: skip
     assert res["stages"][0]["note"].startswith("2000 pairs") and "total" in capsys.readouterr().out
+
+
+def test_max_len_is_the_pair_limits_old_name():
+    """``TokenBatcher(max_len=)`` (the old keyword) batches as ``max_pair_len=`` with a
+    DeprecationWarning, and a state saved under the old key resumes."""
+    src = [[5] * n for n in (3, 12, 6, 15, 4)]
+    new = TokenBatcher(src, src, max_tokens=200, max_pair_len=10, seed=3)
+    with pytest.warns(DeprecationWarning, match="max_pair_len"):
+        old = TokenBatcher(src, src, max_tokens=200, max_len=10, seed=3)
+    assert old.n_dropped == new.n_dropped == 2
+    state = new.state_dict()
+    state["max_len"] = state.pop("max_pair_len")
+    TokenBatcher(src, src, max_tokens=200, max_pair_len=10, seed=3).load_state_dict(state)
+    state["max_len"] = 12
+    with pytest.raises(ValueError, match="max_pair_len: saved 12, here 10"):
+        TokenBatcher(src, src, max_tokens=200, max_pair_len=10, seed=3).load_state_dict(state)

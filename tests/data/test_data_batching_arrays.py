@@ -66,15 +66,15 @@ def test_the_array_plan_is_the_greedy_loops_plan(trial):
 
 def test_lengths_are_kept_small():
     """A batcher's memory is its length arrays, in the smallest type that holds them (a byte
-    an example under max_len 256), and a map from kept examples to input indices only when
+    an example under max_pair_len 256), and a map from kept examples to input indices only when
     some were dropped: the dropped ones when they are fewer, else a table."""
     src = [[5] * (i % 300) for i in range(1000)]
     b = TokenBatcher(src, src, max_tokens=4096, rank=0, world_size=1)
     assert b._ls.dtype == np.uint16 and b._index is None and b._dropped_rank is None
-    c = TokenBatcher(src, src, max_tokens=4096, max_len=250, rank=0, world_size=1)
+    c = TokenBatcher(src, src, max_tokens=4096, max_pair_len=250, rank=0, world_size=1)
     assert c._ls.dtype == np.uint8 and c._lt.dtype == np.uint8
     assert c.n_dropped > 0 and c._index is None and c._dropped_rank is not None
-    d = TokenBatcher(src, src, max_tokens=4096, max_len=20, rank=0, world_size=1)
+    d = TokenBatcher(src, src, max_tokens=4096, max_pair_len=20, rank=0, world_size=1)
     assert d.n_dropped > d.num_examples and d._index is not None and d._index.dtype == np.int32
     for batcher, limit in ((c, 250), (d, 20)):
         seen = sorted(i for batch in batcher for i in batch.indices.tolist())

@@ -53,13 +53,13 @@ def _same(a, b):
         assert x.dtype == y.dtype and x.shape == y.shape and bool((x == y).all()), f
 
 
-@pytest.mark.parametrize("max_len", [None, 30])
-def test_batches_from_columns_are_the_batches_from_lists(tmp_path, max_len):
+@pytest.mark.parametrize("max_pair_len", [None, 30])
+def test_batches_from_columns_are_the_batches_from_lists(tmp_path, max_pair_len):
     src, tgt = _ids(2, 700), _ids(3, 700)
     cs, ct = _columns(tmp_path, src, tgt)
-    kw = dict(max_tokens=400, max_len=max_len, seed=5, rank=0, world_size=1)
+    kw = dict(max_tokens=400, max_pair_len=max_pair_len, seed=5, rank=0, world_size=1)
     lists, cols = TokenBatcher(src, tgt, **kw), TokenBatcher(cs, ct, **kw)
-    assert lists.n_dropped == cols.n_dropped and (max_len is None) == (cols.n_dropped == 0)
+    assert lists.n_dropped == cols.n_dropped and (max_pair_len is None) == (cols.n_dropped == 0)
     assert lists.state_dict() == cols.state_dict()
     for _epoch in range(2):
         a, b = list(lists), list(cols)
@@ -71,7 +71,7 @@ def test_batches_from_columns_are_the_batches_from_lists(tmp_path, max_len):
 def test_two_ranks_read_disjoint_batches_whose_union_is_the_epoch(tmp_path):
     src, tgt = _ids(4, 900), _ids(5, 900)
     cs, ct = _columns(tmp_path, src, tgt)
-    kw = dict(max_tokens=300, max_len=40, seed=1)
+    kw = dict(max_tokens=300, max_pair_len=40, seed=1)
     whole = TokenBatcher(cs, ct, rank=0, world_size=1, **kw)
     ranks = [TokenBatcher(cs, ct, rank=r, world_size=2, **kw) for r in range(2)]
     for epoch in range(3):

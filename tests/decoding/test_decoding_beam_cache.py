@@ -193,10 +193,10 @@ def test_beam_search_hypotheses_equal_the_general_path(K):
     src, lens = batch(B=9, L=8, seed=5)
     kw = dict(bos_id=BOS, eos_id=EOS, beam_size=K, n_best=K)
     limits = [4, 9, 7, 9, 3, 8, 9, 6, 9]  # each sentence its own max_len
-    fast = generate(model, src, lens, max_len=limits, **kw)
+    fast = generate(model, src, lens, max_output_len=limits, **kw)
     TransformerDecoder.fast_decode = False
     try:
-        slow = generate(model, src, lens, max_len=limits, **kw)
+        slow = generate(model, src, lens, max_output_len=limits, **kw)
     finally:
         TransformerDecoder.fast_decode = True
     for f, s in zip(fast, slow):

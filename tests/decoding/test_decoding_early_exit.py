@@ -34,11 +34,11 @@ def test_finished_rows_leave_the_batch_and_results_equal_one_by_one(kind, monkey
         return decode(tokens, state, **kw)
 
     monkeypatch.setattr(model, "decode", counting)
-    got = greedy_search(model, src, lens, max_len=limits, bos_id=BOS, eos_id=EOS)
+    got = greedy_search(model, src, lens, max_output_len=limits, bos_id=BOS, eos_id=EOS)
     monkeypatch.setattr(model, "decode", decode)
     alone = [
         greedy_search(
-            model, src[i : i + 1], lens[i : i + 1], max_len=limits[i], bos_id=BOS, eos_id=EOS
+            model, src[i : i + 1], lens[i : i + 1], max_output_len=limits[i], bos_id=BOS, eos_id=EOS
         )[0]
         for i in range(16)
     ]
@@ -53,7 +53,9 @@ def test_finished_rows_leave_the_batch_and_results_equal_one_by_one(kind, monkey
 def test_without_the_cache_nothing_is_dropped_and_results_are_the_same():
     model = _eos_prone()
     src, lens = batch(B=8, L=6, seed=2)
-    cached = greedy_search(model, src, lens, max_len=10, bos_id=BOS, eos_id=EOS)
-    full = greedy_search(model, src, lens, max_len=10, bos_id=BOS, eos_id=EOS, use_cache=False)
+    cached = greedy_search(model, src, lens, max_output_len=10, bos_id=BOS, eos_id=EOS)
+    full = greedy_search(
+        model, src, lens, max_output_len=10, bos_id=BOS, eos_id=EOS, use_cache=False
+    )
     assert cached == full
     assert all(0 <= t < V for row in cached for t in row)

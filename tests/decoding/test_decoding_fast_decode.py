@@ -134,7 +134,7 @@ def test_generate_tokens_equal_with_the_fast_path(beam):
     with torch.no_grad():
         model.decoder.dense.bias[EOS] += 2.0  # sentences end at different steps
     src, lens = batch(B=7, L=8, seed=4)
-    kw = dict(max_len=9, bos_id=BOS, eos_id=EOS, beam_size=beam, n_best=beam)
+    kw = dict(max_output_len=9, bos_id=BOS, eos_id=EOS, beam_size=beam, n_best=beam)
     fast = generate(model, src, lens, **kw)
     TransformerDecoder.fast_decode = False
     try:

@@ -75,7 +75,7 @@ def test_fused_int8_tokens_equal_the_unfused_ones(beam):
     model = _int8(seed=2)
     for seed in range(3):
         src, lens = batch(B=5 + 2 * seed, L=11, seed=10 + seed)
-        kw = dict(max_len=13, bos_id=BOS, eos_id=EOS, beam_size=beam)
+        kw = dict(max_output_len=13, bos_id=BOS, eos_id=EOS, beam_size=beam)
         fused = generate(model, src, lens, **kw)
         with _Unfused():
             single = generate(model, src, lens, **kw)
@@ -131,7 +131,7 @@ def test_replaced_int8_weights_are_seen_between_steps():
 def test_a_decoded_int8_model_saves_loads_and_pickles():
     model = _int8(seed=6)
     src, lens = batch(B=6, L=8, seed=6)
-    kw = dict(max_len=10, bos_id=BOS, eos_id=EOS)
+    kw = dict(max_output_len=10, bos_id=BOS, eos_id=EOS)
     first = generate(model, src, lens, **kw)
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)

@@ -1,4 +1,4 @@
-"""qkv.decoding with one ``max_len`` per sentence: each row stops at its own limit, exactly as
+"""qkv.decoding with one ``max_output_len`` per sentence: each row stops at its own limit, exactly as
 it would alone, for greedy and beam search and both model kinds."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def setup(request):
 
 
 def gen(model, src, lens, max_len, **kw):
-    return generate(model, src, lens, max_len=max_len, bos_id=BOS, eos_id=EOS, **kw)
+    return generate(model, src, lens, max_output_len=max_len, bos_id=BOS, eos_id=EOS, **kw)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -52,7 +52,21 @@ def test_one_limit_for_all_is_the_same_as_that_limit_per_row(setup, beam):
 
 
 @pytest.mark.parametrize("bad", [[3, 3], [3, 0, 3, 3, 3, 3], 0, [2.0] * 6, "abcdef", True])
-def test_bad_limits_are_refused_naming_max_len(setup, bad):
+def test_bad_limits_are_refused_naming_max_output_len(setup, bad):
     model, src, lens = setup
-    with pytest.raises(ValueError, match=r"^max_len: expected an int >= 1"):
+    with pytest.raises(ValueError, match=r"^max_output_len: expected an int >= 1"):
         gen(model, src, lens, bad)
+
+
+def test_max_len_is_the_decode_lengths_old_name(setup):
+    """``max_len=`` (the old keyword) still decodes, with a DeprecationWarning naming
+    ``max_output_len``; both at once, or neither, is a TypeError."""
+    model, src, lens = setup
+    want = gen(model, src, lens, 6)
+    with pytest.warns(DeprecationWarning, match="use max_output_len="):
+        got = generate(model, src, lens, max_len=6, bos_id=BOS, eos_id=EOS)
+    assert got == want
+    with pytest.raises(TypeError, match="give max_output_len alone"):
+        generate(model, src, lens, max_len=6, max_output_len=6, bos_id=BOS, eos_id=EOS)
+    with pytest.raises(TypeError, match="max_output_len: required"):
+        generate(model, src, lens, bos_id=BOS, eos_id=EOS)

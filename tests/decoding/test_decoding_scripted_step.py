@@ -107,7 +107,7 @@ def test_scripted_int8_step_equals_the_python_step_bit_for_bit(kw, ran):
 def test_greedy_tokens_are_the_same_with_rows_leaving_the_batch(int8, ran):
     model = _model(int8=int8, seed=3)
     src, lens = batch(B=9, L=7, seed=3)
-    kw = dict(max_len=12, bos_id=BOS, eos_id=EOS)
+    kw = dict(max_output_len=12, bos_id=BOS, eos_id=EOS)
     model.decoder.scripted_decode = False
     python = generate(model, src, lens, **kw)
     model.decoder.scripted_decode = True
@@ -139,14 +139,14 @@ def test_a_non_finite_projection_hands_the_step_to_python(ran):
 def test_beams_keep_the_python_step(ran):
     model = _model(seed=6)
     src, lens = batch(B=3, L=5, seed=6)
-    generate(model, src, lens, max_len=6, bos_id=BOS, eos_id=EOS, beam_size=3)
+    generate(model, src, lens, max_output_len=6, bos_id=BOS, eos_id=EOS, beam_size=3)
     assert not any(ran)
 
 
 def test_without_torchscript_the_python_step_runs(monkeypatch, ran):
     model = _model(seed=7)
     src, lens = batch(B=5, L=6, seed=7)
-    kw = dict(max_len=9, bos_id=BOS, eos_id=EOS)
+    kw = dict(max_output_len=9, bos_id=BOS, eos_id=EOS)
     expected = generate(model, src, lens, **kw)
     monkeypatch.setattr(_scripted, "_SCRIPTED", [None])  # scripting failed in this process
     ran.clear()

@@ -28,7 +28,7 @@ def setup(request):
 
 
 def gen(model, src, lens, **kw):
-    return generate(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, **kw)
+    return generate(model, src, lens, max_output_len=MAX_LEN, bos_id=BOS, eos_id=EOS, **kw)
 
 
 def test_calibrated_outputs_vary_in_length(setup):
@@ -55,8 +55,10 @@ def test_cache_gives_the_tokens_of_the_full_prefix(setup, dtype):
 
 def test_beam_of_one_is_greedy(setup):
     model, src, lens = setup
-    greedy = greedy_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS)
-    beam = beam_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1)
+    greedy = greedy_search(model, src, lens, max_output_len=MAX_LEN, bos_id=BOS, eos_id=EOS)
+    beam = beam_search(
+        model, src, lens, max_output_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1
+    )
     assert [h[0][0] for h in beam] == greedy
 
 
@@ -130,7 +132,7 @@ def test_beam_finds_at_least_the_greedy_score_without_length_penalty(kind):
         model = tiny(kind)
         src, lens = batch(B=5, L=L, seed=seed)
         calibrate_eos(model, src, lens)
-        kw = dict(max_len=max_len, bos_id=BOS, eos_id=EOS)
+        kw = dict(max_output_len=max_len, bos_id=BOS, eos_id=EOS)
         greedy = greedy_search(model, src, lens, **kw)
         beam = beam_search(model, src, lens, beam_size=5, length_penalty=0.0, **kw)
         for b, (g_ids, [(b_ids, b_score)]) in enumerate(zip(greedy, beam)):
@@ -168,8 +170,8 @@ def test_output_formats(setup):
 def test_no_valid_lens_means_unpadded():
     model = tiny()
     src = torch.randint(3, 20, (3, 5))
-    a = generate(model, src, None, max_len=4, bos_id=BOS, eos_id=EOS)
-    b = generate(model, src, torch.tensor([5, 5, 5]), max_len=4, bos_id=BOS, eos_id=EOS)
+    a = generate(model, src, None, max_output_len=4, bos_id=BOS, eos_id=EOS)
+    b = generate(model, src, torch.tensor([5, 5, 5]), max_output_len=4, bos_id=BOS, eos_id=EOS)
     assert a == b and all(len(x) <= 4 for x in a)
 
 
@@ -198,7 +200,9 @@ def test_pad_and_bos_are_never_generated(kind):
             assert all(out) and not {PAD, BOS} & {t for ids in out for t in ids}
     greedy = gen(model, src, lens)
     assert gen(model, src, lens, use_cache=False) == greedy
-    beam = beam_search(model, src, lens, max_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1)
+    beam = beam_search(
+        model, src, lens, max_output_len=MAX_LEN, bos_id=BOS, eos_id=EOS, beam_size=1
+    )
     assert [h[0][0] for h in beam] == greedy
     # pad_id=None lets PAD through (BOS stays masked); another pad_id masks that id instead
     raw = gen(model, src, lens, pad_id=None)
@@ -212,7 +216,7 @@ def test_pad_and_bos_are_never_generated(kind):
 @pytest.mark.parametrize(
     ("kw", "arg"),
     [
-        (dict(max_len=0), "max_len"),
+        (dict(max_output_len=0), "max_output_len"),
         (dict(beam_size=0), "beam_size"),
         (dict(beam_size=2, n_best=3), "n_best"),
         (dict(beam_size=2, length_penalty=float("nan")), "length_penalty"),
@@ -223,7 +227,7 @@ def test_pad_and_bos_are_never_generated(kind):
 def test_argument_errors(kw, arg):
     model = tiny()
     src, lens = batch(B=2)
-    args = dict(max_len=4, bos_id=BOS, eos_id=EOS) | kw
+    args = dict(max_output_len=4, bos_id=BOS, eos_id=EOS) | kw
     with pytest.raises(ValueError, match=arg):
         generate(model, src, lens, **args)
 
@@ -231,12 +235,14 @@ def test_argument_errors(kw, arg):
 def test_input_errors():
     model = tiny()
     with pytest.raises(ValueError, match="src"):
-        generate(model, torch.zeros(2, 3), None, max_len=3, bos_id=BOS, eos_id=EOS)
+        generate(model, torch.zeros(2, 3), None, max_output_len=3, bos_id=BOS, eos_id=EOS)
     with pytest.raises(ValueError, match="src_valid_lens"):
-        generate(model, torch.zeros(2, 3, dtype=torch.long), [3], max_len=3, bos_id=1, eos_id=2)
+        generate(
+            model, torch.zeros(2, 3, dtype=torch.long), [3], max_output_len=3, bos_id=1, eos_id=2
+        )
     src = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(TypeError, match="model"):
-        generate(torch.nn.Linear(2, 2), src, None, max_len=3, bos_id=1, eos_id=2)
+        generate(torch.nn.Linear(2, 2), src, None, max_output_len=3, bos_id=1, eos_id=2)
 
 
 def _ngrams(ids: list[int], n: int) -> list[tuple[int, ...]]:

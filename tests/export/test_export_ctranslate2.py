@@ -15,7 +15,7 @@ from qkv.cli import main
 from qkv.data import Normalizer, SentencePieceTokenizer, WordTokenizer, bundled_pairs
 from qkv.export import save_model
 from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
-from qkv.inference import default_max_len, load_model
+from qkv.inference import default_output_len, load_model
 from qkv.nn import Seq2SeqConfig, build_model
 from qkv.translate import Translator
 
@@ -129,7 +129,7 @@ def test_the_length_limit_is_each_sentences_own(tokenizers, tmp_path):
     engine = Ct2Translator(export_ctranslate2(folder, tmp_path / "ct2"), threads=1)
     texts = ["go .", "i lost my keys at the station yesterday ."]
     ids = engine.generate(texts, beam_size=1)
-    assert [len(x) for x in ids] == [default_max_len(len(src.encode(t)) + 1) for t in texts]
+    assert [len(x) for x in ids] == [default_output_len(len(src.encode(t)) + 1) for t in texts]
     assert ids == [Translator.load(folder).translate_ids(t, beam_size=1) for t in texts]
     assert [len(x) for x in engine.generate(texts, max_output_len=7)] == [7, 7]
 

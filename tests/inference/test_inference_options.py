@@ -9,7 +9,7 @@ import re
 import pytest
 
 from qkv._errors import SettingError
-from qkv.inference import CANDIDATES, Decoding, default_max_len
+from qkv.inference import CANDIDATES, Decoding, default_max_len, default_output_len
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,8 @@ def test_resolve_starts_from_a_whole_value_then_the_keywords():
 
 @pytest.mark.parametrize("n", [1, 2, 7, 31])
 def test_the_decode_length_rule(n):
-    assert Decoding().output_limit(n) == default_max_len(n) == 2 * n + 10
+    assert Decoding().output_limit(n) == default_output_len(n) == 2 * n + 10
+    assert default_max_len is default_output_len  # the old name, kept
     assert Decoding(output_len_cap=12).output_limit(n) == min(2 * n + 10, 12)
     assert Decoding(max_output_len=5, output_len_cap=3).output_limit(n) == 5  # fixed wins
     assert Decoding(max_output_len=50).output_limit(n, positions=16) == 16  # the table wins

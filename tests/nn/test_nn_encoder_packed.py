@@ -125,5 +125,5 @@ def test_decoding_asks_for_it_through_encode():
     packed = model.encoder._forward_packed
     model.encoder._forward_packed = lambda *a: calls.append(1) or packed(*a)
     X, lens = _batch()
-    generate(model, X, lens, max_len=3, bos_id=1, eos_id=2)
+    generate(model, X, lens, max_output_len=3, bos_id=1, eos_id=2)
     assert calls == [1]

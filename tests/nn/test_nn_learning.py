@@ -60,7 +60,7 @@ def test_learns_to_reverse_and_decodes_it(kind):
         opt.step()
     src, lens, tgt = reverse_task(32, torch.Generator().manual_seed(1))
     want = [src[i, : int(lens[i])].flip(0).tolist() for i in range(32)]
-    args = dict(max_len=8, bos_id=BOS, eos_id=EOS)
+    args = dict(max_output_len=8, bos_id=BOS, eos_id=EOS)
     greedy = generate(model, src, lens, **args)
     beam = generate(model, src, lens, beam_size=4, **args)
     # a model that learned nothing, or trained with a causal leak, gets about none right

@@ -179,7 +179,7 @@ def test_an_update_bounded_run_decays_to_zero_at_max_steps(tmp_path, corpus_file
     assert lrs[25] == pytest.approx(cfg.lr * 16 / 31) and lrs[40] == pytest.approx(cfg.lr / 31)
 
 
-def test_evaluation_decodes_at_most_max_len_tokens(tmp_path, corpus_file, monkeypatch):
+def test_evaluation_decodes_at_most_max_pair_len_tokens(tmp_path, corpus_file, monkeypatch):
     import qkv.inference.decode as decode_mod
 
     seen = []
@@ -190,7 +190,7 @@ def test_evaluation_decodes_at_most_max_len_tokens(tmp_path, corpus_file, monkey
         return real(*a, **k)
 
     monkeypatch.setattr(decode_mod, "search_hypotheses", spy)
-    train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, max_len=9,
+    train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, max_pair_len=9,
                       tune_decoding=False), tmp_path, progress=False)  # fmt: skip
     assert seen and set(seen) == {9}
 
@@ -340,7 +340,7 @@ def test_a_corpus_with_nothing_to_train_on_is_refused_before_training(tmp_path):
     data = tmp_path / "long.tsv"
     write_pairs(data, [(f"{long} {i}", f"{long} {i}") for i in range(60)])
     cfg = tiny_config(data=str(data), valid=5, test=5)
-    with pytest.raises(ValueError, match="longer than max_len=64"):
+    with pytest.raises(ValueError, match="longer than max_pair_len=64"):
         train(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "checkpoints").exists()
 

@@ -302,3 +302,14 @@ def test_list_is_an_option_of_demo_only(capsys):
 )
 def test_required_modules_are_what_a_run_of_the_config_imports(changes, modules):
     assert required_modules(TrainConfig().updated(changes)) == modules
+
+
+def test_max_len_is_the_pair_limits_old_name():
+    """A config file, ``--set`` or an older run's train.json may say ``max_len``: it sets
+    ``max_pair_len`` (``max_len`` names a model's position table, ``model.max_len``)."""
+    assert TrainConfig.from_dict({"max_len": 40}).max_pair_len == 40
+    assert TrainConfig().updated({"max_len": 33}).max_pair_len == 33
+    assert TrainConfig().updated({"model.max_len": 300}).model_options["max_len"] == 300
+    assert "max_len" not in TrainConfig().to_dict()
+    with pytest.raises(ValueError, match="max_pair_len"):
+        TrainConfig().updated({"max_len": 1})

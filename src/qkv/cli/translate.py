@@ -53,7 +53,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "line: the empty translation scored 0, then K-1 scored -inf)",
     )
     p.add_argument(
+        "--max-output-len",
         "--max-len",
+        dest="max_output_len",
         type=int,
         default=None,
         help="most tokens per translation (default: 2 * the sentence's own length + 10)",
@@ -84,7 +86,7 @@ def _attention_path(base: Path, i: int, n: int | None) -> Path:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Every flag of ``qkv translate`` checked before the model is loaded."""
-    check_positive(args, "beam", "n_best", "max_len", "batch_tokens")
+    check_positive(args, "beam", "n_best", "max_output_len", "batch_tokens")
     if args.beam is not None and args.n_best > args.beam:
         raise ValueError(f"--n-best: expected at most --beam ({args.beam}), got {args.n_best}")
     if args.attention is not None:

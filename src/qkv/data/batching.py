@@ -26,6 +26,7 @@ unless ``src_eos=False``.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -96,10 +97,10 @@ class TokenBatcher:
             from disk only when its batch is padded).
         max_tokens: budget of one batch in padded positions, ``B * max(Ls, Lt) <= max_tokens``.
         max_batch_size: at most this many examples per batch, or None.
-        max_len: examples whose source or target (with ``<eos>``/``<bos>``) is longer are
-            dropped (counted in ``n_dropped``), or truncated when ``truncate=True``; None keeps
-            all.
-        truncate: truncate long examples to ``max_len`` instead of dropping them (the book's
+        max_pair_len: examples whose source or target (with ``<eos>``/``<bos>``) is longer
+            are dropped (counted in ``n_dropped``), or truncated when ``truncate=True``; None
+            keeps all.
+        truncate: truncate long examples to ``max_pair_len`` instead of dropping them (the book's
             ``truncate_pad``; the final ``<eos>`` is kept).
         shuffle: random order within equal lengths and random batch order, from
             ``(seed, epoch)``; False gives batches sorted by length.
@@ -108,9 +109,12 @@ class TokenBatcher:
             when unset).
         src_eos: append ``<eos>`` to every source (the book does).
         pad_id, bos_id, eos_id: special ids (qkv's vocabularies use 0, 1, 2).
+        max_len: the old name of ``max_pair_len`` (a ``DeprecationWarning``; ``max_len`` is a
+            model's position table everywhere else in qkv).
 
     Raises:
-        ValueError: an example alone exceeds ``max_tokens`` (raise it, or set ``max_len``).
+        ValueError: an example alone exceeds ``max_tokens`` (raise it, or set
+            ``max_pair_len``).
     """
 
     def __init__(
@@ -120,7 +124,7 @@ class TokenBatcher:
         *,
         max_tokens: int = 4096,
         max_batch_size: int | None = None,
-        max_len: int | None = None,
+        max_pair_len: int | None = None,
         truncate: bool = False,
         shuffle: bool = True,
         seed: int = 0,
@@ -130,15 +134,27 @@ class TokenBatcher:
         pad_id: int = Vocab.pad_id,
         bos_id: int = Vocab.bos_id,
         eos_id: int = Vocab.eos_id,
+        max_len: int | None = None,
     ) -> None:
-        _check_settings(len(src_ids), len(tgt_ids), max_tokens, max_batch_size, max_len, seed)
+        if max_len is not None:
+            if max_pair_len is not None:
+                raise TypeError("max_len: the old name of max_pair_len: give max_pair_len alone")
+            warnings.warn(
+                "TokenBatcher(max_len=) is the old name of max_pair_len= (max_len is a model's "
+                "position table)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            max_pair_len = max_len
+        _check_settings(len(src_ids), len(tgt_ids), max_tokens, max_batch_size, max_pair_len, seed)
         world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
         rank = _env_int("RANK", 0) if rank is None else rank
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
-        self.max_tokens, self.max_batch_size, self.max_len = max_tokens, max_batch_size, max_len
+        self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
+        self.max_pair_len = max_pair_len
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.src_eos, self.truncate = src_eos, truncate
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -147,10 +163,10 @@ class TokenBatcher:
         ls, lt, dropped = self._kept_lengths()
         self._n = n_kept = len(ls)
         self.n_dropped = n_in - n_kept
-        """Examples dropped for exceeding ``max_len``."""
+        """Examples dropped for exceeding ``max_pair_len``."""
         if n_kept == 0:
             raise ValueError(
-                f"no example fits max_len={max_len}; got {n_in} examples"
+                f"no example fits max_pair_len={max_pair_len}; got {n_in} examples"
                 if n_in
                 else "src_ids must not be empty"
             )
@@ -164,7 +180,7 @@ class TokenBatcher:
         if worst > max_tokens:
             raise ValueError(
                 f"max_tokens={max_tokens} is smaller than the longest example ({worst} tokens); "
-                "raise max_tokens or pass max_len to drop or truncate long examples"
+                "raise max_tokens or pass max_pair_len to drop or truncate long examples"
             )
         self.epoch = 0
         self.batch_index = 0
@@ -172,20 +188,20 @@ class TokenBatcher:
 
     def _kept_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """The source and target lengths (without ``<eos>``/``<bos>``) of the examples kept
-        under ``max_len`` (cut to it with ``truncate``), and the input indices of the ones
+        under ``max_pair_len`` (cut to it with ``truncate``), and the input indices of the ones
         dropped (None: none)."""
-        max_len, extra = self.max_len, 1 if self.src_eos else 0
-        # lengths in the type they come in (a prepared corpus's uint16) while max_len bounds them
-        wide = max_len is None or max_len > np.iinfo(np.uint16).max - 1
+        max_pair_len, extra = self.max_pair_len, 1 if self.src_eos else 0
+        # lengths in the type they come in (a prepared corpus's uint16) while max_pair_len bounds them
+        wide = max_pair_len is None or max_pair_len > np.iinfo(np.uint16).max - 1
         ls = _lengths(self._src, "src_ids", wide)
         lt = _lengths(self._tgt, "tgt_ids", wide)
-        if max_len is None:
+        if max_pair_len is None:
             return ls, lt, None
         if self.truncate:
-            np.minimum(ls, max_len - extra, out=ls)
-            np.minimum(lt, max_len - 1, out=lt)
+            np.minimum(ls, max_pair_len - extra, out=ls)
+            np.minimum(lt, max_pair_len - 1, out=lt)
             return ls, lt, None
-        fits = (ls <= max_len - extra) & (lt <= max_len - 1)
+        fits = (ls <= max_pair_len - extra) & (lt <= max_pair_len - 1)
         if fits.all():
             return ls, lt, None
         return ls[fits], lt[fits], np.flatnonzero(~fits)
@@ -286,7 +302,7 @@ class TokenBatcher:
             "max_batch_size": self.max_batch_size,
             "world_size": self.world_size,
             "shuffle": self.shuffle,
-            "max_len": self.max_len,
+            "max_pair_len": self.max_pair_len,
             "truncate": self.truncate,
             "src_eos": self.src_eos,
         }
@@ -302,11 +318,14 @@ class TokenBatcher:
         Raises:
             ValueError: ``state`` was made with settings that give different batches (seed,
                 examples, ``max_tokens``, ``max_batch_size``, ``world_size``, ``shuffle``,
-                ``max_len``, ``truncate``, ``src_eos``); settings a state does not record (it
+                ``max_pair_len``, ``truncate``, ``src_eos``); settings a state does not record (it
                 predates them) are not checked.
         """
         if not isinstance(state, dict) or "epoch" not in state or "batch_index" not in state:
             raise ValueError(f"state must be a dict from state_dict(), got {state!r:.100}")
+        if "max_len" in state and "max_pair_len" not in state:  # a state of the old name
+            state = {**state, "max_pair_len": state["max_len"]}
+            del state["max_len"]
         mine = self._identity()
         diff = {k: (state[k], v) for k, v in mine.items() if k in state and state[k] != v}
         if diff:
@@ -396,7 +415,7 @@ def _check_settings(
     n_tgt: int,
     max_tokens: object,
     max_batch_size: object,
-    max_len: object,
+    max_pair_len: object,
     seed: object,
 ) -> None:
     """The batcher's arguments that need no reading of the data, checked (ValueError)."""
@@ -406,8 +425,8 @@ def _check_settings(
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
         raise ValueError(f"max_batch_size must be an int >= 1 or None, got {max_batch_size!r}")
-    if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
-        raise ValueError(f"max_len must be an int >= 2 or None, got {max_len!r}")
+    if max_pair_len is not None and (not isinstance(max_pair_len, int) or max_pair_len < 2):
+        raise ValueError(f"max_pair_len must be an int >= 2 or None, got {max_pair_len!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
 

@@ -17,7 +17,7 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from ..nn.kv_cache import KVCache
-    from .options import Decoding, default_max_len
+    from .options import Decoding, default_max_len, default_output_len
     from .search import Hypothesis, beam_search, generate, greedy_search, search_hypotheses
 
 #: each public name and the module that defines it (relative to this package)
@@ -27,6 +27,7 @@ _WHERE: dict[str, str] = {
     "KVCache": "..nn.kv_cache",
     "beam_search": ".search",
     "default_max_len": ".options",
+    "default_output_len": ".options",
     "generate": ".search",
     "greedy_search": ".search",
     "search_hypotheses": ".search",
@@ -38,6 +39,7 @@ __all__ = [
     "KVCache",
     "beam_search",
     "default_max_len",
+    "default_output_len",
     "generate",
     "greedy_search",
     "search_hypotheses",

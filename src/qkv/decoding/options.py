@@ -17,11 +17,12 @@ penalty on its own. It lives beside the search that reads it and is re-exported 
 >>> Decoding().output_limit(7)                  # the decode length rule: 2 * 7 + 10
 24
 
-Three lengths must not be confused: the *decode length* (how many tokens a translation may
-have: :attr:`Decoding.max_output_len`, else the per-sentence rule :func:`default_max_len`),
-the *training pair limit* (``TrainConfig.max_len``: longer pairs are not trained on) and the
-*position table* (``Seq2SeqConfig.max_len``: a learned table cannot encode more positions;
-:func:`qkv.inference.position_limits`).
+Three lengths, three names: the *decode length* (how many tokens a translation may have:
+:attr:`Decoding.max_output_len`, else the per-sentence rule :func:`default_output_len`; the
+``max_output_len`` of :func:`qkv.decoding.generate`), the *training pair limit*
+(``TrainConfig.max_pair_len``: longer pairs are not trained on) and the *position table*
+(``Seq2SeqConfig.max_len``, the book's ``max_len``: a learned table cannot encode more
+positions; :func:`qkv.inference.position_limits`).
 """
 
 from __future__ import annotations
@@ -34,13 +35,17 @@ from typing import Any
 
 from .._errors import SettingError
 
-__all__ = ["Decoding", "default_max_len"]
+__all__ = ["Decoding", "default_max_len", "default_output_len"]
 
 
-def default_max_len(src_len: int) -> int:
+def default_output_len(src_len: int) -> int:
     """The decode length rule: a translation of a ``src_len``-token source (``<eos>`` counted)
     gets at most ``2 * src_len + 10`` tokens."""
     return 2 * src_len + 10
+
+
+#: the rule's old name (``max_len`` is a model's position table everywhere else in qkv)
+default_max_len = default_output_len
 
 
 def _int(key: str, value: object, minimum: int, optional: bool = False) -> None:
@@ -62,7 +67,7 @@ class Decoding:
             translation (fairseq's ``--no-repeat-ngram-size``); 0: nothing blocked.
         n_best: translations returned per source, best first (at most ``beam_size``).
         max_output_len: the most tokens of every translation (``<eos>`` counted); None: the
-            decode length rule, each source's own :func:`default_max_len`, so a translation
+            decode length rule, each source's own :func:`default_output_len`, so a translation
             never depends on the sources decoded with it.
         output_len_cap: with ``max_output_len=None``, the rule's length is capped at this
             (training's validation caps it at the run's longest pair); None: no cap.
@@ -119,7 +124,7 @@ class Decoding:
             if key not in known:
                 hint = (
                     " (the decode length is max_output_len; max_len is the model's position "
-                    "table or the training pair limit)"
+                    "table, max_pair_len the training pair limit)"
                     if key == "max_len"
                     else ""
                 )
@@ -144,12 +149,12 @@ class Decoding:
     # -------------------------------------------------------------- the decode length rule
     def output_limit(self, src_len: int, positions: int | None = None) -> int:
         """The most tokens (``<eos>`` counted) of the translation of a ``src_len``-token
-        source: :attr:`max_output_len`, else :func:`default_max_len` capped at
+        source: :attr:`max_output_len`, else :func:`default_output_len` capped at
         :attr:`output_len_cap`; never more than ``positions`` (a learned table's size)."""
         if self.max_output_len is not None:
             limit = self.max_output_len
         else:
-            limit = default_max_len(src_len)
+            limit = default_output_len(src_len)
             if self.output_len_cap is not None:
                 limit = min(limit, self.output_len_cap)
         return limit if positions is None else min(limit, positions)

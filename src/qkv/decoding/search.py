@@ -20,6 +20,7 @@ scores stay the model's own log-probabilities (as Hugging Face's suppressed toke
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,16 +68,36 @@ def _check_inputs(
     return src, src_valid_lens.to(src.device)
 
 
-def _limits(max_len: object, B: int, device: torch.device) -> tuple[Tensor, int]:
-    """``max_len`` (an int, or one int per sentence) as per-row limits ``(B,)`` and their
-    maximum."""
-    if isinstance(max_len, int) and not isinstance(max_len, bool):
-        _int("max_len", max_len, 1)
-        return torch.full((B,), max_len, dtype=torch.long, device=device), max_len
-    if isinstance(max_len, Tensor):
-        values = max_len.tolist() if max_len.dim() == 1 and not max_len.is_floating_point() else []
-    elif isinstance(max_len, Sequence) and not isinstance(max_len, str):
-        values = list(max_len)
+#: the type of a decode length: one int for the batch, or one per sentence ``(B,)``
+OutputLen = int | Sequence[int] | Tensor
+
+
+def _limits(
+    max_output_len: object, max_len: object, B: int, device: torch.device
+) -> tuple[Tensor, int]:
+    """``max_output_len`` (an int, or one int per sentence) as per-row limits ``(B,)`` and
+    their maximum; ``max_len`` is its old keyword, accepted with a ``DeprecationWarning``
+    (``max_len`` names a model's position table everywhere else in qkv)."""
+    if max_len is not None:
+        if max_output_len is not None:
+            raise TypeError("max_len: the old name of max_output_len: give max_output_len alone")
+        warnings.warn(
+            "max_len= is the old name of the decode length: use max_output_len= (max_len is a "
+            "model's position table)",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        max_output_len = max_len
+    if max_output_len is None:
+        raise TypeError("max_output_len: required: the most tokens to generate per sentence")
+    n = max_output_len
+    if isinstance(n, int) and not isinstance(n, bool):
+        _int("max_output_len", n, 1)
+        return torch.full((B,), n, dtype=torch.long, device=device), n
+    if isinstance(n, Tensor):
+        values = n.tolist() if n.dim() == 1 and not n.is_floating_point() else []
+    elif isinstance(n, Sequence) and not isinstance(n, str):
+        values = list(n)
     else:
         values = []
     ok = len(values) == B > 0 and all(
@@ -84,7 +105,7 @@ def _limits(max_len: object, B: int, device: torch.device) -> tuple[Tensor, int]
     )
     if not ok:
         raise ValueError(
-            f"max_len: expected an int >= 1 or {B} ints >= 1 (one per sentence), got {max_len!r}"
+            f"max_output_len: expected an int >= 1 or {B} ints >= 1 (one per sentence), got {n!r}"
         )
     return torch.tensor(values, dtype=torch.long, device=device), max(values)
 
@@ -250,23 +271,25 @@ def greedy_search(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int | Sequence[int] | Tensor,
+    max_output_len: OutputLen | None = None,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
     use_cache: bool = True,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    max_len: OutputLen | None = None,
 ) -> list[list[int]]:
     """The most likely next token at every step, for each sentence of the batch.
 
-    Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None, max_len an int or
-    ``(B,)`` (each sentence's own limit).  Returns, per sentence, at most its ``max_len`` token
+    Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None, max_output_len an int
+    or ``(B,)`` (each sentence's own limit).  Returns, per sentence, at most its
+    ``max_output_len`` token
     ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id`` are never chosen, nor
     (``no_repeat_ngram=n > 0``) a token that would repeat an n-gram.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
-    limits, T = _limits(max_len, src.shape[0], src.device)
+    limits, T = _limits(max_output_len, max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
@@ -320,7 +343,7 @@ def beam_search(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int | Sequence[int] | Tensor,
+    max_output_len: OutputLen | None = None,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
@@ -330,6 +353,7 @@ def beam_search(
     use_cache: bool = True,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    max_len: OutputLen | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences.
 
@@ -337,7 +361,7 @@ def beam_search(
     extensions are ranked; those ending in EOS among the first ``beam_size`` are finished with the
     score ``sum(log p) / length ** length_penalty`` (``length`` counts the EOS), and the best
     ``beam_size`` others live on.  A sentence is done when it has ``beam_size`` finished
-    hypotheses (fairseq's rule); at its ``max_len`` (an int, or one per sentence ``(B,)``) its
+    hypotheses (fairseq's rule); at its ``max_output_len`` (an int, or one per sentence ``(B,)``) its
     live hypotheses are finished as they are.
 
     ``pad_id`` (None: none) and ``bos_id`` are never generated: their log-probabilities are -inf
@@ -348,7 +372,7 @@ def beam_search(
     hypotheses ``(token ids without BOS/EOS, score)``, best first.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
-    limits, T = _limits(max_len, src.shape[0], src.device)
+    limits, T = _limits(max_output_len, max_len, src.shape[0], src.device)
     _int("bos_id", bos_id, 0)
     _int("eos_id", eos_id, 0)
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
@@ -400,7 +424,9 @@ def beam_search(
             tokens[:, t + 1] = top_tok.gather(1, live_j).view(-1)
             if use_cache:  # within a sentence: the encoder's part stays as it is
                 state = model.reorder_state(state, rows, include_encoder=False)
-            ending = (limits == t + 1) & ~done  # its max_len reached: the live hypotheses end
+            ending = (
+                limits == t + 1
+            ) & ~done  # its max_output_len reached: the live hypotheses end
             if bool(ending.any()):
                 scores = finished.at_limit(ending, scores, tokens, t, ids, done)
                 if bool(done.all()):
@@ -469,7 +495,7 @@ class _Finished:
         ids: list[int],
         done: Tensor,
     ) -> Tensor:
-        """The live hypotheses of the sentences at their ``max_len`` after step ``t``
+        """The live hypotheses of the sentences at their ``max_output_len`` after step ``t``
         (``ending`` ``(Bt,)``), kept as they are; those sentences are ``done`` (set in place)
         and their ``scores`` ``(Bt, K)`` -inf (returned)."""
         K = scores.shape[1]
@@ -498,30 +524,33 @@ def search_hypotheses(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int | Sequence[int] | Tensor,
+    max_output_len: OutputLen | None = None,
     bos_id: int,
     eos_id: int,
     decoding: Decoding,
     pad_id: int | None = 0,
     use_cache: bool = True,
     suppress: Sequence[int] = (),
+    max_len: OutputLen | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch as ``decoding`` says, every sentence's hypotheses best first.
 
     Greedy search (:attr:`Decoding.greedy`) gives one hypothesis per sentence, scored NaN (it
     ranks no alternatives); beam search gives ``decoding.n_best`` of them, each scored
     ``sum(log p) / length ** length_penalty``. The arguments are :func:`generate`'s; the
-    decode length is ``max_len`` (``decoding``'s own length rule is the caller's:
+    decode length is ``max_output_len`` (``decoding``'s own length rule is the caller's:
     :meth:`Decoding.output_limit`).
 
-    Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None, max_len an int or ``(B,)``.
+    Shapes: src ``(B, Ls)``, src_valid_lens ``(B,)`` or None, max_output_len an int or
+    ``(B,)``.
     """
     if not isinstance(decoding, Decoding):
         raise TypeError(f"decoding: expected a qkv Decoding, got {type(decoding).__name__}")
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache: expected a bool, got {use_cache!r}")
+    limits, _ = _limits(max_output_len, max_len, src.shape[0], src.device)
     common: dict[str, Any] = dict(
-        max_len=max_len,
+        max_output_len=limits,
         bos_id=bos_id,
         eos_id=eos_id,
         pad_id=pad_id,
@@ -547,7 +576,7 @@ def generate(
     src: Tensor,
     src_valid_lens: Tensor | Sequence[int] | None = None,
     *,
-    max_len: int | Sequence[int] | Tensor,
+    max_output_len: OutputLen | None = None,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = 0,
@@ -558,6 +587,7 @@ def generate(
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
     decoding: Decoding | None = None,
+    max_len: OutputLen | None = None,
 ) -> list[list[int]] | list[list[Hypothesis]]:
     """Translate a batch: greedy (``beam_size=1``) or beam search.
 
@@ -566,9 +596,9 @@ def generate(
             eval mode without autograd, and its mode is restored afterwards.
         src: ``(B, Ls)`` source token ids, right-padded.
         src_valid_lens: ``(B,)`` source lengths, or None when nothing is padded.
-        max_len: the most tokens to generate per sentence (EOS included): one int for all, or
-            one per sentence ``(B,)``, each row stopped at its own (so a sentence's result does
-            not depend on its neighbours' limits either).
+        max_output_len: the most tokens to generate per sentence (EOS included): one int for
+            all, or one per sentence ``(B,)``, each row stopped at its own (so a sentence's
+            result does not depend on its neighbours' limits either). Required.
         bos_id, eos_id: the target's begin- and end-of-sequence ids.
         pad_id: the target's padding id (qkv's vocabularies use 0), or None.  Neither it nor
             ``bos_id`` is ever generated: both are masked to -inf at every step.
@@ -583,6 +613,7 @@ def generate(
             with byte fallback, which never needs it).
         decoding: the four search options above as one :class:`Decoding` (then the keywords
             ``beam_size``, ``length_penalty``, ``n_best`` and ``no_repeat_ngram`` stay unset).
+        max_len: the old name of ``max_output_len`` (a ``DeprecationWarning``).
 
     Returns:
         With ``n_best=1``, per sentence its best token ids without BOS and EOS (a list of lists);
@@ -590,7 +621,7 @@ def generate(
 
     Raises:
         SettingError: (a ``ValueError``) a search option out of range, named by its keyword.
-        TypeError: ``decoding`` given with search keywords too.
+        TypeError: ``decoding`` given with search keywords too; no ``max_output_len``.
     """
     given = {"beam_size": beam_size, "length_penalty": length_penalty, "n_best": n_best}
     given["no_repeat_ngram"] = no_repeat_ngram
@@ -608,6 +639,7 @@ def generate(
         model,
         src,
         src_valid_lens,
+        max_output_len=max_output_len,
         max_len=max_len,
         bos_id=bos_id,
         eos_id=eos_id,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     )
     from .layout import RunLayout
     from .limits import position_limits
-    from .options import CANDIDATES, Decoding, default_max_len
+    from .options import CANDIDATES, Decoding, default_max_len, default_output_len
     from .quantize import QUANTIZATIONS, check_quantize, quantize_model
     from .saved import (
         CheckpointError,
@@ -91,6 +91,7 @@ _WHERE: dict[str, str] = {
     "corpus_scores": "scores",
     "decode_texts": "decode",
     "default_max_len": "options",
+    "default_output_len": "options",
     "evaluate_pairs": "engine",
     "find_checkpoints": "saved",
     "generate_ids": "decode",
@@ -138,6 +139,7 @@ __all__ = [
     "corpus_scores",
     "decode_texts",
     "default_max_len",
+    "default_output_len",
     "evaluate_pairs",
     "find_checkpoints",
     "generate_ids",

@@ -25,9 +25,16 @@ from .batches import SourceBatch, decode_sorted
 from .engine import TranslatorBase, one_best_or_all
 from .limits import SETTING as POSITION_SETTING
 from .limits import PositionBounds, position_limits
-from .options import Decoding, default_max_len
+from .options import Decoding, default_max_len, default_output_len
 
-__all__ = ["ModelEngine", "decode_texts", "default_max_len", "generate_ids", "never_generated"]
+__all__ = [
+    "ModelEngine",
+    "decode_texts",
+    "default_max_len",
+    "default_output_len",
+    "generate_ids",
+    "never_generated",
+]
 
 
 def never_generated(tok: Tokenizer) -> list[int]:
@@ -48,7 +55,7 @@ def _search_batch(
             model,
             batch.ids,
             batch.lengths,
-            max_len=batch.limits,
+            max_output_len=batch.limits,
             bos_id=bos_id,
             eos_id=eos_id,
             decoding=decoding,

@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from ..decoding.options import Decoding, default_max_len
+from ..decoding.options import Decoding, default_max_len, default_output_len
 
-__all__ = ["CANDIDATES", "Decoding", "default_max_len"]
+__all__ = ["CANDIDATES", "Decoding", "default_max_len", "default_output_len"]
 
 #: the decodings a trained run tries on its validation split before it saves its final model
 #: (``qkv train``, ``tune_decoding``): greedy, and beam 4 with two length penalties. None repeats

@@ -74,6 +74,9 @@ _MODEL_FIELDS = {f.name for f in dataclasses.fields(Seq2SeqConfig)} - {
     "tgt_vocab_size",
     "kind",
 }
+#: a setting's old name -> its name: read from config files, ``--set`` and older runs' train.json
+#: (``max_len`` names a model's position table, ``model.max_len``, and nothing else)
+_RENAMED_KEYS = {"max_len": "max_pair_len"}
 
 
 def _is_int(v: object) -> bool:
@@ -134,7 +137,7 @@ class TrainConfig:
         subword_model: ``"unigram"`` or ``"bpe"`` (sentencepiece).
         byte_fallback: unknown characters are spelled in bytes (sentencepiece), so no
             translation ever prints ``<unk>`` or `` ⁇ ``.
-        max_len: training examples longer than this (in tokens, with ``<eos>``) are dropped;
+        max_pair_len: training examples longer than this (in tokens, with ``<eos>``) are dropped;
             translations during validation stop there too.
 
     Model:
@@ -213,7 +216,7 @@ class TrainConfig:
     joint_vocab: bool | None = None
     subword_model: str = "unigram"
     byte_fallback: bool = True
-    max_len: int = 64
+    max_pair_len: int = 64
     model: str = "transformer"
     model_options: dict[str, Any] = field(default_factory=dict)
     preset: str = "auto"
@@ -360,7 +363,7 @@ class TrainConfig:
         for name, lo in (
             ("split_seed", 0),
             ("min_freq", 1),
-            ("max_len", 2),
+            ("max_pair_len", 2),
             ("accum_steps", 1),
             ("seed", 0),
             ("eval_sentences", 0),
@@ -510,6 +513,8 @@ class TrainConfig:
                     options[name] = value
             elif key in known:
                 d[key] = value
+            elif key in _RENAMED_KEYS:  # a setting's old name (a config file, an older run)
+                d[_RENAMED_KEYS[key]] = value
             else:
                 raise ValueError(
                     f"config: unknown key {key!r}; known keys: {', '.join(sorted(known))} "

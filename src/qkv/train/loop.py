@@ -377,7 +377,7 @@ class _Run:
         self.say(
             f"{what}; {config.model} model, {n_params / 1e6:.2f}M parameters, "
             f"{data.n_train} training pairs ({setup.batcher.n_dropped} longer than "
-            f"{length_limit(setup.model, config.max_len)[1]} dropped), "
+            f"{length_limit(setup.model, config.max_pair_len)[1]} dropped), "
             f"{len(data.valid)} valid, {len(data.test)} test, "
             f"{config.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
             f"{' (joint)' if src_tok is tgt_tok else ''}, {config.normalizer} text; "

@@ -358,13 +358,13 @@ def _resumed_data(
 # ---------------------------------------------------------------------------- the model
 def length_limit(model: nn.Module, pair_limit: int) -> tuple[int, str]:
     """The longest pair (in tokens, ``<eos>`` counted) a run trains on: ``pair_limit`` (the
-    run's ``max_len`` setting), or the model's learned positional table when it is smaller
+    run's ``max_pair_len`` setting), or the model's learned positional table when it is smaller
     (pairs longer than it could not be encoded: dropped before the first update, and counted),
     with its name."""
     table = min((n for n in position_limits(model) if n is not None), default=None)
     if table is not None and table < pair_limit:
         return table, f"the model's learned positions ({POSITION_SETTING}={table})"
-    return pair_limit, f"max_len={pair_limit}"
+    return pair_limit, f"max_pair_len={pair_limit}"
 
 
 def _model(
@@ -410,21 +410,21 @@ def _batches(
         longest = np.fromiter((max(len(a), len(b)) for a, b in zip(src_ids, tgt_ids)), np.int64)
     if config.max_tokens is None:  # pragma: no cover - resolve_config always sets it
         raise ValueError("max_tokens: expected a resolved token budget, got None")
-    limit, why = length_limit(model, config.max_len)
+    limit, why = length_limit(model, config.max_pair_len)
     kept = int(np.count_nonzero(longest < limit))  # with <eos>: longest + 1 <= limit
     del longest
     if kept == 0:
         raise SettingError(
             "data", f"every one of the {data.n_train} training pairs is longer than "
             f"{why} ({limit} tokens with <eos>); nothing to train on: raise it "
-            f"({'--set max_len=N' if limit == config.max_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
+            f"({'--set max_pair_len=N' if limit == config.max_pair_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
             "or check the data"
         )  # fmt: skip
     batcher = TokenBatcher(
         src_ids,
         tgt_ids,
         max_tokens=config.max_tokens,
-        max_len=limit,
+        max_pair_len=limit,
         shuffle=True,
         seed=config.seed,
         rank=info.rank,
@@ -438,7 +438,7 @@ def _batches(
         shuffle=False,
         rank=0,
         world_size=1,
-        max_len=max(limit, 2),
+        max_pair_len=max(limit, 2),
         truncate=True,
     )
     return batcher, valid_batches
@@ -477,7 +477,7 @@ def _build(
         src_tokenizer=data.src_tokenizer,
         tgt_tokenizer=data.tgt_tokenizer,
         device=info.device,
-        decoding=Decoding(beam_size=config.eval_beam, output_len_cap=config.max_len),
+        decoding=Decoding(beam_size=config.eval_beam, output_len_cap=config.max_pair_len),
         tokenize=config.tokenize or bleu_tokenizer(config.tgt_lang),
     )
     return Setup(

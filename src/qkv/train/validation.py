@@ -67,7 +67,7 @@ def validation_bleu(
 
     ``references`` are the raw reference texts (what sacreBLEU scores against); None scores
     against the normalised targets of ``pairs``. A run validates with ``decoding``'s
-    ``output_len_cap`` set to its pair limit (``max_len``: its model never saw longer
+    ``output_len_cap`` set to its pair limit (``max_pair_len``: its model never saw longer
     targets), so an untrained model's validation does not decode every sentence to
     ``2 * source + 10`` tokens.
     The translations are decoded by :func:`qkv.inference.decode_texts`, as
@@ -103,7 +103,7 @@ class ValidationSet:
         src_tokenizer, tgt_tokenizer: the run's tokenizers.
         device: where the model is.
         decoding: how the run's evaluations decode: its ``eval_beam``, the decode length capped
-            at its pair limit (``max_len``: its model never saw longer targets).
+            at its pair limit (``max_pair_len``: its model never saw longer targets).
         tokenize: sacreBLEU's BLEU tokenizer of every score of the run (its checkpoints, the
             average, the decoding choice): its target language's, as ``sacrebleu -l`` picks it.
     """
