@@ -207,8 +207,8 @@ def load_translator(
             quantize=args.quantize,
             threads=getattr(args, "threads", 0),
         )
-    except SettingError as e:
-        if e.key != "device":
+    except SettingError as e:  # what CTranslate2 refuses is said as the engine's
+        if e.key != "device" or engine != "ctranslate2":
             raise
         raise SettingError(e.key, f"--engine ctranslate2 {e.problem}").renamed("--device") from None
     return with_decoding_flags(tr, args)
