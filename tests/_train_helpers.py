@@ -51,6 +51,25 @@ def tiny_config(kind: str = "transformer", **changes):
     return TrainConfig().updated(base)
 
 
+class DilatedTime:
+    """The ``time`` module with a clock that runs ``factor`` times faster from its creation:
+    ``monkeypatch.setattr("qkv.train.loop.time", DilatedTime(3))`` makes a run with a budget of
+    M minutes plan, train, evaluate and stop by its budget in M / 3 minutes of the test's time.
+    What the loop measures (its speed, the cost of an evaluation) it measures on this clock, so
+    its plan is the plan of a machine ``factor`` times slower: the same decisions, in less
+    time. Every other name is ``time``'s."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+        self._t0 = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self._t0 + (time.monotonic() - self._t0) * self.factor
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
 def run_qkv(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """``python -m qkv.cli ARGS`` in a subprocess, one torch thread, output captured."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -1,10 +1,12 @@
 """Shared fixtures; the float64 reference lives in tests/_reference.py.
 
 * every test starts from one torch seed;
-* the tests of ``tests/nn``, ``tests/decoding`` and ``tests/serve`` run tiny models on one
-  intra-op thread (faster for them, far faster on a busy machine, where a second OpenMP thread
-  spins waiting for a core), set for each test and given back after it: a setting left behind
-  would change the float sums of every later test;
+* every test runs tiny models on one intra-op thread (faster for them, far faster on a busy
+  machine, where a second OpenMP thread spins waiting for a core: a tiny training run measured
+  2.5k tokens/s on 2 threads and 13.8k on 1 beside two busy processes), set for each test and
+  given back after it (a setting left behind would change the float sums of every later
+  test), but for the tests of thread choices themselves (:data:`OWN_THREADS`); the processes
+  tests start get ``OMP_NUM_THREADS=1`` from their environment unless a test sets it;
 * ``corpus_file`` and ``trained`` (tiny runs of ``qkv train``, one per model kind) serve every
   folder that tests a trained model: the train, cli and serve tests. Every test that uses
   ``trained`` (directly or through another fixture) is marked ``slow``: the models are trained
@@ -14,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,20 +26,109 @@ from _train_helpers import TINY, tiny_config
 from qkv.data import bundled_pairs, write_pairs
 
 HERE = Path(__file__).parent
-#: folders whose tests run tiny models on one thread
-ONE_THREAD = ("nn", "decoding", "serve")
+#: test files that choose or check torch's threads themselves: they keep the process's
+OWN_THREADS = frozenset(
+    {"test_runtime.py", "cli/test_cli_openmp.py", "bench/test_bench_threads.py"}
+)
+# the processes tests start (a command, a notebook's kernel, a server) run on one thread too,
+# unless the test gives their environment another choice (set before any test starts one)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: fixtures that train models for the run: a test needing one is slow
 TRAINING_FIXTURES = frozenset({"trained"})
-#: tests that train for many seconds by design (a budget in minutes, a run killed and resumed in
-#: subprocesses, the whole demo): the top of `pytest -m "not slow" --durations=20`, 4 to 25 s
-#: each on 2 cores. Per file (relative to tests/); a name no longer in its file is an error.
+#: tests marked slow by name, per file (relative to tests/; a name no longer in its file is an
+#: error), so that `make test-quick` (-m "not slow") stays a quick loop while `make test` runs
+#: them all: each takes 2.5 s or more on a busy 2-core machine (`pytest -m "not slow"
+#: --durations=0`), because it
+#: * trains for many seconds by design (a budget in minutes, a run killed and resumed, the demo);
+#: * starts `qkv` (or Python with torch) in subprocesses: commands, servers, thread choices;
+#: * exports with torch.export or ONNX, or runs gradcheck;
+#: * executes notebooks in a kernel, or draws every demo's figures.
 SLOW_TESTS = {
-    "train/test_train_resume.py": {"test_killed_and_resumed_run_matches_an_uninterrupted_one"},
+    # trains for many seconds by design
+    "train/test_train_resume.py": {
+        "test_killed_and_resumed_run_matches_an_uninterrupted_one",
+        "test_logged_losses_after_a_kill_between_progress_lines",
+    },
     "train/test_train_auto.py": {
         "test_a_timed_run_plans_its_length_and_decays_within_the_budget",
         "test_a_timed_run_resumed_keeps_its_budget_and_its_final_model",
+        "test_final_model_carries_the_decoding_chosen_on_validation",
     },
     "cli/test_cli_train.py": {"test_demo_quick"},
+    "train/test_train_data.py": {
+        "test_data_that_changed_under_a_run_names_the_file_and_the_way_out",
+        "test_a_run_trains_on_named_jsonl_fields",
+    },
+    "train/test_train_init_from.py": {
+        "test_a_run_from_another_starts_at_update_0_with_its_validation_loss"
+    },
+    "train/test_train_loop.py": {"test_threads_are_the_runs_own"},
+    "train/test_train_prepared.py": {
+        "test_a_run_on_prepared_data_killed_mid_epoch_resumes_exactly",
+        "test_a_run_that_prepares_says_so_in_one_line",
+        "test_a_setting_the_corpus_was_not_made_with_is_named",
+        "test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs",
+        "test_a_changed_source_file_is_named",
+    },
+    "decoding/test_decoding_search.py": {
+        "test_beam_finds_at_least_the_greedy_score_without_length_penalty"
+    },
+    "bench/test_bench_scale.py": {"test_ddp_floor_trains_the_run_model_on_random_batches"},
+    # commands, servers and thread choices in subprocesses
+    "cli/test_cli_openmp.py": {
+        "test_the_choice_reaches_torch_and_is_logged",
+        "test_the_users_wait_policy_reaches_torch_and_none_is_imposed",
+        "test_importing_qkv_changes_nothing_and_loads_torch_on_first_use",
+    },
+    "cli/test_cli_prepare.py": {
+        "test_prepare_prints_the_folder_and_a_second_run_does_nothing",
+        "test_bad_input_is_one_line_naming_the_flag",
+        "test_a_mostly_unreadable_file_is_refused_as_a_run_refuses_it",
+    },
+    "train/test_train_languages.py": {
+        "test_cli_aligned_files_valid_and_pair",
+        "test_a_japanese_target_without_mecab_is_one_line_before_training",
+    },
+    "train/test_train_lock.py": {
+        "test_a_second_trainer_is_refused_naming_the_holder",
+        "test_the_cli_refuses_a_second_trainer_in_one_line",
+    },
+    "train/test_train_logging.py": {"test_an_application_without_logging_sees_warnings_only"},
+    "serve/test_serve_cli.py": {
+        "test_a_signal_finishes_the_requests_in_flight_then_exits_0",
+        "test_the_shutdown_timeout_answers_503_and_exits_1",
+    },
+    "serve/test_serve_pairs.py": {
+        "test_qkv_serve_models_dir_serves_every_pair",
+        "test_the_memory_cap_unloads_the_least_recently_used_and_reloads",
+    },
+    "test_deps.py": {
+        "test_train_without_the_extra_fails_before_training",
+        "test_a_demo_without_the_extra_in_a_base_install",
+    },
+    "data/test_data_readers_encodings.py": {
+        "test_large_files_are_streamed_not_loaded_whole",
+        "test_large_csv_is_streamed",
+    },
+    "functional/test_functional_memory_guard.py": {
+        "test_a_real_ulimit_v_turns_an_allocation_into_a_clear_error"
+    },
+    # torch.export, ONNX, gradcheck
+    "export/test_export_onnx.py": {
+        "test_torch_export_of_a_transformer_encoder_equals_eager",
+        "test_torch_export_of_the_step_takes_any_past_length_from_0",
+        "test_torch_export_of_multihead_attention_equals_eager",
+    },
+    "nn/test_nn_window_export.py": {"test_onnx_export_of_multihead_attention_runs_in_onnxruntime"},
+    "functional/test_functional_chunked.py": {"test_bfloat16_gradients_accumulate_in_float32"},
+    "functional/test_functional_chunked_dropout.py": {"test_gradcheck_with_dropout"},
+    # notebooks in a kernel, every demo's figures
+    "notebooks/test_notebooks.py": {"test_notebook_runs"},
+    "viz/test_viz_demos.py": {"test_demo_writes_its_figures"},
+    "demos/test_demos_seeds.py": {
+        "test_one_head_cannot_fetch_two_neighbours_two_can",
+        "test_vit_squares_and_maps",
+    },
 }
 
 
@@ -63,7 +155,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             rel = item.path.relative_to(HERE).as_posix()
         except ValueError:  # a test outside tests/
             continue
-        if rel.split("/")[0] in ONE_THREAD:
+        if rel not in OWN_THREADS:
             item.add_marker(pytest.mark.usefixtures("one_thread"))
         slow = SLOW_TESTS.get(rel, set())
         if slow and rel not in checked:

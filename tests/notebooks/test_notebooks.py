@@ -3,7 +3,7 @@
 Each notebook is executed by a fresh Jupyter kernel (nbclient) in a temporary folder, with
 ``src/`` of this checkout first on the kernel's ``PYTHONPATH`` (a fresh clone needs no install of
 its own for the kernel to import this qkv). Notebooks that train a model take more than a few
-seconds and are marked slow.
+seconds; running one in a kernel is slow (tests/conftest.py's ``SLOW_TESTS``).
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from _kernel import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-#: the ones that train a model or run a demo that trains (tens of seconds on 2 busy cores)
-SLOW = {
-    "001_self_attention_by_hand.ipynb",
-    "002_vit_fused_qkv.ipynb",
-    "004_d2l_attention_chapter.ipynb",
-}
 #: every notebook must show these in its outputs (a figure shown without %matplotlib inline, the
 #: viewer inline, a table)
 SHOWS = {
@@ -52,13 +46,7 @@ def test_stored_without_outputs(path):
     assert "%matplotlib" not in code  # qkv's figures show themselves
 
 
-def _params():
-    for p in NOTEBOOKS:
-        marks = [pytest.mark.slow] if p.name in SLOW else []
-        yield pytest.param(p, marks=marks, id=p.name)
-
-
-@pytest.mark.parametrize("path", list(_params()))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
     nb = nbformat.read(path, as_version=4)
