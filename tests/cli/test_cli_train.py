@@ -263,7 +263,8 @@ def test_cuda_without_cuda_is_a_one_line_error(trained, command, capsys):
     [
         (["translate", "--beam", "0", "go ."], "--beam"),
         (["translate", "--n-best", "0", "go ."], "--n-best"),
-        (["translate", "--max-len", "0", "go ."], "--max-len"),
+        (["translate", "--max-output-len", "0", "go ."], "--max-output-len"),
+        (["translate", "--max-len", "0", "go ."], "--max-output-len"),  # its old name
         (["evaluate", "--beam", "0"], "--beam"),
     ],
 )
