@@ -32,9 +32,10 @@ from .._lazy import lazy_names
 from .config import ServeConfig
 
 if TYPE_CHECKING:
-    from .app import LANGUAGE_NAMES, ApiError, Asked, create_app, translator_languages
+    from .app import LANGUAGE_NAMES, Asked, create_app, translator_languages
     from .batcher import Batcher, QueueFull
     from .registry import ModelRegistry
+    from .requests import ApiError
 
 __all__ = [
     "LANGUAGE_NAMES",
@@ -51,7 +52,7 @@ __all__ = [
 #: the names that load their module (and starlette, torch) on first use -> that module
 _ON_FIRST_USE = {
     "LANGUAGE_NAMES": "app",
-    "ApiError": "app",
+    "ApiError": "requests",
     "Asked": "app",
     "create_app": "app",
     "translator_languages": "app",

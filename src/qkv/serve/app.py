@@ -31,20 +31,17 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import logging
 import math
-import re
 import secrets
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -59,6 +56,18 @@ from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
 from .registry import Lane, LoadError, ModelRegistry
+from .requests import (
+    ApiError,
+    JsonResponse,
+    describe,
+    error_response,
+    int_field,
+    int_or,
+    json_bytes,
+    parse_body,
+    read_body,
+    request_texts,
+)
 
 __all__ = ["LANGUAGE_NAMES", "Asked", "ServeConfig", "create_app", "translator_languages"]
 
@@ -111,234 +120,6 @@ def translator_languages(translator: TextTranslator) -> tuple[str, str] | None:
     return translator.languages
 
 
-# ---------------------------------------------------------------------------- errors, JSON
-class ApiError(Exception):
-    """An error answered as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-
-def json_bytes(content: Any) -> bytes:
-    """``content`` as compact UTF-8 JSON; as ASCII escapes when it holds a lone surrogate (a
-    text echoed from a request), which UTF-8 cannot encode."""
-    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(
-            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        ).encode()
-
-
-class _Json(Response):
-    """A JSON answer (:func:`json_bytes`; bytes are sent as they are)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return content if isinstance(content, bytes) else json_bytes(content)
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return _Json({"error": message}, status_code=status, headers=headers)
-
-
-def _describe(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return f"the number {v!r}"
-    if isinstance(v, str):
-        return f"the string {v[:40]!r}" + ("..." if len(v) > 40 else "")
-    if isinstance(v, list):
-        return f"a list of {len(v)}"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
-
-# ---------------------------------------------------------------------------- reading a body
-#: an integer as the docs promise it: ASCII digits, an optional sign (``str.isdigit`` and ``int``
-#: accept Unicode digits such as "²" or "③", which must be refused as such); at most 18 digits,
-#: so ``int`` never meets a string over its digit limit
-_INTEGER = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, up to ``limit`` bytes; refused before the rest is read, with the connection
-    closed after the answer (the server reads and drops what is still coming, a bounded while:
-    :mod:`qkv.serve.server`), so that a kept-alive connection does not carry it on."""
-    over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
-    close = {"Connection": "close"}
-    length = request.headers.get("content-length")
-    if length is not None:
-        if not re.fullmatch(r"[0-9]{1,18}", length.strip(), re.ASCII):
-            raise ApiError(
-                400, f"Content-Length: expected a number of bytes, got {length!r}", close
-            )
-        if int(length) > limit:
-            raise ApiError(413, f"body: {int(length):,} bytes, {over}", close)
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
-            chunks.append(chunk)
-    except ClientDisconnect:  # the client's doing, not an error of the server's: not logged
-        raise ApiError(
-            400, f"body: the connection closed after {size:,} bytes, before the end of it"
-        ) from None
-    return b"".join(chunks)
-
-
-def _form_utf8(name: str, value: str) -> None:
-    """400 for a form field whose %-escapes decode to bytes that are not UTF-8 (``q=caf%E9``
-    is Latin-1), rather than a translation of U+FFFD."""
-    for what, text in (("body", name), (name, value)):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            shown = "a field name" if what == "body" else "its value"
-            raise ApiError(
-                400,
-                f"{what[:40]}: {shown} is not UTF-8 once its %-escapes are decoded (character "
-                f"{e.start}); send the text as UTF-8 (q=caf%C3%A9 for café)",
-            ) from None
-
-
-def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
-    """The request's fields and whether they came from a form (strings everywhere)."""
-    ctype = content_type.split(";")[0].strip().lower()
-    if ctype == "application/x-www-form-urlencoded":
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ApiError(
-                400, f"body: the form is not UTF-8 ({e.reason} at byte {e.start})"
-            ) from None
-        try:  # %-escapes decoded to bytes kept as surrogates, so that invalid UTF-8 is found
-            pairs = urllib.parse.parse_qsl(
-                text,
-                keep_blank_values=True,
-                strict_parsing=False,
-                max_num_fields=10_000,
-                errors="surrogateescape",
-            )
-        except ValueError as e:
-            raise ApiError(413, f"body: {e}") from None
-        for k, v in pairs:
-            _form_utf8(k, v)
-        data: dict[str, Any] = {}
-        qs = [v for k, v in pairs if k in ("q", "q[]")]
-        for k, v in pairs:
-            if k not in ("q", "q[]"):
-                data.setdefault(k, v)  # the first of a repeated field, as LibreTranslate reads it
-        if qs:
-            data["q"] = qs[0] if len(qs) == 1 and ("q[]", qs[0]) not in pairs else qs
-        return data, True
-    if ctype == "multipart/form-data":
-        raise ApiError(
-            415,
-            "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
-            "form (application/x-www-form-urlencoded)",
-        )
-    # text/plain is not JSON: a web page may send it anywhere without asking (no CORS preflight)
-    if ctype not in ("", "application/json") and not ctype.endswith("+json"):
-        raise ApiError(
-            415,
-            f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
-            "(application/x-www-form-urlencoded)",
-        )
-    if not body.strip():
-        raise ApiError(
-            400,
-            'body: empty; expected a JSON object such as {"q": "Hello.", "source": "en", '
-            '"target": "fr"}',
-        )
-    try:
-        data = json.loads(body)
-    except UnicodeDecodeError as e:
-        raise ApiError(400, f"body: malformed JSON: not UTF-8 ({e.reason})") from None
-    except ValueError as e:  # json.JSONDecodeError
-        raise ApiError(400, f"body: malformed JSON: {e}") from None
-    except RecursionError:
-        raise ApiError(400, "body: malformed JSON: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise ApiError(422, f"body: expected a JSON object of fields, got {_describe(data)}")
-    return data, False
-
-
-# ---------------------------------------------------------------------------- fields
-def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    """Field ``name`` as an int in ``[lo, hi]`` (a form's digits too), or None when absent."""
-    v = data.get(name)
-    if v is None or v == "":
-        return None
-    if isinstance(v, str) and _INTEGER.fullmatch(v.strip()):
-        v = int(v.strip())
-    elif isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {_describe(v)}")
-    if not lo <= v <= hi:
-        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {v}")
-    return v
-
-
-def _int_or(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    v = _int_field(data, name, lo, hi)
-    return default if v is None else v
-
-
-def _check_text(name: str, text: str, max_chars: int) -> None:
-    if len(text) > max_chars:
-        raise ApiError(
-            413,
-            f"{name}: {len(text):,} characters, over the limit of {max_chars:,} per sentence "
-            "(--max-chars)",
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ApiError(
-            422, f"{name}: not valid Unicode (a lone surrogate at character {e.start})"
-        ) from None
-
-
-def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tuple[list[str], bool]:
-    """``q`` as a list of sentences, and whether it was a single string."""
-    if "q" not in data or data["q"] is None:
-        raise ApiError(
-            422,
-            "q: missing; expected the text to translate, a string"
-            + ("" if one else " or a list of strings"),
-        )
-    q = data["q"]
-    if isinstance(q, str):
-        _check_text("q", q, cfg.max_chars)
-        return [q], True
-    if one:
-        raise ApiError(422, f"q: expected one sentence, a string, got {_describe(q)}")
-    if not isinstance(q, list):
-        raise ApiError(422, f"q: expected a string or a list of strings, got {_describe(q)}")
-    if len(q) > cfg.max_sentences:
-        raise ApiError(
-            413,
-            f"q: {len(q):,} sentences, over the limit of {cfg.max_sentences:,} per request "
-            "(--max-sentences)",
-        )
-    for i, t in enumerate(q):
-        if not isinstance(t, str):
-            raise ApiError(422, f"q[{i}]: expected a string, got {_describe(t)}")
-        _check_text(f"q[{i}]", t, cfg.max_chars)
-    return list(q), False
-
-
 # ---------------------------------------------------------------------------- the app
 @dataclass(frozen=True)
 class Asked:
@@ -383,7 +164,7 @@ def _check_format(data: dict[str, Any]) -> None:
     fmt = data.get("format")
     if fmt is not None and fmt != "":
         if not isinstance(fmt, str):
-            raise ApiError(422, f"format: expected 'text', got {_describe(fmt)}")
+            raise ApiError(422, f"format: expected 'text', got {describe(fmt)}")
         if fmt.strip().lower() != "text":
             raise ApiError(
                 400,
@@ -538,7 +319,7 @@ class _State:
                 challenge,
             )
         if not isinstance(given, str):
-            raise ApiError(401, f"api_key: expected a string, got {_describe(given)}", challenge)
+            raise ApiError(401, f"api_key: expected a string, got {describe(given)}", challenge)
         if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8")):
             raise ApiError(401, "api_key: wrong API key", challenge)
 
@@ -550,7 +331,7 @@ class _State:
             if v is None or v == "":
                 v = default
             if not isinstance(v, str):
-                raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+                raise ApiError(422, f"{name}: expected a language code, got {describe(v)}")
             data[name] = v.strip().lower()
         if data["source"] not in ("auto", self.source):
             raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
@@ -570,7 +351,7 @@ class _State:
                 f"{', '.join(self.registry.languages)} (GET /languages)",
             )
         if not isinstance(v, str):
-            raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+            raise ApiError(422, f"{name}: expected a language code, got {describe(v)}")
         return v.strip()
 
     async def plan(self, data: dict[str, Any], texts: list[str]) -> _RequestRoute:
@@ -617,8 +398,8 @@ class _State:
         """What a request asks (:class:`Asked`), its decoding fields checked against the
         server's limits."""
         cfg = self.cfg
-        alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
-        wide = _int_field(data, "beam", 1, cfg.max_beam)
+        alternatives = int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
+        wide = int_field(data, "beam", 1, cfg.max_beam)
         asked = Asked(tuple(texts), single, wide, alternatives)
         if wide is not None and wide <= alternatives:
             raise ApiError(
@@ -808,8 +589,8 @@ class _Routes:
         ]
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        body = await _read_body(request, self.cfg.max_body_bytes)
-        data, _ = _parse_body(body, request.headers.get("content-type", ""))
+        body = await read_body(request, self.cfg.max_body_bytes)
+        data, _ = parse_body(body, request.headers.get("content-type", ""))
         return data
 
     async def translate(self, request: Request) -> Response:
@@ -826,7 +607,7 @@ class _Routes:
         try:
             data = await self._body(request)
             st.check_key(request, data)
-            texts, single = _texts(data, self.cfg)
+            texts, single = request_texts(data, self.cfg)
             plan = await st.plan(data, texts)
             asked = st.asked(data, texts, single)
             results = await st.run(plan, asked, arrived)
@@ -838,17 +619,17 @@ class _Routes:
         if plan.pivot is not None:  # no model of the pair: through a common language
             out["pivot"] = plan.pivot
         st.count(plan, len(texts))
-        return _Json(out)
+        return JsonResponse(out)
 
     async def attention(self, request: Request) -> Response:
         st = self.st
         data = await self._body(request)
         st.check_key(request, data)
-        (text,), _ = _texts(data, self.cfg, one=True)
+        (text,), _ = request_texts(data, self.cfg, one=True)
         plan = await st.plan(data, [text])
         asked = st.asked(data, [text], True)
-        choice = _int_or(data, "choice", 0, 0, asked.alternatives)
-        decimals = _int_or(data, "decimals", 4, 1, 6)
+        choice = int_or(data, "choice", 0, 0, asked.alternatives)
+        decimals = int_or(data, "decimals", 4, 1, 6)
         lane = await st.acquire(st.one_model(plan))
         try:
             tr = lane.translator
@@ -865,7 +646,7 @@ class _Routes:
                     lambda: st.attention_answer(lane, asked, decoding, choice, decimals)
                 )
             )
-            return _Json(await st.wait(job))
+            return JsonResponse(await st.wait(job))
         finally:
             st.registry.release(lane)
 
@@ -875,13 +656,13 @@ class _Routes:
         st = self.st
         data = await self._body(request)
         st.check_key(request, data)
-        texts, _ = _texts(data, self.cfg)
-        return _Json(await st.detect(texts))
+        texts, _ = request_texts(data, self.cfg)
+        return JsonResponse(await st.detect(texts))
 
     async def languages(self, request: Request) -> Response:
         st = self.st
         if st.source is None or st.target is None:
-            return _Json(st.registry.languages_answer())
+            return JsonResponse(st.registry.languages_answer())
         out = [
             {
                 "code": st.source,
@@ -893,7 +674,7 @@ class _Routes:
             out.append(
                 {"code": st.target, "name": LANGUAGE_NAMES.get(st.target, st.target), "targets": []}
             )
-        return _Json(out)
+        return JsonResponse(out)
 
     async def health(self, request: Request) -> Response:
         st, cfg = self.st, self.cfg
@@ -917,7 +698,7 @@ class _Routes:
         out["queue_depth"] = st.registry.queue_depth
         out["decoding_sentences"] = st.registry.in_progress
         out["uptime_seconds"] = round(time.monotonic() - st.started, 3)
-        return _Json(out)
+        return JsonResponse(out)
 
     async def metrics(self, request: Request) -> Response:
         st = self.st
@@ -951,36 +732,36 @@ class _Routes:
 
     async def openapi(self, request: Request) -> Response:
         st = self.st
-        return _Json(openapi_schema(st.source, st.target, self.cfg, languages=st.languages))
+        return JsonResponse(openapi_schema(st.source, st.target, self.cfg, languages=st.languages))
 
 
 # ---------------------------------------------------------------------------- errors answered
 async def _api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # registered for ApiError only
         return await _internal(request, exc)
-    return _error(exc.status, exc.message, exc.headers)
+    return error_response(exc.status, exc.message, exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         return await _internal(request, exc)
     if exc.status_code == 404:
-        path = _describe(request.url.path).removeprefix("the string ")
-        return _error(
+        path = describe(request.url.path).removeprefix("the string ")
+        return error_response(
             404, f"path: no route {request.method} {path}; the routes are {', '.join(ROUTES)}"
         )
     if exc.status_code == 405:
-        return _error(
+        return error_response(
             405,
             f"method: {request.method[:40]} is not allowed on {request.url.path}",
             dict(exc.headers or {}),
         )
-    return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+    return error_response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
     log.error("qkv serve: %s %s failed: %r", request.method, request.url.path, exc)
-    return _error(500, f"internal error: {type(exc).__name__}")
+    return error_response(500, f"internal error: {type(exc).__name__}")
 
 
 # ---------------------------------------------------------------------------- the app
@@ -1082,8 +863,8 @@ class _TrustedHost:
                 continue
             header = value.decode("latin-1")
             if not self.allows(_host_name(header), scope):
-                shown = _describe(header).removeprefix("the string ")
-                refusal = _error(
+                shown = describe(header).removeprefix("the string ")
+                refusal = error_response(
                     400,
                     f"Host: {shown} is not a name this server answers to; it answers to "
                     "localhost and the address it is reached at, and to the names given with "
