@@ -81,9 +81,9 @@ def test_n_best_lists_of_a_paragraph_join_its_sentences_ranks():
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(SettingError, match="^split: expected one of sentences, none, got 'x'"):
+    with pytest.raises(SettingError, match=r"^split: expected one of sentences, none, got 'x'"):
         plan_texts(["a"], split="x")
-    with pytest.raises(SettingError, match="^target: expected an ISO 639-1"):
+    with pytest.raises(SettingError, match=r"^target: expected an ISO 639-1"):
         plan_texts(["a"], target="French!")
     with pytest.raises(TypeError, match="texts: expected a sequence of str"):
         plan_texts("a")  # type: ignore[arg-type]
@@ -96,5 +96,5 @@ def test_a_text_file_round_trips_with_its_byte_order_mark_and_line_ends():
     doc = read_document(data, "txt", source="en", target="fr")
     assert doc.render(list(doc.segments)) == data
     assert doc.render(_shout(doc.segments)) == data.decode("utf-8").upper().encode()
-    with pytest.raises(SettingError, match="^file: expected UTF-8 text"):
+    with pytest.raises(SettingError, match=r"^file: expected UTF-8 text"):
         read_document(b"\xff\xfe", "txt")
