@@ -59,7 +59,8 @@ def test_an_engine_is_a_text_translator_and_answers_in_input_order():
     tr = Echo()
     assert isinstance(tr, TextTranslator)
     assert tr.generate(TEXTS) == [_ids(t) for t in TEXTS]
-    assert tr.translate(TEXTS) == [TOK.decode(_ids(t)) for t in TEXTS]
+    # a blank text comes back as it is (its layout kept)
+    assert tr.translate(TEXTS) == [TOK.decode(_ids(t)) if t.strip() else t for t in TEXTS]
     assert tr.translate("go .") == TOK.decode(_ids("go ."))
     assert tr.translate_ids("i lost .") == _ids("i lost .")
 

@@ -1,0 +1,19 @@
+"""The reader and writer of every file format: each module names its format (``NAME``), the
+file extensions that choose it (``EXTENSIONS``) and its reader ``read(data: bytes, *, source,
+target, split) -> Document``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..documents import Document
+from . import plain
+
+__all__ = ["EXTENSIONS", "FORMATS"]
+
+_MODULES = (plain,)
+
+#: format name -> reader
+FORMATS: dict[str, Callable[..., Document]] = {m.NAME: m.read for m in _MODULES}
+#: file extension (lower case, with the dot) -> format name
+EXTENSIONS: dict[str, str] = {ext: m.NAME for m in _MODULES for ext in m.EXTENSIONS}
