@@ -34,6 +34,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
+    "python_multipart": ("python-multipart", "serve"),
     "py3langid": ("py3langid", "langid"),
     "MeCab": ("mecab-python3", "ja"),
     "ipadic": ("ipadic", "ja"),

@@ -124,7 +124,7 @@ def test_html_in_a_sentence_is_shown_as_text_and_runs_nothing(browser, site, tra
     browser.click_on("#go")
     browser.wait_for("!!document.body.dataset.error", what="the error")
     err = browser.eval("document.getElementById('status').textContent")
-    assert err.startswith("error: q: 3,003 characters, over the limit")
+    assert err.startswith("error: q: a sentence of 3,003 characters")
     assert browser.eval("document.querySelectorAll('i').length") == 0
 
 

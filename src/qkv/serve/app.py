@@ -35,7 +35,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,28 +45,45 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._deps import MissingDependency, require
+from .._deps import MissingDependency, missing, require
 from .._errors import SettingError
 from ..inference import Decoding, TextTranslator
+from ..text import Alignment, Plan, format_of
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
-from .config import LOOPBACK_HOSTS, ServeConfig
+from .config import FRONTEND_TIMEOUT_MS, LOOPBACK_HOSTS, ServeConfig
+from .files import FileStore, content_type, disposition, translated_name
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
-from .registry import Lane, LoadError, ModelRegistry
+from .ratelimit import RateLimiter, Slowdown, retry_header
+from .registry import Lane, LoadError, ModelRegistry, display_name
 from .requests import (
     ApiError,
     JsonResponse,
+    Upload,
     describe,
     error_response,
     int_field,
     int_or,
     json_bytes,
     parse_body,
+    parse_multipart,
     read_body,
     request_texts,
+)
+from .texts import (
+    Documents,
+    Hypotheses,
+    answer_texts,
+    check_segments,
+    layout_pieces,
+    plan_for,
+    read_file,
+    request_format,
+    request_split,
+    supported_extensions,
 )
 
 __all__ = ["LANGUAGE_NAMES", "Asked", "ServeConfig", "create_app", "translator_languages"]
@@ -100,17 +117,33 @@ LANGUAGE_NAMES: dict[str, str] = {
     "zh": "Chinese",
 }
 
-#: the routes the metrics count by name (anything else counts as "other")
+#: the routes the metrics count by name (anything else counts as "other"; every
+#: ``/download_file/NAME`` as ``/download_file``)
 ROUTES = (
     "/",
     "/translate",
+    "/translate_file",
+    "/download_file",
     "/attention",
     "/detect",
+    "/suggest",
     "/languages",
+    "/frontend/settings",
     "/health",
     "/metrics",
     "/openapi.json",
+    "/spec",
 )
+
+#: a request's texts longer than this (characters, together) are cut into sentences off the
+#: event loop
+_INLINE_CHARS = 20_000
+#: how often the translated files whose time is up are removed, seconds
+_SWEEP_EVERY_S = 10.0
+#: what a multipart body may hold beyond its file (the other fields, the parts' headers)
+_FORM_OVERHEAD = 64 * 1024
+#: what LibreTranslate answers a suggestion when suggestions are off (qkv keeps none)
+SUGGESTIONS_OFF = "Suggestions are disabled on this server."
 
 
 def translator_languages(translator: TextTranslator) -> tuple[str, str] | None:
@@ -160,18 +193,6 @@ class _RequestRoute:
     pivot: str | None = None
 
 
-def _check_format(data: dict[str, Any]) -> None:
-    fmt = data.get("format")
-    if fmt is not None and fmt != "":
-        if not isinstance(fmt, str):
-            raise ApiError(422, f"format: expected 'text', got {describe(fmt)}")
-        if fmt.strip().lower() != "text":
-            raise ApiError(
-                400,
-                f"format: {fmt!r} is not supported; this server translates plain text ('text')",
-            )
-
-
 class _State:
     """What the routes share: the models (a registry, one translator being a registry of one:
     :meth:`ModelRegistry.of_one`; each model in a :class:`~qkv.serve.registry.Lane` with its
@@ -190,6 +211,8 @@ class _State:
             self.registry = ModelRegistry.of_one(models, *self._languages_of(models, cfg))
         self.registry.attach(self._batcher)
         self.started = time.monotonic()
+        self.limiter = RateLimiter(cfg.req_limit) if cfg.req_limit is not None else None
+        self.files = FileStore(cfg.file_ttl)
         self.in_flight = 0
         self.arriving = 0  # /translate requests being read, not yet queued
 
@@ -337,7 +360,6 @@ class _State:
             raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
         if data["target"] != self.target:
             raise ApiError(400, f"target: {data['target']!r} is not served; {pair}")
-        _check_format(data)
         return data["source"] == "auto"
 
     def _code(self, data: dict[str, Any], name: str) -> str:
@@ -368,7 +390,6 @@ class _State:
             legs = tuple(self.registry.lanes)
             return _RequestRoute(data["source"], data["target"], legs, detected)
         source, target = self._code(data, "source"), self._code(data, "target")
-        _check_format(data)
         try:
             target = self.registry.code("target", target)
             detected = None
@@ -410,24 +431,38 @@ class _State:
         return asked
 
     async def run(
-        self, route: _RequestRoute, asked: Asked, submitted: Callable[[], None]
-    ) -> list[list[str]]:
-        """Per text of ``asked`` its translations, best first, along ``route``'s legs (a pivot:
-        the first model's best translation is the second's source; the alternatives are the
-        last model's). ``submitted()`` is called once the first job is queued."""
-        current = [[t] for t in asked.texts]
+        self,
+        route: _RequestRoute,
+        segments: Sequence[str],
+        asked: Asked,
+        submitted: Callable[[], None],
+        *,
+        best_only: bool = False,
+    ) -> Hypotheses:
+        """Per segment its translations, best first, ``(text, score)``, along ``route``'s legs
+        (a pivot: the first model's best translation is the second's source; the alternatives
+        are the last model's; ``best_only``: the best alone, whatever ``asked`` asks); no legs:
+        the segments as they are. All segments are one job of the batching queue.
+        ``submitted()`` is called once the first job is queued."""
+        current: Hypotheses = [[(t, 0.0)] for t in segments]
         if not current or not route.legs:
             submitted()
             return current
         for i, lane in enumerate(route.legs):
-            last = i == len(route.legs) - 1
-            texts = [found[0] for found in current]
+            last = i == len(route.legs) - 1 and not best_only
+            texts = [found[0][0] for found in current]
             current = await self._leg(lane, texts, asked, last, submitted)
+            # a sentence the model reads as nothing keeps its text, as the engine's translate
+            # keeps it (a number, a line of symbols)
+            current = [
+                found if found[0][0] else [(text, found[0][1]), *found[1:]]
+                for found, text in zip(current, texts)
+            ]
         return current
 
     async def _leg(
         self, lane: Lane, texts: list[str], asked: Asked, last: bool, submitted: Callable[[], None]
-    ) -> list[list[str]]:
+    ) -> Hypotheses:
         lane = await self.acquire(lane)
         try:
             assert lane.batcher is not None and lane.decoding is not None  # a loaded lane
@@ -438,6 +473,61 @@ class _State:
             return await self.wait(job)
         finally:
             self.registry.release(lane)
+
+    async def align(
+        self, route: _RequestRoute, docs: Documents, translations: Sequence[str]
+    ) -> dict[int, Alignment | None]:
+        """The alignments that place the inline markup of ``docs``' segments (those of
+        :meth:`Documents.aligned`): the model's cross-attention between each and its
+        translation, computed between batches; none through a pivot (two models) or an engine
+        without attention (the text layer then places the markup by its own rule)."""
+        picked = docs.aligned()
+        if not picked or len(route.legs) != 1:
+            return {}
+        lane = await self.acquire(route.legs[0])
+        try:
+            tr = lane.translator
+            assert tr is not None and lane.batcher is not None  # held by this request
+            if not tr.has_attention:
+                return {}
+            segments = docs.segments
+            sources = [segments[i] for i in picked]
+            targets = [translations[i] for i in picked]
+            job = _queued(lambda: lane.batcher.call(lambda: tr.align_segments(sources, targets)))
+            return dict(zip(picked, await self.wait(job)))
+        finally:
+            self.registry.release(lane)
+
+    async def translate_plain(
+        self,
+        route: _RequestRoute,
+        asked: Asked,
+        split: str,
+        submitted: Callable[[], None],
+    ) -> tuple[Plan, Hypotheses]:
+        """``asked``'s texts cut into sentences (their layout kept: :func:`texts.plan_for`)
+        and translated: the plan and each segment's translations."""
+        texts = list(asked.texts)
+        if sum(len(t) for t in texts) > _INLINE_CHARS:  # a long text is cut off the event loop
+            loop = asyncio.get_running_loop()
+            plan = await loop.run_in_executor(
+                None, plan_for, texts, route.source, route.target, split
+            )
+        else:
+            plan = plan_for(texts, route.source, route.target, split)
+        check_segments(plan.segments, self.cfg)
+        return plan, await self.run(route, plan.segments, asked, submitted)
+
+    async def translate_documents(
+        self, route: _RequestRoute, docs: Documents, asked: Asked, submitted: Callable[[], None]
+    ) -> list[bytes]:
+        """``docs`` translated (their segments one job, their best translations) and written
+        back, inline markup placed by the model's attention where it can be."""
+        found = await self.run(route, docs.segments, asked, submitted, best_only=True)
+        translations = [h[0][0] for h in found]
+        alignments = await self.align(route, docs, translations)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, docs.render, translations, alignments)
 
     async def acquire(self, lane: Lane) -> Lane:
         """``lane`` loaded for a request (:meth:`ModelRegistry.acquire`); a model that fails
@@ -517,13 +607,64 @@ class _State:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The app's lifespan: the batch workers run while the app does; at shutdown each
-        finishes every queued job."""
+        """The app's lifespan: the batch workers run while the app does, and a task removes
+        the translated files whose time is up; at shutdown each worker finishes every queued
+        job and the files left are removed."""
         self.registry.start()
+        sweeper = asyncio.create_task(self._sweep_files())
         try:
             yield
         finally:  # let the workers finish what is queued, off the event loop
+            sweeper.cancel()
             await asyncio.get_running_loop().run_in_executor(None, self.registry.stop)
+            self.files.close()
+
+    async def _sweep_files(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_EVERY_S)
+            self.files.sweep()
+
+    def check_rate(self, request: Request, data: dict[str, Any], cost: int = 1) -> None:
+        """LibreTranslate's request limit (``--req-limit``): a 429 ``{"error": "Slowdown: N
+        per 1 minute"}`` when the client's last minute is full, else the request counted. The
+        client is the API key when the server has one and the request gives it (checked
+        already), else the address."""
+        if self.limiter is None:
+            return
+        key = self.cfg.api_key if self.cfg.api_key is not None else None
+        address = request.client.host if request.client is not None else None
+        try:
+            self.limiter.admit(self.limiter.client(key, address), cost)
+        except Slowdown as e:
+            raise ApiError(429, str(e), retry_header(e.retry_after)) from None
+
+    def frontend_settings(self) -> dict[str, Any]:
+        """``GET /frontend/settings``: LibreTranslate's fields, this server's values."""
+        cfg = self.cfg
+        if self.registry.pair is not None:
+            source, target = self.registry.pair
+        else:
+            langs = self.registry.languages_answer()
+            first = next((x for x in langs if any(t != x["code"] for t in x["targets"])), langs[0])
+            source = "auto" if not missing(detection.needs()) else first["code"]
+            target = next((t for t in first["targets"] if t != first["code"]), first["code"])
+        files = cfg.files
+        return {
+            "charLimit": cfg.char_limit if cfg.char_limit is not None else -1,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": cfg.api_key is not None,
+            "keyRequired": cfg.api_key is not None,
+            "suggestions": False,
+            "filesTranslation": files,
+            "supportedFilesFormat": supported_extensions() if files else [],
+            "language": {
+                "source": {
+                    "code": source,
+                    "name": "Auto Detect" if source == "auto" else display_name(source),
+                },
+                "target": {"code": target, "name": display_name(target)},
+            },
+        }
 
 
 def _pair_labels(key: tuple[str, str, str]) -> str:
@@ -540,15 +681,59 @@ def _queued(submit: Callable[[], Any]) -> Any:
         raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
 
 
-def _translated(results: list[list[str]], asked: Asked) -> dict[str, Any]:
-    """``/translate``'s answer, LibreTranslate's shape: ``translatedText`` (a string for a
-    single ``q``, else a list) and, when asked, ``alternatives``."""
-    best = [found[0] for found in results]
-    out: dict[str, Any] = {"translatedText": best[0] if asked.single else best}
-    if asked.alternatives:
-        alts = [found[1:] for found in results]
-        out["alternatives"] = alts[0] if asked.single else alts
-    return out
+def _flag(data: dict[str, Any], name: str) -> bool:
+    """A yes/no field (``true``, or a form's ``"true"``/``"1"``)."""
+    v = data.get(name)
+    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1"))
+
+
+def _the_file(files: list[Upload]) -> Upload:
+    """The ``file`` field of a ``/translate_file`` form."""
+    found = [f for f in files if f.field == "file"]
+    if not found:
+        raise ApiError(
+            400, "file: missing; expected the file to translate in the form's file field"
+        )
+    upload = found[0]
+    if not upload.filename:
+        raise ApiError(400, "file: no file name; expected one ending in its format's extension")
+    if not upload.data:
+        raise ApiError(400, f"file: {upload.filename!r} is empty")
+    return upload
+
+
+async def _unless_gone(
+    request: Request, work: Awaitable[str], forget: Callable[[str], None]
+) -> str | None:
+    """``work``'s result (a stored file's name), unless the client disconnects first: then
+    ``work`` is cancelled (its queued sentences are dropped) and None returned; a file written
+    as the client left is ``forget``-ten."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            name = task.result()
+            if gone.done():
+                forget(name)
+                return None
+            return name
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ApiError):
+            await task
+        return None
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has disconnected (the body read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _one_model_health(lane: Lane, cfg: ServeConfig) -> dict[str, Any]:
@@ -580,20 +765,35 @@ class _Routes:
         return [
             Route("/", self.page, methods=["GET"]),
             Route("/translate", self.translate, methods=["POST"]),
+            Route("/translate_file", self.translate_file, methods=["POST"]),
+            Route(
+                "/download_file/{name}", self.download_file, methods=["GET"], name="download_file"
+            ),
             Route("/attention", self.attention, methods=["POST"]),
             Route("/detect", self.detect, methods=["POST"]),
+            Route("/suggest", self.suggest, methods=["POST"]),
             Route("/languages", self.languages, methods=["GET"]),
+            Route("/frontend/settings", self.frontend_settings, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
+            Route("/spec", self.openapi, methods=["GET"]),
         ]
 
     async def _body(self, request: Request) -> dict[str, Any]:
         body = await read_body(request, self.cfg.max_body_bytes)
-        data, _ = parse_body(body, request.headers.get("content-type", ""))
+        ctype = request.headers.get("content-type", "")
+        if ctype.split(";")[0].strip().lower() == "multipart/form-data":
+            data, _ = await parse_multipart(body, request.headers, max_files=0)
+            return data
+        data, _ = parse_body(body, ctype)
         return data
 
     async def translate(self, request: Request) -> Response:
+        """LibreTranslate's ``/translate``: each text of ``q`` cut into sentences (line breaks,
+        blank lines and spaces kept), or an HTML page (``format: "html"``) whose text is
+        translated and markup kept; every sentence of the request one job of the batching
+        queue."""
         st = self.st
         st.arriving += 1  # the batcher may wait for this request's company
         counted = True
@@ -608,24 +808,176 @@ class _Routes:
             data = await self._body(request)
             st.check_key(request, data)
             texts, single = request_texts(data, self.cfg)
-            plan = await st.plan(data, texts)
+            st.check_rate(request, data, max(1, len(texts)))
+            fmt, split = request_format(data), request_split(data)
+            route = await st.plan(data, texts)
             asked = st.asked(data, texts, single)
-            results = await st.run(plan, asked, arrived)
+            if fmt == "html":
+                out, n = await self._html(route, asked, split, arrived)
+            else:
+                out, n = await self._plain(route, asked, split, arrived, _flag(data, "layout"))
         finally:
             arrived()
-        out = _translated(results, asked)
-        if plan.detected is not None:  # source "auto"
-            out["detectedLanguage"] = plan.detected if single else [plan.detected] * len(texts)
-        if plan.pivot is not None:  # no model of the pair: through a common language
-            out["pivot"] = plan.pivot
-        st.count(plan, len(texts))
+        if route.detected is not None:  # source "auto"
+            out["detectedLanguage"] = route.detected if single else [route.detected] * len(texts)
+        if route.pivot is not None:  # no model of the pair: through a common language
+            out["pivot"] = route.pivot
+        st.count(route, n)
         return JsonResponse(out)
+
+    async def _plain(
+        self,
+        route: _RequestRoute,
+        asked: Asked,
+        split: str,
+        arrived: Callable[[], None],
+        layout: bool,
+    ) -> tuple[dict[str, Any], int]:
+        """A text request's answer (``layout``: with each text's sentences, for the page) and
+        how many sentences it held."""
+        plan, found = await self.st.translate_plain(route, asked, split, arrived)
+        best, others = answer_texts(plan, found, asked.alternatives)
+        out: dict[str, Any] = {"translatedText": best[0] if asked.single else best}
+        if others is not None:
+            out["alternatives"] = others[0] if asked.single else others
+        if layout:
+            pieces = layout_pieces(plan, [h[0][0] for h in found])
+            out["layout"] = pieces[0] if asked.single else pieces
+        return out, len(plan.segments)
+
+    async def _html(
+        self, route: _RequestRoute, asked: Asked, split: str, arrived: Callable[[], None]
+    ) -> tuple[dict[str, Any], int]:
+        """An HTML request's answer: each page with its text translated and its markup kept
+        (no alternatives, as LibreTranslate gives none for HTML), and how many sentences."""
+        cfg = self.cfg
+        names = ["q"] if asked.single else [f"q[{i}]" for i in range(len(asked.texts))]
+        src, tgt = route.source, route.target
+
+        def read_all() -> Documents:
+            return Documents(
+                tuple(
+                    read_file(t.encode("utf-8"), "html", src, tgt, split, cfg, name)
+                    for t, name in zip(asked.texts, names)
+                )
+            )
+
+        docs = await asyncio.get_running_loop().run_in_executor(None, read_all)
+        check_segments(docs.segments, cfg)
+        pages = [
+            b.decode("utf-8")
+            for b in await self.st.translate_documents(route, docs, asked, arrived)
+        ]
+        out: dict[str, Any] = {"translatedText": pages[0] if asked.single else pages}
+        if asked.alternatives:
+            out["alternatives"] = [] if asked.single else [[] for _ in pages]
+        return out, len(docs.segments)
+
+    async def translate_file(self, request: Request) -> Response:
+        """LibreTranslate's ``/translate_file``: a multipart form (``file``, ``source``,
+        ``target``, ``api_key``) -> ``{"translatedFileUrl": ".../download_file/NAME"}``; the
+        translation waits there until downloaded (once), its time is up, or the server
+        stops. A client that leaves before the answer leaves no file behind."""
+        st, cfg = self.st, self.cfg
+        if not cfg.files:
+            raise ApiError(403, "file: files translation is disabled on this server")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "multipart/form-data":
+            raise ApiError(
+                415,
+                f"Content-Type: expected multipart/form-data (a form with the file), got "
+                f"{ctype[:60]!r}",
+            )
+        body = await read_body(request, cfg.max_file_bytes + _FORM_OVERHEAD)
+        data, files = await parse_multipart(body, request.headers, max_files=1)
+        st.check_key(request, data)
+        upload = _the_file(files)
+        try:
+            fmt = format_of(upload.filename)
+        except SettingError as e:
+            raise ApiError(400, f"file: {e.problem}") from None
+        cost = 1 if cfg.char_limit is None else max(1, len(upload.data) // cfg.char_limit)
+        st.check_rate(request, data, cost)
+        work = self._translated_file(request, data, upload, fmt)
+        name = await _unless_gone(request, work, st.files.remove)
+        if name is None:
+            return Response(status_code=499)  # nobody is listening
+        url = str(request.url_for("download_file", name=name))
+        return JsonResponse({"translatedFileUrl": url})
+
+    async def _translated_file(
+        self, request: Request, data: dict[str, Any], upload: Upload, fmt: str
+    ) -> str:
+        """The file read, translated, written back and stored: its stored name."""
+        st, cfg = self.st, self.cfg
+        split = request_split(data)
+        loop = asyncio.get_running_loop()
+        st.arriving += 1
+        counted = True
+
+        def arrived() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                st.arriving -= 1
+
+        try:
+            auto = str(data.get("source") or "").strip().lower() == "auto"
+            if auto and st.registry.pair is None:  # detected on the file's first sentences
+                doc = await loop.run_in_executor(
+                    None, read_file, upload.data, fmt, None, None, split, cfg
+                )
+                route = await st.plan(data, list(doc.segments[:200]))
+            else:
+                route = await st.plan(data, [])
+            doc = await loop.run_in_executor(
+                None, read_file, upload.data, fmt, route.source, route.target, split, cfg
+            )
+            docs = Documents((doc,))
+            asked = st.asked(data, [], True)
+            (translated,) = await st.translate_documents(route, docs, asked, arrived)
+        finally:
+            arrived()
+        st.count(route, len(doc.segments))
+        name = translated_name(upload.filename, route.target)
+        return await loop.run_in_executor(None, st.files.put, translated, name)
+
+    async def download_file(self, request: Request) -> Response:
+        """A translated file, once: it is removed as it is sent."""
+        name = request.path_params["name"]
+        if not self.st.files.well_formed(name):
+            raise ApiError(400, f"name: {describe(name)} is not the name of a translated file")
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, self.st.files.take, name)
+        if found is None:
+            raise ApiError(
+                404,
+                "name: no such translated file; a file is kept until it is downloaded, "
+                f"{self.cfg.file_ttl:g} s at most (--file-ttl)",
+            )
+        data, download = found
+        headers = {
+            "Content-Disposition": disposition(download),
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": "sandbox",
+        }
+        return Response(data, media_type=content_type(download), headers=headers)
+
+    async def suggest(self, request: Request) -> Response:
+        """LibreTranslate's ``/suggest`` on a server that keeps no suggestions: its 403."""
+        raise ApiError(403, SUGGESTIONS_OFF)
+
+    async def frontend_settings(self, request: Request) -> Response:
+        """LibreTranslate's ``/frontend/settings``, what its page and apps read first."""
+        return JsonResponse(self.st.frontend_settings())
 
     async def attention(self, request: Request) -> Response:
         st = self.st
         data = await self._body(request)
         st.check_key(request, data)
         (text,), _ = request_texts(data, self.cfg, one=True)
+        if request_format(data) != "text":
+            raise ApiError(400, "format: /attention takes plain text ('text'), one sentence")
         plan = await st.plan(data, [text])
         asked = st.asked(data, [text], True)
         choice = int_or(data, "choice", 0, 0, asked.alternatives)
@@ -657,6 +1009,7 @@ class _Routes:
         data = await self._body(request)
         st.check_key(request, data)
         texts, _ = request_texts(data, self.cfg)
+        st.check_rate(request, data)
         return JsonResponse(await st.detect(texts))
 
     async def languages(self, request: Request) -> Response:
@@ -921,5 +1274,7 @@ class _Observe:
         finally:
             st.in_flight -= 1
             path = scope.get("path", "")
+            if path.startswith("/download_file/"):
+                path = "/download_file"
             route = path if path in ROUTES else "other"
             st.metrics.request(route, scope.get("method", ""), status, time.perf_counter() - t0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -21,13 +22,17 @@ __all__ = [
     "INTEGER",
     "ApiError",
     "JsonResponse",
+    "Upload",
+    "check_sentences",
     "check_text",
     "describe",
     "error_response",
+    "form_fields",
     "int_field",
     "int_or",
     "json_bytes",
     "parse_body",
+    "parse_multipart",
     "read_body",
     "request_texts",
 ]
@@ -133,8 +138,68 @@ def _form_utf8(name: str, value: str) -> None:
             ) from None
 
 
+def form_fields(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """A form's fields: the first of a repeated field, as LibreTranslate reads it, but every
+    ``q`` (or ``q[]``), a list when there are several; a form's line ends (``\\r\\n``, what
+    a text box sends) made ``\\n``, as LibreTranslate makes them."""
+    data: dict[str, Any] = {}
+    qs = [v.replace("\r\n", "\n").replace("\r", "\n") for k, v in pairs if k in ("q", "q[]")]
+    for k, v in pairs:
+        if k not in ("q", "q[]"):
+            data.setdefault(k, v)
+    if qs:
+        data["q"] = qs[0] if len(qs) == 1 and not any(k == "q[]" for k, _ in pairs) else qs
+    return data
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file of a multipart form: its field, the name the client gave it, its bytes."""
+
+    field: str
+    filename: str
+    data: bytes
+
+
+async def parse_multipart(
+    body: bytes, headers: Any, *, max_files: int
+) -> tuple[dict[str, Any], list[Upload]]:
+    """A ``multipart/form-data`` body (read whole already): its fields (as
+    :func:`form_fields` reads a form's) and at most ``max_files`` files.
+
+    Raises:
+        ApiError: 400 a malformed form, a field that is not UTF-8, or more files than
+            ``max_files``.
+    """
+    from starlette.datastructures import UploadFile
+    from starlette.formparsers import MultiPartException, MultiPartParser
+
+    async def stream() -> Any:
+        yield body
+
+    parser = MultiPartParser(
+        headers, stream(), max_files=max_files, max_fields=10_000, max_part_size=len(body) + 1
+    )
+    try:
+        form = await parser.parse()
+    except MultiPartException as e:
+        raise ApiError(400, f"body: a malformed multipart form: {e.message}") from None
+    try:
+        pairs, files = [], []
+        for k, v in form.multi_items():
+            if isinstance(v, UploadFile):
+                files.append(Upload(k, v.filename or "", await v.read()))
+            else:
+                _form_utf8(k, v)
+                pairs.append((k, v))
+    finally:
+        await form.close()
+    return form_fields(pairs), files
+
+
 def parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
-    """The request's fields and whether they came from a form (strings everywhere)."""
+    """The request's fields and whether they came from a form (strings everywhere); not a
+    multipart one (:func:`parse_multipart`)."""
     ctype = content_type.split(";")[0].strip().lower()
     if ctype == "application/x-www-form-urlencoded":
         try:
@@ -155,26 +220,13 @@ def parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
             raise ApiError(413, f"body: {e}") from None
         for k, v in pairs:
             _form_utf8(k, v)
-        data: dict[str, Any] = {}
-        qs = [v for k, v in pairs if k in ("q", "q[]")]
-        for k, v in pairs:
-            if k not in ("q", "q[]"):
-                data.setdefault(k, v)  # the first of a repeated field, as LibreTranslate reads it
-        if qs:
-            data["q"] = qs[0] if len(qs) == 1 and ("q[]", qs[0]) not in pairs else qs
-        return data, True
-    if ctype == "multipart/form-data":
-        raise ApiError(
-            415,
-            "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
-            "form (application/x-www-form-urlencoded)",
-        )
+        return form_fields(pairs), True
     # text/plain is not JSON: a web page may send it anywhere without asking (no CORS preflight)
     if ctype not in ("", "application/json") and not ctype.endswith("+json"):
         raise ApiError(
             415,
             f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
-            "(application/x-www-form-urlencoded)",
+            "(application/x-www-form-urlencoded or multipart/form-data)",
         )
     if not body.strip():
         raise ApiError(
@@ -217,12 +269,14 @@ def int_or(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> i
     return default if v is None else v
 
 
-def check_text(name: str, text: str, max_chars: int) -> None:
-    if len(text) > max_chars:
+def check_text(name: str, text: str, char_limit: int | None) -> None:
+    """400 for a text over LibreTranslate's ``char_limit`` (None: none), 422 for one that is
+    not valid Unicode."""
+    if char_limit is not None and len(text) > char_limit:
         raise ApiError(
-            413,
-            f"{name}: {len(text):,} characters, over the limit of {max_chars:,} per sentence "
-            "(--max-chars)",
+            400,
+            f"{name}: {len(text):,} characters, over the limit of {char_limit:,} per text "
+            "(--char-limit)",
         )
     try:
         text.encode("utf-8")
@@ -232,10 +286,23 @@ def check_text(name: str, text: str, max_chars: int) -> None:
         ) from None
 
 
+def check_sentences(name: str, sentences: Any, max_chars: int) -> None:
+    """413 for a sentence (of a text cut into sentences) over ``max_chars`` characters."""
+    for sentence in sentences:
+        if len(sentence) > max_chars:
+            shown = sentence[:40] + ("..." if len(sentence) > 40 else "")
+            raise ApiError(
+                413,
+                f"{name}: a sentence of {len(sentence):,} characters ({shown!r}), over the "
+                f"limit of {max_chars:,} per sentence (--max-chars)",
+            )
+
+
 def request_texts(
     data: dict[str, Any], cfg: ServeConfig, *, one: bool = False
 ) -> tuple[list[str], bool]:
-    """``q`` as a list of sentences, and whether it was a single string."""
+    """``q`` as a list of texts, and whether it was a single string (``one``: it must be, one
+    sentence, as ``/attention`` takes it)."""
     if "q" not in data or data["q"] is None:
         raise ApiError(
             422,
@@ -244,7 +311,9 @@ def request_texts(
         )
     q = data["q"]
     if isinstance(q, str):
-        check_text("q", q, cfg.max_chars)
+        check_text("q", q, cfg.char_limit)
+        if one:
+            check_sentences("q", [q], cfg.max_chars)
         return [q], True
     if one:
         raise ApiError(422, f"q: expected one sentence, a string, got {describe(q)}")
@@ -253,11 +322,11 @@ def request_texts(
     if len(q) > cfg.max_sentences:
         raise ApiError(
             413,
-            f"q: {len(q):,} sentences, over the limit of {cfg.max_sentences:,} per request "
-            "(--max-sentences)",
+            f"q: {len(q):,} texts, over the limit of {cfg.max_sentences:,} sentences per "
+            "request (--max-sentences)",
         )
     for i, t in enumerate(q):
         if not isinstance(t, str):
             raise ApiError(422, f"q[{i}]: expected a string, got {describe(t)}")
-        check_text(f"q[{i}]", t, cfg.max_chars)
+        check_text(f"q[{i}]", t, cfg.char_limit)
     return list(q), False
