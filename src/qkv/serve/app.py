@@ -63,6 +63,7 @@ from .requests import (
     ApiError,
     JsonResponse,
     Upload,
+    check_sentences,
     describe,
     error_response,
     int_field,
@@ -933,6 +934,7 @@ class _Routes:
             doc = await loop.run_in_executor(
                 None, read_file, upload.data, fmt, route.source, route.target, split, cfg
             )
+            check_sentences("file", doc.segments, cfg.max_chars)
             docs = Documents((doc,))
             asked = st.asked(data, [], True)
             (translated,) = await st.translate_documents(route, docs, asked, arrived)
