@@ -1073,8 +1073,10 @@ class _Routes:
             target=self.st.target,
             key_required=self.cfg.api_key is not None,
             max_alternatives=self.cfg.max_alternatives,
-            max_chars=self.cfg.max_chars,
+            char_limit=self.cfg.char_limit,
             detect=self.st.registry.pair is None,
+            pairs=[(lane.source, lane.target) for lane in self.st.registry.lanes],
+            file_formats=supported_extensions() if self.cfg.files else [],
         )
         csp = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
