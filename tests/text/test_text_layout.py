@@ -39,7 +39,7 @@ def test_random_layouts_come_back_exactly():
         for _ in range(rng.randint(1, 6)):
             sentences = [
                 " ".join(
-                    [rng.choice(["Home", "Calm", "We"])] + rng.choices(words, k=rng.randint(0, 4))
+                    [rng.choice(["Home", "Calm", "We"]), *rng.choices(words, k=rng.randint(0, 4))]
                 )
                 + rng.choice([".", "!", "?"])
                 for _ in range(rng.randint(0, 3))
