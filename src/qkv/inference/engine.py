@@ -48,7 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._deps import require
 from ..data import Tokenizer
 from ..decoding.search import Hypothesis
-from ..text import Alignment, Plan, clean, plan_texts
+from ..text import DEFAULT_SPLIT, Alignment, Plan, clean, plan_texts
 from .batches import SourceBatch, decode_sorted
 from .limits import PositionBounds, cut_by_positions, skip_too_long, too_long, warn_cut
 from .options import Decoding
@@ -129,11 +129,11 @@ class TextTranslator(Protocol):
         texts: str | Sequence[str],
         decoding: Decoding | None = None,
         *,
-        split: str = "sentences",
+        split: str = DEFAULT_SPLIT,
         **overrides: Any,
     ) -> Any: ...
 
-    def plan(self, texts: Sequence[str], *, split: str = "sentences") -> Plan: ...
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan: ...
 
     def detokenize(self, ids: Sequence[int]) -> str: ...
 
@@ -399,7 +399,7 @@ class TranslatorBase:
         texts: str | Sequence[str],
         decoding: Decoding | None = None,
         *,
-        split: str = "sentences",
+        split: str = DEFAULT_SPLIT,
         **overrides: Any,
     ) -> Any:
         """Translate one text or a sequence of texts, each line a paragraph cut into
@@ -435,7 +435,7 @@ class TranslatorBase:
             out = plan.join_hypotheses(shown)
         return out[0] if single else out
 
-    def plan(self, texts: Sequence[str], *, split: str = "sentences") -> Plan:
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan:
         """The :class:`qkv.text.Plan` of ``texts`` in this model's languages (their lines cut
         into sentences, or ``split="none"``: one segment per line): translate
         ``plan.segments`` (:meth:`hypotheses`, :meth:`translate_segments`) and

@@ -22,6 +22,7 @@ from .._atomic import atomic_file
 from .._errors import SettingError
 from .documents import Align, Document, Limits, Translate
 from .formats import EXTENSIONS, FORMATS
+from .layout import DEFAULT_SPLIT
 
 __all__ = ["FORMATS", "format_of", "read_document", "translate_document", "translate_file"]
 
@@ -50,7 +51,7 @@ def read_document(
     *,
     source: str | None = None,
     target: str | None = None,
-    split: str = "sentences",
+    split: str = DEFAULT_SPLIT,
     limits: Limits | None = None,
 ) -> Document:
     """Read a document: ``data`` is the file's bytes (or, as a ``str``, text: UTF-8), or a
@@ -103,7 +104,7 @@ def translate_document(
     *,
     source: str | None = None,
     target: str | None = None,
-    split: str = "sentences",
+    split: str = DEFAULT_SPLIT,
     limits: Limits | None = None,
 ) -> bytes:
     """Read, translate and write one document: the translated file's bytes.
