@@ -119,3 +119,32 @@ def test_qkv_translate_names_a_bad_split(folder, capsys):
         main(["translate", "--model-dir", str(folder), "--split", "words", "Go."])
     assert exit_.value.code == 2
     assert "argument --split: invalid choice: 'words'" in capsys.readouterr().err
+
+
+PAGE = (
+    "<html><body><h1>{one}</h1>\n<p>{two} <b>{three_a}</b> {three_b}</p>"
+    "<p><code>x = 1</code> {one}</p></body></html>"
+)
+
+
+@pytest.mark.parametrize("name", ["qkv", "ctranslate2", "onnx"])
+def test_a_page_keeps_its_tags_through_every_engine(engines, name):
+    lxml_html = pytest.importorskip("lxml.html")
+    from qkv.text import translate_document
+
+    tr = engines[name]
+    words = THREE.split()
+    page = PAGE.format(one=ONE, two=TWO, three_a=words[0], three_b=" ".join(words[1:]))
+    out = translate_document(page, tr, "html").decode()
+
+    def tags(p):
+        return [el.tag for el in lxml_html.document_fromstring(p).iter()]
+
+    assert tags(out) == tags(page)
+    one, two = _alone(tr, ONE, TWO)
+    assert f"<h1>{one}</h1>" in out and "<code>x = 1</code>" in out
+    assert tr.aligns == (name != "onnx")
+    if tr.aligns:
+        (al,) = tr.align_segments([THREE], _alone(tr, THREE))
+        assert len(al.weights) == len(al.target_tokens) > 0
+        assert all(len(row) == len(al.source_tokens) for row in al.weights)

@@ -102,6 +102,9 @@ class TextTranslator(Protocol):
     @property
     def has_attention(self) -> bool: ...
 
+    @property
+    def aligns(self) -> bool: ...
+
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -274,6 +277,12 @@ class TranslatorBase:
     def has_attention(self) -> bool:
         """Whether :meth:`attention` can show the weights this engine decodes with."""
         return False
+
+    @property
+    def aligns(self) -> bool:
+        """Whether :meth:`align_segments` gives cross-attention (what places inline HTML
+        markup): engines with :attr:`has_attention`, and CTranslate2's."""
+        return self.has_attention
 
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any:
         """This translator with another default decoding (the same model, not copied):
@@ -461,8 +470,9 @@ class TranslatorBase:
         self, segments: Sequence[str], translations: Sequence[str]
     ) -> list[Alignment | None]:
         """Per segment, how its translation's tokens attend to its tokens (cross-attention
-        averaged over layers and heads, ``<eos>`` left out), for an engine with
-        :attr:`has_attention`; None where a pair cannot be shown (too long)."""
+        averaged over layers and heads, ``<eos>`` left out), for an engine that
+        :attr:`aligns`; None where a pair cannot be shown (too long, or an engine without
+        attention)."""
         if len(segments) != len(translations):
             raise ValueError(
                 f"translations: expected one per segment ({len(segments)}), got {len(translations)}"

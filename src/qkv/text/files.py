@@ -87,7 +87,8 @@ def _callables(translator: Any) -> tuple[Translate, Align | None]:
     """``(translate, align)`` of an engine (its ``translate_segments`` and, when it has
     attention, ``align_segments``) or of a plain function (no alignment)."""
     if hasattr(translator, "translate_segments"):
-        align = translator.align_segments if getattr(translator, "has_attention", False) else None
+        aligns = getattr(translator, "aligns", getattr(translator, "has_attention", False))
+        align = translator.align_segments if aligns else None
         return translator.translate_segments, align
     if callable(translator):
         return translator, None

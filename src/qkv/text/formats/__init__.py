@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..documents import Document
-from . import plain
+from . import html, plain
 
 __all__ = ["EXTENSIONS", "FORMATS"]
 
-_MODULES = (plain,)
+_MODULES = (plain, html)
 
 #: format name -> reader
 FORMATS: dict[str, Callable[..., Document]] = {m.NAME: m.read for m in _MODULES}
