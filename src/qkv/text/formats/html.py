@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import html as _html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -27,7 +27,7 @@ from ..documents import Alignment, Document
 from ..layout import DEFAULT_SPLIT, NO_SPACES, Joined
 from .plain import decode_utf8
 
-__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "read"]
+__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "read", "wrap"]
 
 NAME = "html"
 EXTENSIONS = (".html", ".htm", ".xhtml")
@@ -139,6 +139,8 @@ class _Block:
     text: str
     trail: str | None
     root: _Element
+    #: the lines its translation is written on (a subtitle's; HTML's: one)
+    lines: int = 1
 
 
 def _blocks(tokens: list[_Token]) -> list[str | _Block]:
@@ -358,31 +360,48 @@ def _place(el: _Element, mapper: _Mapper, lo: int, hi: int) -> list[tuple[_Eleme
     return out
 
 
-def _render(el: _Element, text: str, mapper: _Mapper, lo: int, hi: int) -> str:
+def _escape(text: str) -> str:
+    return _html.escape(text, quote=False)
+
+
+def _render(
+    el: _Element, text: str, mapper: _Mapper, lo: int, hi: int, escape: Callable[[str], str]
+) -> str:
     """``text[lo:hi]`` (escaped) with the children of ``el`` put back."""
     parts, at = [], lo
     for c, t0, t1 in _place(el, mapper, lo, hi):
-        parts.append(_html.escape(text[at:t0], quote=False))
+        parts.append(escape(text[at:t0]))
         if c.close is None:
             parts.append(c.open)
             between = t1 > lo and text[t1 - 1] == " " and t1 < hi and text[t1] != " "
             if c.space_after and between:  # "Lancez <code>x</code> maintenant"
                 parts.append(" ")
         else:
-            parts += [c.open, _render(c, text, mapper, t0, t1), c.close]
+            parts += [c.open, _render(c, text, mapper, t0, t1, escape), c.close]
         at = t1
-    parts.append(_html.escape(text[at:hi], quote=False))
+    parts.append(escape(text[at:hi]))
     return "".join(parts)
 
 
 class HtmlDocument(Document):
-    """An HTML page read for translation (see the module)."""
+    """A page read for translation (see the module): ``pieces`` are kept strings and
+    blocks (:func:`fragment`), written back as UTF-8 (with a byte-order mark: ``bom``), the
+    translated text escaped by ``escape`` (HTML's ``&<>``; subtitles reuse the class)."""
 
-    def __init__(self, pieces: list[str | _Block], bom: bool, **plan: str | None) -> None:
+    def __init__(
+        self,
+        pieces: list[str | _Block],
+        bom: bool = False,
+        *,
+        fmt: str = NAME,
+        escape: Callable[[str], str] = _escape,
+        newline: str = "\n",
+        **plan: str | None,
+    ) -> None:
         self._pieces = pieces
-        self._bom = bom
+        self._bom, self._escape, self._newline = bom, escape, newline
         blocks = [p for p in pieces if isinstance(p, _Block)]
-        super().__init__("html", [b.text for b in blocks], self._write_blocks, **plan)  # type: ignore[arg-type]
+        super().__init__(fmt, [b.text for b in blocks], self._write_blocks, **plan)  # type: ignore[arg-type]
         self._blocks = blocks
         self._spaced = self.plan.target not in NO_SPACES
 
@@ -414,7 +433,9 @@ class HtmlDocument(Document):
                 continue
             j = shown[id(piece)]
             mapper = _Mapper(j, segs, translations, alignments or {}, self._spaced)
-            body = _render(piece.root, j.text, mapper, 0, len(j.text))
+            body = _render(piece.root, j.text, mapper, 0, len(j.text), self._escape)
+            if piece.lines > 1 and "<" not in body:
+                body = wrap(body, piece.lines, self._spaced).replace("\n", self._newline)
             if piece.lead is not None and body.startswith(" "):
                 body = piece.lead + body[1:]
             if piece.trail is not None and body.endswith(" "):
@@ -433,5 +454,33 @@ def read(
     """An HTML page (UTF-8; a byte-order mark kept) as an :class:`HtmlDocument`."""
     text = decode_utf8(data)
     bom = text.startswith("\ufeff")
-    pieces = _blocks(_Tokens(text[1:] if bom else text).tokens())
+    pieces = fragment(text[1:] if bom else text)
     return HtmlDocument(pieces, bom, source=source, target=target, split=split)
+
+
+def fragment(text: str) -> list[str | _Block]:
+    """``text`` (a page, or a fragment with inline markup: a subtitle's cue) as kept strings
+    and blocks to translate."""
+    return _blocks(_Tokens(text).tokens())
+
+
+def wrap(text: str, lines: int, spaced: bool = True) -> str:
+    """``text`` on ``lines`` lines of lengths as even as its words allow: the ``k``-th cut
+    between the words closest to ``k/lines`` of its length (a language written without
+    spaces: between characters)."""
+    units = text.split(" ") if spaced else list(text)
+    glue = " " if spaced else ""
+    ends, at = [], 0  # the length of the text up to the end of each unit
+    for u in units:
+        at += len(u) + (len(glue) if ends else 0)
+        ends.append(at)
+    cuts, last = [], 0
+    for k in range(1, min(lines, len(units))):
+        want = k * len(text) / lines
+        best = min(range(last + 1, len(units)), key=lambda i: abs(ends[i - 1] - want), default=None)
+        if best is None:
+            break
+        cuts.append(best)
+        last = best
+    rows = [units[a:b] for a, b in zip([0, *cuts], [*cuts, len(units)])]
+    return "\n".join(glue.join(r) for r in rows if r)
