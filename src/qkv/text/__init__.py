@@ -39,10 +39,21 @@ The API:
 
 from .documents import Alignment, Document, Limits, Translate
 from .files import FORMATS, format_of, read_document, translate_document, translate_file
-from .layout import NO_SPACES, SPLITS, Joined, Plan, Slot, check_split, clean, plan_texts
+from .layout import (
+    DEFAULT_SPLIT,
+    NO_SPACES,
+    SPLITS,
+    Joined,
+    Plan,
+    Slot,
+    check_split,
+    clean,
+    plan_texts,
+)
 from .sentences import segmenter, sentence_spans, split_sentences
 
 __all__ = [
+    "DEFAULT_SPLIT",
     "FORMATS",
     "NO_SPACES",
     "SPLITS",

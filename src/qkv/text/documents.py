@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._errors import SettingError
-from .layout import Plan, plan_texts
+from .layout import DEFAULT_SPLIT, Plan, plan_texts
 
 __all__ = ["Align", "Alignment", "Document", "Limits", "Translate"]
 
@@ -108,7 +108,7 @@ class Document:
         *,
         source: str | None = None,
         target: str | None = None,
-        split: str = "sentences",
+        split: str = DEFAULT_SPLIT,
     ) -> None:
         self.format = fmt
         self.plan = plan_texts(texts, source=source, target=target, split=split)

@@ -22,6 +22,7 @@ from .._atomic import atomic_file
 from .._errors import SettingError
 from .documents import Align, Document, Limits, Translate
 from .formats import EXTENSIONS, FORMATS
+from .layout import DEFAULT_SPLIT
 
 __all__ = ["FORMATS", "format_of", "read_document", "translate_document", "translate_file"]
 
@@ -50,7 +51,7 @@ def read_document(
     *,
     source: str | None = None,
     target: str | None = None,
-    split: str = "sentences",
+    split: str = DEFAULT_SPLIT,
     limits: Limits | None = None,
 ) -> Document:
     """Read a document: ``data`` is the file's bytes (or, as a ``str``, text: UTF-8), or a
@@ -86,7 +87,8 @@ def _callables(translator: Any) -> tuple[Translate, Align | None]:
     """``(translate, align)`` of an engine (its ``translate_segments`` and, when it has
     attention, ``align_segments``) or of a plain function (no alignment)."""
     if hasattr(translator, "translate_segments"):
-        align = translator.align_segments if getattr(translator, "has_attention", False) else None
+        aligns = getattr(translator, "aligns", getattr(translator, "has_attention", False))
+        align = translator.align_segments if aligns else None
         return translator.translate_segments, align
     if callable(translator):
         return translator, None
@@ -103,7 +105,7 @@ def translate_document(
     *,
     source: str | None = None,
     target: str | None = None,
-    split: str = "sentences",
+    split: str = DEFAULT_SPLIT,
     limits: Limits | None = None,
 ) -> bytes:
     """Read, translate and write one document: the translated file's bytes.

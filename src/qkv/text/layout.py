@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._errors import SettingError
-from ..data.languages import check_language
 from .sentences import sentence_spans
 
 __all__ = [
+    "DEFAULT_SPLIT",
     "NO_SPACES",
     "SPLITS",
     "Joined",
@@ -46,6 +46,8 @@ Split = Literal["sentences", "none"]
 #: what ``split=`` takes: ``"sentences"`` (a line cut into sentences) or ``"none"`` (a line is
 #: one segment)
 SPLITS: tuple[str, ...] = ("sentences", "none")
+#: what ``split=`` is when not given
+DEFAULT_SPLIT = "sentences"
 #: languages written without spaces between sentences (and words)
 NO_SPACES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
 
@@ -66,7 +68,12 @@ def clean(text: str) -> str:
 
 
 def _base(lang: str | None, key: str) -> str | None:
-    return None if lang is None else check_language(lang, key).split("-", 1)[0]
+    """The language subtag of ``lang``, checked (a :class:`SettingError` named ``key``)."""
+    if lang is None:
+        return None
+    from ..data.languages import check_language  # qkv.data loads torch: not for --help
+
+    return check_language(lang, key).split("-", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,7 @@ def plan_texts(
     *,
     source: str | None = None,
     target: str | None = None,
-    split: str = "sentences",
+    split: str = DEFAULT_SPLIT,
 ) -> Plan:
     """The :class:`Plan` of ``texts``: their lines cut into sentences of language ``source``
     (``split="sentences"``; see :func:`qkv.text.sentences.sentence_spans`) or kept whole

@@ -5,11 +5,14 @@ paragraph (a text without line breaks; :mod:`qkv.text.layout` cuts lines first).
 its sentence's text and punctuation, never the whitespace around it, so what lies between two
 spans is the whitespace the writer put there, which the layout keeps.
 
-The segmenter is ``sentencex`` (Wikimedia's, rules for about 300 languages through fallback
-chains, abbreviations and numbers handled, maintained) where it is installed; the rules of
-:func:`rule_spans` otherwise, and for every text after it (a boundary it misses after a
-full-width ``。！？`` is still one: see docs/translating.md for the comparison behind the
-choice). Both are deterministic and pure Python.
+The segmenter is ``sentencex`` (Wikimedia's: rules for about 300 languages through fallback
+chains, abbreviations and numbers handled, maintained, pure Python and the fastest of those
+compared) where it is installed (``pip install 'qkv[text]'``), with qkv's corrections after it
+(an abbreviation of the language's list it cut after, such as French ``M.``, joined back; a
+quotation that a Japanese sentence goes on after, ``「行こう！」と``, joined back; a cut after
+every full-width ``。！？`` it missed); the rules of :func:`rule_spans` where it is not.
+``benchmarks/segmenters.py`` compares them with pysbd, blingfire and sentence-splitter on real
+text in six languages (see docs/translating.md for the figures behind the choice).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def _language(lang: str | None) -> str:
 def _not_a_boundary(text: str, stop: re.Match[str], lang: str) -> bool:
     """Whether the full stop matched at ``stop`` belongs to an abbreviation, an initial or an
     ordinal rather than ending a sentence, or a lower-case word goes on after it."""
-    after = text[stop.end() :].lstrip()
+    after = text[stop.end() :].lstrip().lstrip(_CLOSERS).lstrip()  # « Arrête ! » dit-elle
     if after and after[0].islower():
         return True
     if stop.group(0).rstrip(_CLOSERS) != ".":
@@ -83,7 +86,10 @@ def rule_spans(text: str, lang: str | None = None) -> list[tuple[int, int]]:
     lang = _language(lang)
     cuts = [0]
     for stop in _END.finditer(text):
-        if stop.group(0)[0] in _FULL_STOPS or not _not_a_boundary(text, stop, lang):
+        if stop.group(0)[0] in _FULL_STOPS:
+            if not _quoted(text, stop):
+                cuts.append(stop.end())
+        elif not _not_a_boundary(text, stop, lang):
             cuts.append(stop.end())
     cuts.append(len(text))
     return _stripped(list(itertools.pairwise(cuts)), text)
@@ -164,16 +170,52 @@ def sentence_spans(text: str, lang: str | None = None) -> list[tuple[int, int]]:
     code = _language(lang)
     _, spans = segmenter()
     out: list[tuple[int, int]] = []
-    for a, b in spans(text, code):
+    for a, b in _merged(spans(text, code), text, code):
         out += [(a + x, a + y) for x, y in _full_width_cuts(text[a:b])]
     return out
 
 
+def _merged(spans: list[tuple[int, int]], text: str, lang: str) -> list[tuple[int, int]]:
+    """``spans`` with two neighbours joined where the first ends in an abbreviation of the
+    language's list (``M.`` in French) or in a quotation the sentence goes on after
+    (``「行こう！」と``)."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out:
+            pa, pb = out[-1]
+            word = _WORD_BEFORE.search(text, pa, pb)
+            abbreviation = (
+                word is not None
+                and text[pb - 1] == "."
+                and word.group(1)[:-1].lstrip("\"'“‘«([{¿¡").lower()
+                in _ABBREVIATIONS_OF.get(lang, ())
+            )
+            quoted = a == pb and text[pb - 1] in _CLOSERS and ("\u3041" <= text[a] <= "\u309f")
+            if abbreviation or quoted:
+                out[-1] = (pa, b)
+                continue
+        out.append((a, b))
+    return out
+
+
+def _quoted(text: str, stop: re.Match[str]) -> bool:
+    """Whether the full-width stop at ``stop`` ends a quotation the sentence goes on after
+    (``「行こう！」と彼は言った。``, ``本当？と聞いた``): a particle (hiragana) or a comma
+    follows a closing quote, or ``と`` follows a ``！？``."""
+    after = text[stop.end() : stop.end() + 1]
+    if not after:
+        return False
+    if stop.group(0)[-1] in _CLOSERS:
+        return "\u3041" <= after <= "\u309f" or after in "、，,"
+    return after == "と" and stop.group(0)[-1] in "！？"
+
+
 def _full_width_cuts(sentence: str) -> list[tuple[int, int]]:
-    """Spans of ``sentence`` cut after every full-width sentence stop inside it."""
+    """Spans of ``sentence`` cut after every full-width sentence stop inside it (not one
+    inside a quotation the sentence goes on after)."""
     cuts = [0]
     for m in re.finditer(rf"[{re.escape(_FULL_STOPS)}]+[{re.escape(_CLOSERS)}]*", sentence):
-        if m.end() < len(sentence):
+        if m.end() < len(sentence) and not _quoted(sentence, m):
             cuts.append(m.end())
     cuts.append(len(sentence))
     return _stripped(list(itertools.pairwise(cuts)), sentence)

@@ -7,13 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..documents import Document
-from . import plain
+from . import html, plain, subtitles
 
 __all__ = ["EXTENSIONS", "FORMATS"]
 
-_MODULES = (plain,)
+_MODULES = (plain, html)
 
 #: format name -> reader
-FORMATS: dict[str, Callable[..., Document]] = {m.NAME: m.read for m in _MODULES}
+FORMATS: dict[str, Callable[..., Document]] = {
+    **{m.NAME: m.read for m in _MODULES},
+    "srt": subtitles.read_srt,
+    "vtt": subtitles.read_vtt,
+}
 #: file extension (lower case, with the dot) -> format name
-EXTENSIONS: dict[str, str] = {ext: m.NAME for m in _MODULES for ext in m.EXTENSIONS}
+EXTENSIONS: dict[str, str] = {
+    **{ext: m.NAME for m in _MODULES for ext in m.EXTENSIONS},
+    ".srt": "srt",
+    ".vtt": "vtt",
+}
