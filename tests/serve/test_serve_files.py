@@ -13,10 +13,11 @@ import time
 import urllib.parse
 
 import pytest
+from _serve_documents import SAMPLES, readable
 from _serve_helpers import live_server, wait_until
 
 from qkv.serve.files import FileStore, disposition, translated_name
-from qkv.text import translate_document
+from qkv.text import format_of, translate_document
 
 TEXT = "I am home. He is calm.\nGo on.\n\n  Thank you. Good night.\n"
 
@@ -186,10 +187,16 @@ def test_the_store_keeps_files_private_a_while_and_at_most_so_many(tmp_path):
     assert not folder.exists()
 
 
-@pytest.mark.parametrize("fmt", ["txt"])
-def test_each_format_comes_back_as_the_library_translates_it(live, translator, fmt):
-    data = TEXT.encode()
-    r = send(live, f"doc.{fmt}", data)
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_format_comes_back_as_the_library_translates_it(live, translator, name):
+    if not readable(name):
+        pytest.skip(f"the text layer reads no {name.rsplit('.', 1)[1]} file yet")
+    data = SAMPLES[name]()
+    r = send(live, name, data)
     assert r.status_code == 200, r.text
-    got = download(live, r.json()["translatedFileUrl"]).content
-    assert got == translate_document(data, translator, fmt)
+    got = download(live, r.json()["translatedFileUrl"])
+    assert got.status_code == 200
+    assert got.content == translate_document(data, translator, format_of(name))
+    assert got.content != data  # its text was translated
+    stem, ext = name.rsplit(".", 1)
+    assert got.headers["content-disposition"] == f'attachment; filename="{stem}_fr.{ext}"'

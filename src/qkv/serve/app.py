@@ -481,7 +481,7 @@ class _State:
         """The alignments that place the inline markup of ``docs``' segments (those of
         :meth:`Documents.aligned`): the model's cross-attention between each and its
         translation, computed between batches; none through a pivot (two models) or an engine
-        without attention (the text layer then places the markup by its own rule)."""
+        that cannot align (the text layer then places the markup by its own rule)."""
         picked = docs.aligned()
         if not picked or len(route.legs) != 1:
             return {}
@@ -489,7 +489,7 @@ class _State:
         try:
             tr = lane.translator
             assert tr is not None and lane.batcher is not None  # held by this request
-            if not tr.has_attention:
+            if not tr.aligns:
                 return {}
             segments = docs.segments
             sources = [segments[i] for i in picked]
