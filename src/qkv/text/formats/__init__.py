@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..documents import Document
-from . import catalogs, html, plain, subtitles
+from . import catalogs, html, office, plain, subtitles
 
 __all__ = ["EXTENSIONS", "FORMATS"]
 
@@ -20,6 +20,8 @@ FORMATS: dict[str, Callable[..., Document]] = {
     "vtt": subtitles.read_vtt,
     "po": catalogs.read_po,
     "xliff": catalogs.read_xliff,
+    "docx": office.read_docx,
+    "odt": office.read_odt,
 }
 #: file extension (lower case, with the dot) -> format name
 EXTENSIONS: dict[str, str] = {
@@ -30,4 +32,6 @@ EXTENSIONS: dict[str, str] = {
     ".pot": "po",
     ".xliff": "xliff",
     ".xlf": "xliff",
+    ".docx": "docx",
+    ".odt": "odt",
 }

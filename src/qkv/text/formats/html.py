@@ -27,7 +27,7 @@ from ..documents import Alignment, Document
 from ..layout import DEFAULT_SPLIT, NO_SPACES, Joined
 from .plain import decode_utf8
 
-__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "read", "wrap"]
+__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "placed", "read", "wrap"]
 
 NAME = "html"
 EXTENSIONS = (".html", ".htm", ".xhtml")
@@ -331,8 +331,8 @@ class _Mapper:
         text = self.j.text
         if not self.spaced:
             return t
-        if end:
-            while a < t < b and not text[t].isspace() and text[t].isalnum():
+        if end:  # inside a word: to its end
+            while a < t < b and text[t - 1].isalnum() and text[t].isalnum():
                 t += 1
         else:
             while a < t < b and not text[t - 1].isspace() and text[t - 1].isalnum():
@@ -357,6 +357,29 @@ def _place(el: _Element, mapper: _Mapper, lo: int, hi: int) -> list[tuple[_Eleme
         t1 = min(max(t1, t0), hi)
         out.append((c, t0, t1))
         at = t1
+    return out
+
+
+def placed(
+    root: _Element,
+    joined: Joined,
+    segments: Sequence[str],
+    translations: Sequence[str],
+    alignments: Mapping[int, Alignment | None] | None,
+    spaced: bool,
+) -> dict[int, tuple[int, int]]:
+    """Where every element under ``root`` (by ``id``) lies in the translation
+    ``joined.text``: the placement HTML uses, for formats that write text back into their
+    own tree (office files)."""
+    mapper = _Mapper(joined, segments, translations, alignments or {}, spaced)
+    out: dict[int, tuple[int, int]] = {id(root): (0, len(joined.text))}
+
+    def walk(el: _Element, lo: int, hi: int) -> None:
+        for c, t0, t1 in _place(el, mapper, lo, hi):
+            out[id(c)] = (t0, t1)
+            walk(c, t0, t1)
+
+    walk(root, 0, len(joined.text))
     return out
 
 
