@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..documents import Document
-from . import catalogs, html, office, plain, subtitles
+from . import catalogs, html, markdown, office, plain, subtitles
 
 __all__ = ["EXTENSIONS", "FORMATS"]
 
@@ -22,6 +22,7 @@ FORMATS: dict[str, Callable[..., Document]] = {
     "xliff": catalogs.read_xliff,
     "docx": office.read_docx,
     "odt": office.read_odt,
+    "md": markdown.read_md,
 }
 #: file extension (lower case, with the dot) -> format name
 EXTENSIONS: dict[str, str] = {
@@ -34,4 +35,6 @@ EXTENSIONS: dict[str, str] = {
     ".xlf": "xliff",
     ".docx": "docx",
     ".odt": "odt",
+    ".md": "md",
+    ".markdown": "md",
 }
