@@ -331,12 +331,16 @@ class _Mapper:
         text = self.j.text
         if not self.spaced:
             return t
-        if end:  # inside a word: to its end
+        if end:  # inside a word: to its end; after a space: back to the word before
             while a < t < b and text[t - 1].isalnum() and text[t].isalnum():
                 t += 1
-        else:
-            while a < t < b and not text[t - 1].isspace() and text[t - 1].isalnum():
+            while a < t and text[t - 1] == " ":
                 t -= 1
+        else:  # inside a word: to its start; on a space: on to the word after
+            while a < t < b and text[t - 1].isalnum() and text[t].isalnum():
+                t -= 1
+            while t < b and text[t] == " ":
+                t += 1
         return t
 
 
