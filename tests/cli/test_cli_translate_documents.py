@@ -5,6 +5,7 @@ flags checked; limits and unreadable files named."""
 from __future__ import annotations
 
 import io
+import zipfile
 
 import pytest
 from _tiny_models import tiny_translator
@@ -46,6 +47,11 @@ def _odt() -> bytes:
     return buf.getvalue()
 
 
+def _members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
 FILES = {
     "page.html": lambda: f"<p>{ONE} <b>{TWO}</b></p>".encode(),
     "film.srt": lambda: f"1\n00:00:01,000 --> 00:00:02,000\n{ONE}\n{TWO}\n\n".encode(),
@@ -73,7 +79,10 @@ def test_qkv_translate_writes_every_document_format(model, tmp_path, name):
     args = ["translate", "--model-dir", str(model), "--src", str(src), "--output", str(out)]
     assert main([*args, "--quiet"]) == 0
     tr = Translator.load(model)
-    assert out.read_bytes() == translate_document(data, tr, format_of(name))
+    got, want = out.read_bytes(), translate_document(data, tr, format_of(name))
+    if name.endswith((".docx", ".odt")):  # zip files: their members (not their times) alike
+        got, want = _members(got), _members(want)
+    assert got == want
     again = read_document(out.read_bytes(), format_of(name), source="fr", target="en")
     assert again.render(list(again.segments))  # the output reads back in its own format
 

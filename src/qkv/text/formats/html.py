@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 
 from ..documents import Alignment, Document
 from ..layout import DEFAULT_SPLIT, NO_SPACES, Joined
-from .plain import decode_utf8
+from .plain import decode_text
 
 __all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "placed", "read", "wrap"]
 
@@ -428,22 +428,14 @@ class HtmlDocument(Document):
         self._pieces = pieces
         self._bom, self._escape, self._newline = bom, escape, newline
         blocks = [p for p in pieces if isinstance(p, _Block)]
-        super().__init__(fmt, [b.text for b in blocks], self._write_blocks, **plan)  # type: ignore[arg-type]
+        super().__init__(fmt, [b.text for b in blocks], **plan)  # type: ignore[arg-type]
         self._blocks = blocks
         self._spaced = self.plan.target not in NO_SPACES
-
-    def _write_blocks(self, texts: list[str]) -> bytes:
-        """Never called: :meth:`render` places the markup from the segments' translations."""
-        raise NotImplementedError  # pragma: no cover
 
     @property
     def aligned(self) -> tuple[int, ...]:
         """The segments of the blocks that hold inline markup."""
-        out: set[int] = set()
-        for i, b in enumerate(self._blocks):
-            if b.root.children:
-                out.update(s.segment for s in self.plan.slots(i))
-        return tuple(sorted(out))
+        return self._segments_of(i for i, b in enumerate(self._blocks) if b.root.children)
 
     def render(
         self,
@@ -479,10 +471,8 @@ def read(
     split: str = DEFAULT_SPLIT,
 ) -> HtmlDocument:
     """An HTML page (UTF-8; a byte-order mark kept) as an :class:`HtmlDocument`."""
-    text = decode_utf8(data)
-    bom = text.startswith("\ufeff")
-    pieces = fragment(text[1:] if bom else text)
-    return HtmlDocument(pieces, bom, source=source, target=target, split=split)
+    text, bom = decode_text(data)
+    return HtmlDocument(fragment(text), bom, source=source, target=target, split=split)
 
 
 def fragment(text: str) -> list[str | _Block]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..layout import DEFAULT_SPLIT
 from .html import HtmlDocument, _Block, _Element
-from .plain import decode_utf8
+from .plain import decode_text
 
 __all__ = ["read_md"]
 
@@ -156,9 +156,6 @@ def read_md(
     split: str = DEFAULT_SPLIT,
 ) -> HtmlDocument:
     """A Markdown file (UTF-8): its prose to translate (see the module)."""
-    text = decode_utf8(data)
-    bom = text.startswith("\ufeff")
-    pieces = _pieces(text[1:] if bom else text)
-    return HtmlDocument(
-        pieces, bom, fmt="md", escape=str, source=source, target=target, split=split
-    )
+    text, bom = decode_text(data)
+    plan = {"source": source, "target": target, "split": split}
+    return HtmlDocument(_pieces(text), bom, fmt="md", escape=str, **plan)

@@ -44,21 +44,17 @@ class TreeDocument(Document):
         self, fmt: str, paragraphs: list[_Paragraph], save: Callable[[], bytes], **plan: Any
     ) -> None:
         self._paragraphs, self._save = paragraphs, save
-        super().__init__(fmt, [p.text for p in paragraphs], self._unused, **plan)
+        super().__init__(fmt, [p.text for p in paragraphs], **plan)
         self._spaced = self.plan.target not in NO_SPACES
-
-    def _unused(self, texts: list[str]) -> bytes:
-        """Never called: :meth:`render` writes each paragraph into the tree."""
-        raise NotImplementedError  # pragma: no cover
 
     @property
     def aligned(self) -> tuple[int, ...]:
         """The segments of paragraphs of more than one run."""
-        out: set[int] = set()
-        for i, p in enumerate(self._paragraphs):
-            if len(p.root.children) > 1 or any(c.children for c in p.root.children):
-                out.update(s.segment for s in self.plan.slots(i))
-        return tuple(sorted(out))
+        return self._segments_of(
+            i
+            for i, p in enumerate(self._paragraphs)
+            if len(p.root.children) > 1 or any(c.children for c in p.root.children)
+        )
 
     def render(
         self,
@@ -69,6 +65,17 @@ class TreeDocument(Document):
             spans = placed(p.root, j, self.plan.segments, translations, alignments, self._spaced)
             p.write(j.text, spans)
         return self._save()
+
+
+def _saver(doc: Any) -> Callable[[], bytes]:
+    """``save()``: the bytes of ``doc`` (python-docx's or odfdo's document) as it is now."""
+
+    def save() -> bytes:
+        buf = io.BytesIO()
+        doc.save(buf)
+        return buf.getvalue()
+
+    return save
 
 
 # ---------------------------------------------------------------------------- Word
@@ -151,12 +158,7 @@ def read_docx(
         if (found := _docx_paragraph(p, qn)) is not None
     ]
 
-    def save() -> bytes:
-        buf = io.BytesIO()
-        doc.save(buf)
-        return buf.getvalue()
-
-    return TreeDocument("docx", paragraphs, save, source=source, target=target, split=split)
+    return TreeDocument("docx", paragraphs, _saver(doc), source=source, target=target, split=split)
 
 
 # ---------------------------------------------------------------------------- OpenDocument
@@ -243,9 +245,4 @@ def read_odt(
         ) from None
     paragraphs = [para for p in found if (para := _odt_paragraph(p)) is not None]
 
-    def save() -> bytes:
-        buf = io.BytesIO()
-        doc.save(buf)
-        return buf.getvalue()
-
-    return TreeDocument("odt", paragraphs, save, source=source, target=target, split=split)
+    return TreeDocument("odt", paragraphs, _saver(doc), source=source, target=target, split=split)
