@@ -252,6 +252,26 @@ def _token_spans(text: str, tokens: Sequence[str]) -> list[tuple[int, int] | Non
             continue
         out.append((i, i + len(piece)))
         at = i + len(piece)
+    return _unknowns(text, tokens, out)
+
+
+def _unknowns(
+    text: str, tokens: Sequence[str], spans: list[tuple[int, int] | None]
+) -> list[tuple[int, int] | None]:
+    """``spans`` with each ``<unk>`` token given the text between its neighbours' spans (a
+    word the vocabulary lacks still covers its word)."""
+    out = list(spans)
+    for k, tok in enumerate(tokens):
+        if out[k] is not None or tok.replace("\u2581", "") != "<unk>":
+            continue
+        a = max((sp[1] for sp in out[:k] if sp is not None), default=0)
+        b = min((sp[0] for sp in spans[k + 1 :] if sp is not None), default=len(text))
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if a < b:
+            out[k] = (a, b)
     return out
 
 
