@@ -148,3 +148,30 @@ def test_a_page_keeps_its_tags_through_every_engine(engines, name):
         (al,) = tr.align_segments([THREE], _alone(tr, THREE))
         assert len(al.weights) == len(al.target_tokens) > 0
         assert all(len(row) == len(al.source_tokens) for row in al.weights)
+
+
+def test_the_attention_of_a_paragraph_is_each_sentences(engines, tmp_path, capsys):
+    from qkv.translate import ParagraphAttention, SentenceAttention
+
+    tr = engines["qkv"]
+    para = tr.attention(f"{ONE} {TWO}")
+    assert isinstance(para, ParagraphAttention) and len(para) == 2
+    assert [sa.source for sa in para] == [ONE, TWO]
+    assert para.translation == tr.translate(f"{ONE} {TWO}")
+    alone = tr.attention(ONE)
+    assert isinstance(alone, SentenceAttention)
+    assert all((a == b).all() for a, b in zip(para[0].cross, alone.cross))
+    page = para.save(tmp_path / "para.html").read_text(encoding="utf-8")
+    assert page.count('class="qkv-controls') == 2 and f"1. {ONE}" in page
+    two = para.save(tmp_path / "two.html", sentence=1).read_text(encoding="utf-8")
+    assert "<title>" in two and TWO.split()[0] in two and "1. " not in two
+    with pytest.raises(ValueError, match="sentence: a figure shows one sentence of 2"):
+        para.save(tmp_path / "para.png")
+    # qkv translate --attention: each sentence of a line of two
+    args = ["translate", "--model-dir", str(tr.path), "--attention", str(tmp_path / "a.html")]
+    assert main([*args, "--quiet", f"{ONE} {TWO}", ONE]) == 0
+    assert sorted(p.name for p in tmp_path.glob("a-*.html")) == [
+        "a-1.1.html",
+        "a-1.2.html",
+        "a-2.html",
+    ]

@@ -159,3 +159,14 @@ def test_a_page_with_a_byte_order_mark_and_nothing_to_translate():
     page = "\ufeff<html><body><pre>x. y.</pre></body></html>".encode()
     doc = read_document(page, "html")
     assert doc.segments == () and doc.render([]) == page
+
+
+def test_a_word_the_vocabulary_lacks_still_carries_its_markup():
+    """The demo's word vocabulary reads ``very`` as ``<unk>``; the target word attending to
+    it is the one made bold."""
+    doc = read_document("<p>I am <b>very</b> happy.</p>", "html", source="en", target="fr")
+    src, tgt = ("i", "am", "<unk>", "happy", "."), ("je", "suis", "très", "heureux", ".")
+    order = [0, 1, 2, 3, 4]
+    weights = tuple(tuple(0.9 if j == order[t] else 0.02 for j in range(5)) for t in range(5))
+    out = doc.render(["je suis très heureux ."], {0: Alignment(src, tgt, weights)}).decode()
+    assert out == "<p>je suis <b>très</b> heureux .</p>"

@@ -12,7 +12,7 @@ translated; :mod:`qkv.text.files` reads files of every format and translates the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._errors import SettingError
@@ -96,7 +96,8 @@ class Document:
     Args:
         fmt: the format's name (``"txt"``, ``"srt"``, ...).
         texts: the texts to translate, in the file's order (a text may hold line breaks).
-        write: ``write(translated_texts) -> bytes``: the file with each text replaced.
+        write: ``write(translated_texts) -> bytes``: the file with each text replaced (None:
+            the subclass's :meth:`render` writes it).
         source, target, split: as :func:`qkv.text.plan_texts` takes them.
     """
 
@@ -104,7 +105,7 @@ class Document:
         self,
         fmt: str,
         texts: Sequence[str],
-        write: Callable[[list[str]], bytes],
+        write: Callable[[list[str]], bytes] | None = None,
         *,
         source: str | None = None,
         target: str | None = None,
@@ -133,4 +134,10 @@ class Document:
         """The file with every segment replaced by its translation (one per segment of
         :attr:`segments`); ``alignments`` (segment index -> :class:`Alignment`, for those of
         :attr:`aligned`) place inline markup, a format's own rule placing it without them."""
+        if self._write is None:
+            raise NotImplementedError(f"{type(self).__name__}.render")
         return self._write(self.plan.join(translations))
+
+    def _segments_of(self, texts: Iterable[int]) -> tuple[int, ...]:
+        """The segments of the texts ``texts`` (indices), sorted."""
+        return tuple(sorted({s.segment for i in texts for s in self.plan.slots(i)}))

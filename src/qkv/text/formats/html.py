@@ -25,9 +25,9 @@ from html.parser import HTMLParser
 
 from ..documents import Alignment, Document
 from ..layout import DEFAULT_SPLIT, NO_SPACES, Joined
-from .plain import decode_utf8
+from .plain import decode_text
 
-__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "read", "wrap"]
+__all__ = ["EXTENSIONS", "NAME", "HtmlDocument", "fragment", "placed", "read", "wrap"]
 
 NAME = "html"
 EXTENSIONS = (".html", ".htm", ".xhtml")
@@ -252,6 +252,26 @@ def _token_spans(text: str, tokens: Sequence[str]) -> list[tuple[int, int] | Non
             continue
         out.append((i, i + len(piece)))
         at = i + len(piece)
+    return _unknowns(text, tokens, out)
+
+
+def _unknowns(
+    text: str, tokens: Sequence[str], spans: list[tuple[int, int] | None]
+) -> list[tuple[int, int] | None]:
+    """``spans`` with each ``<unk>`` token given the text between its neighbours' spans (a
+    word the vocabulary lacks still covers its word)."""
+    out = list(spans)
+    for k, tok in enumerate(tokens):
+        if out[k] is not None or tok.replace("\u2581", "") != "<unk>":
+            continue
+        a = max((sp[1] for sp in out[:k] if sp is not None), default=0)
+        b = min((sp[0] for sp in spans[k + 1 :] if sp is not None), default=len(text))
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if a < b:
+            out[k] = (a, b)
     return out
 
 
@@ -331,12 +351,16 @@ class _Mapper:
         text = self.j.text
         if not self.spaced:
             return t
-        if end:
-            while a < t < b and not text[t].isspace() and text[t].isalnum():
+        if end:  # inside a word: to its end; after a space: back to the word before
+            while a < t < b and text[t - 1].isalnum() and text[t].isalnum():
                 t += 1
-        else:
-            while a < t < b and not text[t - 1].isspace() and text[t - 1].isalnum():
+            while a < t and text[t - 1] == " ":
                 t -= 1
+        else:  # inside a word: to its start; on a space: on to the word after
+            while a < t < b and text[t - 1].isalnum() and text[t].isalnum():
+                t -= 1
+            while t < b and text[t] == " ":
+                t += 1
         return t
 
 
@@ -357,6 +381,29 @@ def _place(el: _Element, mapper: _Mapper, lo: int, hi: int) -> list[tuple[_Eleme
         t1 = min(max(t1, t0), hi)
         out.append((c, t0, t1))
         at = t1
+    return out
+
+
+def placed(
+    root: _Element,
+    joined: Joined,
+    segments: Sequence[str],
+    translations: Sequence[str],
+    alignments: Mapping[int, Alignment | None] | None,
+    spaced: bool,
+) -> dict[int, tuple[int, int]]:
+    """Where every element under ``root`` (by ``id``) lies in the translation
+    ``joined.text``: the placement HTML uses, for formats that write text back into their
+    own tree (office files)."""
+    mapper = _Mapper(joined, segments, translations, alignments or {}, spaced)
+    out: dict[int, tuple[int, int]] = {id(root): (0, len(joined.text))}
+
+    def walk(el: _Element, lo: int, hi: int) -> None:
+        for c, t0, t1 in _place(el, mapper, lo, hi):
+            out[id(c)] = (t0, t1)
+            walk(c, t0, t1)
+
+    walk(root, 0, len(joined.text))
     return out
 
 
@@ -401,22 +448,14 @@ class HtmlDocument(Document):
         self._pieces = pieces
         self._bom, self._escape, self._newline = bom, escape, newline
         blocks = [p for p in pieces if isinstance(p, _Block)]
-        super().__init__(fmt, [b.text for b in blocks], self._write_blocks, **plan)  # type: ignore[arg-type]
+        super().__init__(fmt, [b.text for b in blocks], **plan)  # type: ignore[arg-type]
         self._blocks = blocks
         self._spaced = self.plan.target not in NO_SPACES
-
-    def _write_blocks(self, texts: list[str]) -> bytes:
-        """Never called: :meth:`render` places the markup from the segments' translations."""
-        raise NotImplementedError  # pragma: no cover
 
     @property
     def aligned(self) -> tuple[int, ...]:
         """The segments of the blocks that hold inline markup."""
-        out: set[int] = set()
-        for i, b in enumerate(self._blocks):
-            if b.root.children:
-                out.update(s.segment for s in self.plan.slots(i))
-        return tuple(sorted(out))
+        return self._segments_of(i for i, b in enumerate(self._blocks) if b.root.children)
 
     def render(
         self,
@@ -452,10 +491,8 @@ def read(
     split: str = DEFAULT_SPLIT,
 ) -> HtmlDocument:
     """An HTML page (UTF-8; a byte-order mark kept) as an :class:`HtmlDocument`."""
-    text = decode_utf8(data)
-    bom = text.startswith("\ufeff")
-    pieces = fragment(text[1:] if bom else text)
-    return HtmlDocument(pieces, bom, source=source, target=target, split=split)
+    text, bom = decode_text(data)
+    return HtmlDocument(fragment(text), bom, source=source, target=target, split=split)
 
 
 def fragment(text: str) -> list[str | _Block]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..layout import DEFAULT_SPLIT
 from .html import HtmlDocument, _Block, _escape, fragment
-from .plain import decode_utf8
+from .plain import decode_text
 
 __all__ = ["read_srt", "read_vtt"]
 
@@ -62,9 +62,8 @@ def _pieces(text: str, vtt: bool) -> tuple[list[str | _Block], str]:
 
 
 def _read(data: bytes, fmt: str, vtt: bool, **plan: str | None) -> HtmlDocument:
-    text = decode_utf8(data)
-    bom = text.startswith("\ufeff")
-    pieces, newline = _pieces(text[1:] if bom else text, vtt)
+    text, bom = decode_text(data)
+    pieces, newline = _pieces(text, vtt)
     escape = _escape if vtt else str
     return HtmlDocument(pieces, bom, fmt=fmt, escape=escape, newline=newline, **plan)
 
