@@ -55,6 +55,17 @@ msgstr[0] ""
 msgstr[1] ""
 """
 
+XLIFF = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file original="app.txt" source-language="en" target-language="fr" datatype="plaintext">
+    <body>
+      <trans-unit id="1"><source>I am home. He is calm.</source></trans-unit>
+      <trans-unit id="2"><source>Thank you.</source></trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+
 MD = """# Welcome home.
 
 I am **very** happy. He is calm.
@@ -98,6 +109,7 @@ SAMPLES = {
     "film.srt": lambda: SRT.encode(),
     "film.vtt": lambda: VTT.encode(),
     "app.po": lambda: PO.encode(),
+    "app.xliff": lambda: XLIFF.encode(),
     "report.docx": _docx,
     "report.odt": _odt,
     "readme.md": lambda: MD.encode(),

@@ -270,6 +270,39 @@ def test_libretranslates_page_request_round_trips_each_format(browser, site, tra
     assert site.client.get(url).content == translate_document(data, translator, format_of(name))
 
 
+LT_PAGE_TRANSLATE = """new Promise((done) => {
+  // LibreTranslate's page (templates/app.js.template, handleInput): a FormData of q, source,
+  // target, format, alternatives 3 and api_key
+  const data = new FormData();
+  data.append("q", %s);
+  data.append("source", "en");
+  data.append("target", "fr");
+  data.append("format", %s);
+  data.append("alternatives", 3);
+  data.append("api_key", "");
+  const xhr = new XMLHttpRequest();
+  xhr.open("POST", "/translate", true);
+  xhr.onload = () => done({status: xhr.status, body: JSON.parse(xhr.response)});
+  xhr.send(data);
+})"""
+
+
+def test_libretranslates_page_request_translates_text_and_html(browser, site, translator):
+    ready(browser, site.url)
+    got = browser.eval(LT_PAGE_TRANSLATE % (json.dumps(PARAGRAPH), json.dumps("text")))
+    assert got["status"] == 200, got
+    want = translator.translate(PARAGRAPH, beam_size=4, n_best=4)
+    assert got["body"]["translatedText"] == want[0][0]
+    assert got["body"]["alternatives"] == [t for t, score in want[1:] if score > -1e30]
+    page = "<p>I am <b>very</b> happy. He is calm.</p>"
+    got = browser.eval(LT_PAGE_TRANSLATE % (json.dumps(page), json.dumps("html")))
+    assert got["status"] == 200, got
+    assert got["body"] == {
+        "translatedText": translate_document(page, translator, "html").decode(),
+        "alternatives": [],
+    }
+
+
 # ---------------------------------------------------------------------------- several models
 @pytest.fixture(scope="module")
 def pairs_site(tmp_path_factory):

@@ -1,9 +1,11 @@
 """``qkv serve``: a trained translator behind HTTP, with dynamic batching and a page.
 
-* :func:`create_app` — the ASGI app (Starlette): a LibreTranslate-compatible ``POST /translate``,
-  ``POST /attention`` (the data of the attention viewer), ``GET /languages``, ``/health``,
-  ``/metrics`` (Prometheus text), ``/openapi.json`` and the page at ``/``;
-  :class:`ServeConfig` its settings (languages, limits, batching, API key);
+* :func:`create_app` — the ASGI app (Starlette): LibreTranslate's API (``POST /translate`` of
+  paragraphs and HTML, ``POST /translate_file`` and ``GET /download_file/NAME``, ``/detect``,
+  ``/languages``, ``/frontend/settings``, ``/suggest``, ``/spec``), ``POST /attention`` (the
+  data of the attention viewer), ``/health``, ``/metrics`` (Prometheus text),
+  ``/openapi.json`` and the page at ``/``; :class:`ServeConfig` its settings (languages,
+  limits, batching, API key, the request limit, files);
 * :class:`~qkv.serve.batcher.Batcher` — the queue and worker thread that decode concurrent
   requests together;
 * :class:`~qkv.serve.registry.ModelRegistry` — several models behind one app: routed by

@@ -1,14 +1,21 @@
 """The ASGI app of ``qkv serve`` (Starlette): a LibreTranslate-compatible API, the page, metrics.
 
-Routes (the OpenAPI schema at ``/openapi.json`` and docs/serve.md describe each):
+Routes (the OpenAPI schema at ``/openapi.json`` and ``/spec``, and docs/serve.md describe each):
 
 * ``POST /translate``: ``{"q": str | [str], "source", "target", "format", "alternatives",
-  "beam", "api_key"}`` as JSON or a form -> ``{"translatedText": str | [str]}`` (plus
-  ``alternatives`` and ``detectedLanguage`` when asked, and ``pivot`` when no model translates
-  the pair and two did, through that language), LibreTranslate's shape;
+  "beam", "api_key"}`` (and qkv's ``split``, ``layout``) as JSON or a form ->
+  ``{"translatedText": str | [str]}`` (plus ``alternatives`` and ``detectedLanguage`` when
+  asked, and ``pivot`` when no model translates the pair and two did, through that language),
+  LibreTranslate's shape; each text's lines cut into sentences and put back with their layout,
+  or (``format: "html"``) an HTML page's text translated and its markup kept
+  (:mod:`qkv.serve.texts`, through :mod:`qkv.text`);
+* ``POST /translate_file`` (a multipart form: ``file``, ``source``, ``target``, ``api_key``) ->
+  ``{"translatedFileUrl"}``, then ``GET /download_file/NAME`` (once; :mod:`qkv.serve.files`);
 * ``POST /attention``: one sentence -> its translation and every attention weight of it, the
   data the viewer draws (:func:`qkv.viz.attention_payload`);
 * ``POST /detect``: ``q`` -> ``[{"language", "confidence"}]``, LibreTranslate's shape;
+* ``GET /frontend/settings`` and ``POST /suggest`` (refused: no suggestions kept), as
+  LibreTranslate answers them;
 * ``GET /languages``, ``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /`` (the page).
 
 One translator is served as a registry of one (:meth:`~qkv.serve.registry.ModelRegistry.
@@ -16,13 +23,15 @@ of_one`) as it says (its pair, the default of every request; ``source: "auto"`` 
 language); a :class:`~qkv.serve.registry.ModelRegistry` of several serves every pair they
 reach, as LibreTranslate serves its installed models (see :func:`create_app`). A request is read
 into an :class:`Asked`, which gives each model the :class:`~qkv.inference.Decoding` it decodes
-with; the batcher's jobs are keyed by that value.
+with; the batcher's jobs are keyed by that value, and a request's sentences are one job.
 
 Every error is JSON ``{"error": "field: what was expected, what came"}`` with a 4xx status:
-400 malformed body or a language pair not served (naming those served), 401 a missing or wrong API key, 404 no such
-route, 405 wrong method, 413 a body, a sentence, a request or an attention picture over its limit,
-415 a body type not read, 422 a field of the wrong type or out of range, 500 a model that
-failed to load, 501 no detection library for "auto" or /detect, 503 the queue is full.
+400 malformed body, a language pair not served (naming those served), a text over
+``char_limit`` or a file not read, 401 a missing or wrong API key, 403 ``/suggest`` or files
+turned off, 404 no such route or file, 405 wrong method, 413 a body, a sentence, a request, a
+file or an attention picture over its limit, 415 a body type not read, 422 a field of the
+wrong type or out of range, 429 over ``req_limit`` (LibreTranslate's ``Slowdown``), 500 a model
+that failed to load, 501 no detection library for "auto" or /detect, 503 the queue is full.
 """
 
 from __future__ import annotations
