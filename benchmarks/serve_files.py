@@ -103,20 +103,9 @@ def run_file(client: Any, url: str, name: str, data: bytes) -> tuple[float, byte
     return time.perf_counter() - t0, got.content
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=None)
-    p.add_argument("--repeats", type=int, default=9)
-    p.add_argument("--paragraphs", type=int, default=100)
-    p.add_argument("--sentences", type=int, default=10, help="sentences per paragraph")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--quick", action="store_true", help="a smoke run: 10 paragraphs, 1 round")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.paragraphs, args.repeats = min(args.paragraphs, 10), 1
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # this process's torch, before it loads
-
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The three ways, ``args.repeats`` rounds: each way's seconds, the server's decoding of
+    each file, and what the run was."""
     import httpx
     import torch
 
@@ -125,7 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     from qkv.translate import Translator
 
     torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()
     model_dir = args.model_dir or demo_model(args.quick)
     text, made_of = document(args.paragraphs, args.sentences)
     data = text.encode()
@@ -149,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             run_file(client, server.url, "warm-up.txt", b"I am home. He is calm.\n")
             for r in range(args.repeats):
                 order = ["file", "cli", "library"]
-                order = order[r % 3 :] + order[: r % 3]
-                for way in order:
+                for way in order[r % 3 :] + order[: r % 3]:
                     if way == "file":
                         before = decode_seconds(client, server.url)
                         secs, got = run_file(client, server.url, "document.txt", data)
@@ -169,7 +156,21 @@ def main(argv: list[str] | None = None) -> int:
         exit_status = server.stop()
     finally:
         server.stop()
-    load_end = os.getloadavg()
+    return {
+        "torch": torch.__version__,
+        "model_dir": str(model_dir),
+        "sentences_written": len(made_of),
+        "sentences_cut": len(segments),
+        "bytes": len(data),
+        "server_exit_status": exit_status,
+        "times": times,
+        "decoding": decoding,
+    }
+
+
+def summary(times: dict[str, list[float]], decoding: list[float]) -> dict[str, Any]:
+    """The medians, the ratios (of the medians, and paired by round) and what a file costs
+    beyond the server's decoding, printed; returned for the JSON."""
     med = {k: statistics.median(v) for k, v in times.items()}
     # each round's own ratio (its ways ran back to back): a slow minute of a shared machine
     # moves both sides of it
@@ -183,38 +184,55 @@ def main(argv: list[str] | None = None) -> int:
         "file_over_cli_paired": paired["cli"],
         "file_over_library_paired": paired["library"],
     }
+    rest = [f - d for f, d in zip(times["file"], decoding)]
     print()
     for k, v in med.items():
         print(f"{k:8s} median {v:7.2f} s  ({', '.join(f'{x:.2f}' for x in times[k])})")
-    around = [f - d for f, d in zip(times["file"], decoding)]
     print(
         f"file: the server decoding {statistics.median(decoding):.2f} s, the rest (upload, "
-        f"cutting, queue, writing, download) {statistics.median(around):.3f} s (medians)"
+        f"cutting, queue, writing, download) {statistics.median(rest):.3f} s (medians)"
     )
+    return {
+        "seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
+        "median_seconds": {k: round(v, 4) for k, v in med.items()},
+        "file_decoding_seconds": [round(x, 4) for x in decoding],
+        "file_rest_median_seconds": round(statistics.median(rest), 4),
+        "ratios": {k: round(v, 4) for k, v in ratios.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-dir", type=Path, default=None)
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--paragraphs", type=int, default=100)
+    p.add_argument("--sentences", type=int, default=10, help="sentences per paragraph")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--quick", action="store_true", help="a smoke run: 10 paragraphs, 1 round")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.paragraphs, args.repeats = min(args.paragraphs, 10), 1
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # this process's torch, before it loads
+    load_start = os.getloadavg()
+    run = measure(args)
+    load_end = os.getloadavg()
+    found = summary(run.pop("times"), run.pop("decoding"))
     print(f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end")
-    for k, v in ratios.items():
+    for k, v in found["ratios"].items():
         print(f"{k}: {v:.3f} (target <= 1.2: {'met' if v <= 1.2 else 'NOT met'})")
     if args.json is not None:
         record = {
-            "torch": torch.__version__,
+            **run,
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
-            "model_dir": str(model_dir),
             "threads": args.threads,
             "paragraphs": args.paragraphs,
-            "sentences_written": len(made_of),
-            "sentences_cut": len(segments),
-            "bytes": len(data),
             "repeats": args.repeats,
             "quick": args.quick,
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_end": [round(x, 2) for x in load_end],
-            "server_exit_status": exit_status,
-            "seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
-            "median_seconds": {k: round(v, 4) for k, v in med.items()},
-            "file_decoding_seconds": [round(x, 4) for x in decoding],
-            "file_rest_median_seconds": round(statistics.median(around), 4),
-            "ratios": {k: round(v, 4) for k, v in ratios.items()},
+            **found,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1) + "\n")

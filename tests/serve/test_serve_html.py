@@ -84,22 +84,6 @@ def test_fragments_in_a_list_and_a_form(live, translator):
     assert r.json()["translatedText"] == want[0]
 
 
-@pytest.fixture(scope="module")
-def ct2(model_dir, tmp_path_factory):
-    pytest.importorskip("ctranslate2", reason="the ct2 extra (dev) runs the CTranslate2 engine")
-    from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
-
-    return Ct2Translator(export_ctranslate2(model_dir, tmp_path_factory.mktemp("h-ct2") / "m"))
-
-
-@pytest.fixture(scope="module")
-def onnx(model_dir, tmp_path_factory):
-    pytest.importorskip("onnxruntime", reason="the onnx extra (dev) runs the ONNX engine")
-    from qkv.export.onnx import OnnxTranslator, export_onnx
-
-    return OnnxTranslator(export_onnx(model_dir, tmp_path_factory.mktemp("h-onnx") / "m"))
-
-
 @pytest.mark.parametrize("engine", ["ct2", pytest.param("onnx", marks=pytest.mark.slow)])
 def test_every_engine_serves_html_as_the_library_translates_it(engine, request):
     tr = request.getfixturevalue(engine)

@@ -111,22 +111,6 @@ def test_the_sentences_of_many_requests_decode_together(translator):
 
 
 # ---------------------------------------------------------------------------- every engine
-@pytest.fixture(scope="module")
-def ct2(model_dir, tmp_path_factory):
-    pytest.importorskip("ctranslate2", reason="the ct2 extra (dev) runs the CTranslate2 engine")
-    from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
-
-    return Ct2Translator(export_ctranslate2(model_dir, tmp_path_factory.mktemp("p-ct2") / "m"))
-
-
-@pytest.fixture(scope="module")
-def onnx(model_dir, tmp_path_factory):
-    pytest.importorskip("onnxruntime", reason="the onnx extra (dev) runs the ONNX engine")
-    from qkv.export.onnx import OnnxTranslator, export_onnx
-
-    return OnnxTranslator(export_onnx(model_dir, tmp_path_factory.mktemp("p-onnx") / "m"))
-
-
 @pytest.mark.parametrize("engine", ["ct2", pytest.param("onnx", marks=pytest.mark.slow)])
 def test_every_engine_serves_paragraphs_as_it_translates_them(engine, request):
     tr = request.getfixturevalue(engine)

@@ -691,6 +691,20 @@ def _queued(submit: Callable[[], Any]) -> Any:
         raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
 
 
+class _Arrival:
+    """A request counted in ``st.arriving`` (being read, not queued yet: the batcher may wait
+    for its company) until it is called, once its first job is queued or it fails before."""
+
+    def __init__(self, st: _State) -> None:
+        self.st, self.counted = st, True
+        st.arriving += 1
+
+    def __call__(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.st.arriving -= 1
+
+
 def _flag(data: dict[str, Any], name: str) -> bool:
     """A yes/no field (``true``, or a form's ``"true"``/``"1"``)."""
     v = data.get(name)
@@ -805,15 +819,7 @@ class _Routes:
         translated and markup kept; every sentence of the request one job of the batching
         queue."""
         st = self.st
-        st.arriving += 1  # the batcher may wait for this request's company
-        counted = True
-
-        def arrived() -> None:  # once its first job is queued (or it fails before)
-            nonlocal counted
-            if counted:
-                counted = False
-                st.arriving -= 1
-
+        arrived = _Arrival(st)  # the batcher may wait for this request's company
         try:
             data = await self._body(request)
             st.check_key(request, data)
@@ -922,15 +928,7 @@ class _Routes:
         st, cfg = self.st, self.cfg
         split = request_split(data)
         loop = asyncio.get_running_loop()
-        st.arriving += 1
-        counted = True
-
-        def arrived() -> None:
-            nonlocal counted
-            if counted:
-                counted = False
-                st.arriving -= 1
-
+        arrived = _Arrival(st)
         try:
             auto = str(data.get("source") or "").strip().lower() == "auto"
             if auto and st.registry.pair is None:  # detected on the file's first sentences

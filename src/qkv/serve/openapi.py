@@ -364,10 +364,11 @@ def _this() -> dict[str, Any]:
     }
 
 
-def _schemas(
+def _translate_schemas(
     cfg: Any, common: dict[str, Any], text: dict[str, Any], *, multi: bool
 ) -> dict[str, Any]:
-    """The request and answer schemas (``multi``: a server of several models)."""
+    """``/translate``'s request and answer, ``/translate_file``'s answer and
+    ``/frontend/settings``' (``multi``: a server of several models)."""
     detected = (
         "with source 'auto': {language, confidence}, the language detected among those served "
         "and its probability, 0-100 (a list, one per text, for a list q)"
@@ -444,6 +445,15 @@ def _schemas(
             },
         },
         "FrontendSettings": _settings_schema(),
+    }
+
+
+def _schemas(
+    cfg: Any, common: dict[str, Any], text: dict[str, Any], *, multi: bool
+) -> dict[str, Any]:
+    """The request and answer schemas (``multi``: a server of several models)."""
+    return {
+        **_translate_schemas(cfg, common, text, multi=multi),
         **_attention_schemas(common, text),
         "Language": {
             "type": "object",
