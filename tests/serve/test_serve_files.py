@@ -118,8 +118,11 @@ def test_a_client_that_leaves_leaves_no_file_and_no_work(translator):
             return real(texts, decoding)
 
         batcher.decode = recording
-        gate = threading.Event()
-        blocker = batcher.call(lambda: gate.wait(30))  # the worker is busy
+        gate, busy = threading.Event(), threading.Event()
+        blocker = batcher.call(lambda: busy.set() or gate.wait(60))
+        assert busy.wait(
+            30
+        )  # the worker is in it: only requests' jobs are queued from now  # the worker is busy
         body, ctype = _multipart("left.txt", b"Leave now. Right now.")
         host, port = urllib.parse.urlsplit(s.url).netloc.split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -129,6 +132,7 @@ def test_a_client_that_leaves_leaves_no_file_and_no_work(translator):
             )
             sock.sendall(head.encode() + body)
             wait_until(lambda: batcher.queue_depth >= 1, what="the file's job queued")
+            assert s.state.in_flight == 1
         # the connection is closed: the request gives up, its job is cancelled
         wait_until(lambda: s.state.in_flight == 0, what="the request to end")
         gate.set()

@@ -146,8 +146,10 @@ def test_a_client_over_the_limit_gets_libretranslates_429(translator):
         assert r.status_code == 429
         assert r.json() == {"error": "Slowdown: 3 per 1 minute"}
         assert 1 <= int(r.headers["retry-after"]) <= 60
-        # /detect and /translate_file count too; the page, /languages, /health do not
+        # /detect, /attention and /translate_file count too; the page, /languages, /health do not
         assert s.post("/translate_file", files={"file": ("a.txt", b"Hi.")}).status_code == 429
+        assert s.post("/attention", json={"q": "Hi."}).status_code == 429
+        assert s.post("/detect", json={"q": "Hi."}).status_code == 429
         for path in ("/", "/languages", "/health", "/frontend/settings", "/spec"):
             assert s.get(path).status_code == 200, path
 

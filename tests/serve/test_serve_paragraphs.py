@@ -98,8 +98,9 @@ def test_the_sentences_of_many_requests_decode_together(translator):
             return real(found, decoding)
 
         batcher.decode = recording
-        gate = threading.Event()
-        blocker = batcher.call(lambda: gate.wait(30))
+        gate, busy = threading.Event(), threading.Event()
+        blocker = batcher.call(lambda: busy.set() or gate.wait(60))
+        assert busy.wait(30)  # the worker is in it: only requests' jobs are queued from now
         with ThreadPoolExecutor(len(texts)) as pool:
             futures = [pool.submit(s.post, "/translate", json={"q": t}) for t in texts]
             wait_until(lambda: batcher.queue_depth >= 3 * len(texts), what="every request queued")
