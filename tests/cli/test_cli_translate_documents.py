@@ -122,3 +122,12 @@ def test_limits_are_checked_as_the_file_is_read():
     with pytest.raises(SettingError, match=r"^max_chars: expected an int >= 1"):
         Limits(max_chars=0)
     assert read_document(data, "txt", limits=Limits(10_000, 10_000, 2)).segments
+
+
+def test_the_format_choices_are_the_librarys_formats():
+    """--format lists qkv.text.FORMATS (typed in the command so --help loads nothing)."""
+    from qkv.cli.translate import _DOCUMENT_NEEDS, DOCUMENTS
+    from qkv.text import FORMATS
+
+    assert set(DOCUMENTS) == set(FORMATS) - {"txt"}
+    assert set(_DOCUMENT_NEEDS) <= set(DOCUMENTS)

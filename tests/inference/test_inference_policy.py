@@ -65,6 +65,17 @@ def test_an_engine_is_a_text_translator_and_answers_in_input_order():
     assert tr.translate_ids("i lost .") == _ids("i lost .")
 
 
+def test_a_sentence_that_reads_as_nothing_shows_as_it_is(monkeypatch):
+    """A sentence the source tokenizer reads as nothing (as a normaliser that drops symbols
+    would read ``***``) is never decoded; its paragraph keeps it as it is."""
+    tr = Echo()
+    encode = TOK.encode
+    monkeypatch.setattr(TOK, "encode", lambda t: [] if t == "***" else encode(t))
+    assert tr.translate("go . ***") == f"{TOK.decode(_ids('go .'))} ***"
+    assert tr.translate_segments(["***", "go ."]) == ["***", TOK.decode(_ids("go ."))]
+    assert tr.hypotheses(["***"]) == [[([], 0.0)]]
+
+
 def test_results_are_n_best_lists_inside_and_shaped_at_the_edge():
     tr = Echo()
     hyps = tr.hypotheses(TEXTS)  # n_best=1: still one list per text

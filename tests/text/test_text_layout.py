@@ -67,10 +67,10 @@ def test_spaces_between_sentences_follow_the_target_language():
     assert to_zh.join(["我在家。", "他很平静。"]) == ["我在家。他很平静。"]
 
 
-def test_translations_are_cleaned_and_an_empty_one_keeps_its_source():
+def test_translations_are_cleaned():
     plan = plan_texts(["Hi. ***. Bye."], source="en", target="fr")
     assert plan.segments == ("Hi.", "***.", "Bye.")
-    assert plan.join(["  salut  .   ", "", "au  revoir ."]) == ["salut . ***. au revoir ."]
+    assert plan.join(["  salut  .   ", "***.", "au  revoir ."]) == ["salut . ***. au revoir ."]
     assert clean(" a \t b  ") == "a b" and clean("x\ny") == "x\ny"
 
 
@@ -80,6 +80,11 @@ def test_n_best_lists_of_a_paragraph_join_its_sentences_ranks():
     got = plan.join_hypotheses(hyps)
     assert got[0] == [("a1 b1", -1.5), ("a2 b1", -2.5)]
     assert got[1] == [("c1", -3.0), ("", -math.inf)]
+
+
+def test_labels_name_the_text_and_the_sentence():
+    plan = plan_texts(["Go. Now.", "Bye.", "Now."], source="en")
+    assert plan.labels() == ["1 (sentence 1)", "1 (sentence 2), 3", "2"]
 
 
 def test_bad_arguments_are_named():

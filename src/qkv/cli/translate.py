@@ -254,13 +254,12 @@ class _Writer:
     ) -> None:
         """Write text ``k`` of ``plan`` (numbered ``i``) from the hypotheses ``hyps`` of every
         segment of the plan (best first): its best, or one line each."""
-        show = self.tr.detokenize
         if self.lines:
-            shown = [[(show(ids), float(s)) for ids, s in h] for h in hyps]
+            shown = self.tr.shown_n_best(plan.segments, hyps)
             for text, score in plan.join_hypotheses(shown)[k]:
                 f.write(f"{i}\t{score:.4f}\t{text}\n")
         else:
-            f.write(plan.join([show(h[0][0]) for h in hyps])[k] + "\n")
+            f.write(plan.join(self.tr.shown(plan.segments, hyps))[k] + "\n")
         if self.attention is not None:
             slots = plan.slots(k)
             for m, slot in enumerate(slots):
@@ -287,10 +286,9 @@ def _translate_lines(tr: Any, args: argparse.Namespace, texts: list[str]) -> Non
     line per input line."""
     emit = _Writer(tr, args)
     plan = tr.plan(texts, **_split(args))
-    segments = list(plan.segments)
-    progress = _Progress(len(segments), sys.stderr.isatty() and not args.quiet)
+    progress = _Progress(len(plan.segments), sys.stderr.isatty() and not args.quiet)
     try:
-        res = tr.hypotheses(segments, progress=progress)
+        res = tr.plan_hypotheses(plan, progress=progress)
     finally:
         progress.close()
     with _output(args.output) as f:
@@ -344,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
             with _output(args.output) as f:
                 for i, line in enumerate(iter(sys.stdin.readline, "")):
                     plan = tr.plan([line.rstrip("\r\n")], **_split(args))
-                    emit(f, i, plan, tr.hypotheses(list(plan.segments)), None)
+                    emit(f, i, plan, tr.plan_hypotheses(plan), None)
                     f.flush()
     except SettingError as e:
         return fail(NAME, named_by_flag(e, _TEXT_FLAGS))

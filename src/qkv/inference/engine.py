@@ -138,6 +138,17 @@ class TextTranslator(Protocol):
 
     def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan: ...
 
+    def plan_hypotheses(
+        self,
+        plan: Plan,
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]: ...
+
+    def shown(self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]) -> list[str]: ...
+
     def detokenize(self, ids: Sequence[int]) -> str: ...
 
     def translate_segments(
@@ -314,12 +325,13 @@ class TranslatorBase:
         *,
         normalized: bool = False,
         warn: bool = True,
+        labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
         """Every text's hypotheses (the class's convention), in input order: the one policy
         of every engine. ``normalized``: the texts went through the source normaliser already;
         ``warn``: log what the positions skip or stop (training's validation says it once,
         before its run); ``progress(done)`` after every batch, the texts not decoded counted
-        first."""
+        first; ``labels``: how a warning names each text (default: its number)."""
         self._check_decoding(decoding)
         tok = self.src_tokenizer
         encode = tok.encode_normalized if normalized else tok.encode
@@ -333,7 +345,7 @@ class TranslatorBase:
             )  # fmt: skip
         lengths = [len(ids) for ids in src]
         if warn:
-            skip = set(skip_too_long(lengths, bounds.source, bounds.named))
+            skip = set(skip_too_long(lengths, bounds.source, bounds.named, labels))
         else:
             skip = set(too_long(lengths, bounds.source))
         todo = [i for i, n in enumerate(lengths) if n > 1 and i not in skip]
@@ -362,7 +374,7 @@ class TranslatorBase:
                 for i, limit in zip(todo, limits)
                 if cut_by_positions(out[i][0][0], lengths[i], limit, decoding)
             ]
-            warn_cut(cut, bounds.target, bounds.named)
+            warn_cut(cut, bounds.target, bounds.named, labels)
         return out
 
     # -------------------------------------------------------------- decoding
@@ -436,13 +448,43 @@ class TranslatorBase:
             )
         dec = self.decoding.resolve(decoding, **overrides)
         plan = self.plan(_texts(items), split=split)
-        hyps = self._decode(list(plan.segments), dec)
+        hyps = self.plan_hypotheses(plan, dec)
         if dec.n_best == 1:
-            out: list[Any] = plan.join([self.detokenize(h[0][0] if h else []) for h in hyps])
+            out: list[Any] = plan.join(self.shown(plan.segments, hyps))
         else:
-            shown = [[(self.detokenize(ids), float(s)) for ids, s in h] for h in hyps]
-            out = plan.join_hypotheses(shown)
+            out = plan.join_hypotheses(self.shown_n_best(plan.segments, hyps))
         return out[0] if single else out
+
+    def plan_hypotheses(
+        self,
+        plan: Plan,
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]:
+        """The hypotheses of every segment of ``plan`` (:meth:`hypotheses`), decoded in one
+        batching plan; a warning about a segment names the text it is in (``input 3``) and,
+        in a text of several, which sentence (``input 3 (sentence 2)``)."""
+        dec = self.decoding.resolve(decoding, **overrides)
+        return self._decode(list(plan.segments), dec, progress, labels=plan.labels())
+
+    def shown(self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]) -> list[str]:
+        """Each segment's best translation as text (:meth:`detokenize`); a segment that
+        normalises to nothing (a line of symbols, ``***``), which no engine decodes, shows as
+        it is."""
+        return [self._shown(s, h[0][0] if h else []) for s, h in zip(segments, hyps)]
+
+    def shown_n_best(
+        self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]
+    ) -> list[list[tuple[str, float]]]:
+        """:meth:`shown` for every hypothesis: ``(text, score)`` pairs, best first."""
+        return [[(self._shown(s, ids), float(sc)) for ids, sc in h] for s, h in zip(segments, hyps)]
+
+    def _shown(self, segment: str, ids: Sequence[int]) -> str:
+        if not ids and not self.src_tokenizer.encode(segment):
+            return segment
+        return self.detokenize(ids)
 
     def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan:
         """The :class:`qkv.text.Plan` of ``texts`` in this model's languages (their lines cut
@@ -460,11 +502,11 @@ class TranslatorBase:
     def translate_segments(
         self, segments: Sequence[str], decoding: Decoding | None = None, **overrides: Any
     ) -> list[str]:
-        """One translation per segment, each decoded as one sentence (no splitting): the
-        "segments in, segments out" call of :mod:`qkv.text`'s documents."""
+        """One translation per segment, each decoded as one sentence (no splitting; shown as
+        :meth:`shown` shows it): the "segments in, segments out" call of :mod:`qkv.text`'s
+        documents."""
         dec = dataclasses.replace(self.decoding.resolve(decoding, **overrides), n_best=1)
-        hyps = self._decode(_texts(segments), dec)
-        return [self.detokenize(h[0][0] if h else []) for h in hyps]
+        return self.shown(segments, self._decode(_texts(segments), dec))
 
     def align_segments(
         self, segments: Sequence[str], translations: Sequence[str]

@@ -116,6 +116,19 @@ class Plan:
         """The slots of text ``i``, in order."""
         return [p for p in self.layouts[i] if isinstance(p, Slot)]
 
+    def labels(self) -> list[str]:
+        """How a message names each segment: the text it is in, 1-based (``"3"``), and in a
+        text of several segments which one (``"3 (sentence 2)"``); a segment met in several
+        texts, the first three (``"3, 7, 9, ..."``)."""
+        where: list[list[str]] = [[] for _ in self.segments]
+        for i in range(len(self.texts)):
+            slots = self.slots(i)
+            for k, s in enumerate(slots):
+                where[s.segment].append(
+                    f"{i + 1} (sentence {k + 1})" if len(slots) > 1 else str(i + 1)
+                )
+        return [", ".join(w[:3]) + (", ..." if len(w) > 3 else "") for w in where]
+
     def _check(self, translations: Sequence[object]) -> None:
         if len(translations) != len(self.segments):
             raise ValueError(
@@ -125,8 +138,7 @@ class Plan:
 
     def joined(self, translations: Sequence[str]) -> list[Joined]:
         """Each text rebuilt from ``translations`` (one per segment, cleaned by
-        :func:`clean`; an empty one keeps its segment's source, a line of symbols or a
-        number the model reads as nothing), with where each slot's translation landed."""
+        :func:`clean`), with where each slot's translation landed."""
         self._check(translations)
         out = []
         for layout in self.layouts:
@@ -135,7 +147,7 @@ class Plan:
                 if isinstance(piece, str):
                     text += piece
                     continue
-                got = clean(translations[piece.segment]) or self.segments[piece.segment]
+                got = clean(translations[piece.segment])
                 places.append((len(text), len(text) + len(got)))
                 slots.append(piece)
                 text += got
@@ -181,7 +193,7 @@ class Plan:
             if isinstance(piece, str):
                 parts.append(piece)
             else:
-                parts.append(clean(next(it)) or self.segments[piece.segment])
+                parts.append(clean(next(it)))
         return "".join(parts)
 
 
