@@ -18,6 +18,7 @@ PARAGRAPHS = [
     "  Hello. Goodbye.\n\n    Stop!  \n",
     "",
     "Tom is here? Mary is not.",
+    "***\nGo on. 42",  # a line that reads as nothing shows as it is, as the library shows it
 ]
 
 

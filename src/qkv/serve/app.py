@@ -462,12 +462,6 @@ class _State:
             last = i == len(route.legs) - 1 and not best_only
             texts = [found[0][0] for found in current]
             current = await self._leg(lane, texts, asked, last, submitted)
-            # a sentence the model reads as nothing keeps its text, as the engine's translate
-            # keeps it (a number, a line of symbols)
-            current = [
-                found if found[0][0] else [(text, found[0][1]), *found[1:]]
-                for found, text in zip(current, texts)
-            ]
         return current
 
     async def _leg(
@@ -985,6 +979,7 @@ class _Routes:
         data = await self._body(request)
         st.check_key(request, data)
         (text,), _ = request_texts(data, self.cfg, one=True)
+        st.check_rate(request, data)
         if request_format(data) != "text":
             raise ApiError(400, "format: /attention takes plain text ('text'), one sentence")
         plan = await st.plan(data, [text])
