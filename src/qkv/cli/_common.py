@@ -222,7 +222,7 @@ def load_translator(
             threads=getattr(args, "threads", 0),
         )
     except SettingError as e:
-        if e.key != "device":
+        if e.key != "device" or engine != "ctranslate2":
             raise
         raise SettingError(e.key, f"--engine ctranslate2 {e.problem}").renamed("--device") from None
     return with_decoding_flags(tr, args)

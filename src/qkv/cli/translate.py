@@ -246,7 +246,7 @@ class _Writer:
     n-best), sentence by sentence for a line of several."""
 
     def __init__(self, tr: Any, args: argparse.Namespace) -> None:
-        self.tr, self.lines = tr, args.n_best > 1
+        self.tr, self.lines, self.n_best = tr, args.n_best > 1, args.n_best
         self.attention = None if args.attention is None else Path(args.attention)
 
     def __call__(
@@ -256,7 +256,7 @@ class _Writer:
         segment of the plan (best first): its best, or one line each."""
         if self.lines:
             shown = self.tr.shown_n_best(plan.segments, hyps)
-            for text, score in plan.join_hypotheses(shown)[k]:
+            for text, score in plan.join_hypotheses(shown, self.n_best)[k]:
                 f.write(f"{i}\t{score:.4f}\t{text}\n")
         else:
             f.write(plan.join(self.tr.shown(plan.segments, hyps))[k] + "\n")

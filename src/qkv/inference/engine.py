@@ -452,7 +452,7 @@ class TranslatorBase:
         if dec.n_best == 1:
             out: list[Any] = plan.join(self.shown(plan.segments, hyps))
         else:
-            out = plan.join_hypotheses(self.shown_n_best(plan.segments, hyps))
+            out = plan.join_hypotheses(self.shown_n_best(plan.segments, hyps), dec.n_best)
         return out[0] if single else out
 
     def plan_hypotheses(

@@ -159,14 +159,15 @@ class Plan:
         return [j.text for j in self.joined(translations)]
 
     def join_hypotheses(
-        self, hypotheses: Sequence[Sequence[tuple[str, float]]]
+        self, hypotheses: Sequence[Sequence[tuple[str, float]]], n: int | None = None
     ) -> list[list[tuple[str, float]]]:
-        """Each text's n-best list from its segments' n-best lists ``(translation, score)``,
-        best first: its ``k``-th is every segment's ``k``-th translation joined (a segment
-        with fewer, or whose ``k``-th scores ``-inf``, gives its last real one), scored by the
-        sum of theirs; ``-inf`` when no segment of the text has a ``k``-th."""
+        """Each text's ``n`` best (default: as many as the longest list) from its segments'
+        n-best lists ``(translation, score)``, best first: its ``k``-th is every segment's
+        ``k``-th translation joined (a segment with fewer, or whose ``k``-th scores ``-inf``,
+        gives its last real one), scored by the sum of theirs; ``("", -inf)`` when no segment
+        of the text has a ``k``-th (a blank text: its layout scored 0, then those)."""
         self._check(hypotheses)
-        k = max((len(h) for h in hypotheses), default=1)
+        k = n if n is not None else max((len(h) for h in hypotheses), default=1)
         out = []
         for i in range(len(self.texts)):
             segs = [s.segment for s in self.slots(i)]
