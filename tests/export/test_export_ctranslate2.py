@@ -97,7 +97,7 @@ def test_greedy_fp32_translates_the_same_text_as_qkv(tokenizers, tmp_path, kind)
     log.info("%s: CT2 fp32 greedy identical on %.1f%% of %d texts", kind, 100 * share, len(want))
     assert share >= 0.95
     assert got[-5:] == want[-5:]  # blank, literal special tokens, unseen characters
-    assert got[TEXTS.index("")] == "" and got[TEXTS.index("   ")] == ""
+    assert got[TEXTS.index("")] == "" and got[TEXTS.index("   ")] == "   "  # layout kept
     assert sum(len(x) > 0 for x in want) > len(want) // 2  # not a test of empty outputs
 
 

@@ -64,7 +64,7 @@ def test_the_engines_translate_alike_and_blank_texts_alike(engines):
     for beam in (1, 2):
         want = qkv.translate(TEXTS, beam_size=beam)
         got = ct2.translate(TEXTS, beam_size=beam)
-        assert want[-2:] == got[-2:] == ["", ""]
+        assert want[-2:] == got[-2:] == ["", "   "]  # a blank text comes back as it is
         assert sum(a == b for a, b in zip(want, got)) >= 0.9 * len(TEXTS)
         assert ct2.translate(TEXTS[0], beam_size=beam) == got[0]  # one text, one string
         assert (

@@ -59,9 +59,21 @@ def test_an_engine_is_a_text_translator_and_answers_in_input_order():
     tr = Echo()
     assert isinstance(tr, TextTranslator)
     assert tr.generate(TEXTS) == [_ids(t) for t in TEXTS]
-    assert tr.translate(TEXTS) == [TOK.decode(_ids(t)) for t in TEXTS]
+    # a blank text comes back as it is (its layout kept)
+    assert tr.translate(TEXTS) == [TOK.decode(_ids(t)) if t.strip() else t for t in TEXTS]
     assert tr.translate("go .") == TOK.decode(_ids("go ."))
     assert tr.translate_ids("i lost .") == _ids("i lost .")
+
+
+def test_a_sentence_that_reads_as_nothing_shows_as_it_is(monkeypatch):
+    """A sentence the source tokenizer reads as nothing (as a normaliser that drops symbols
+    would read ``***``) is never decoded; its paragraph keeps it as it is."""
+    tr = Echo()
+    encode = TOK.encode
+    monkeypatch.setattr(TOK, "encode", lambda t: [] if t == "***" else encode(t))
+    assert tr.translate("go . ***") == f"{TOK.decode(_ids('go .'))} ***"
+    assert tr.translate_segments(["***", "go ."]) == ["***", TOK.decode(_ids("go ."))]
+    assert tr.hypotheses(["***"]) == [[([], 0.0)]]
 
 
 def test_results_are_n_best_lists_inside_and_shaped_at_the_edge():
@@ -125,7 +137,7 @@ def test_an_announced_bound_is_said_once_before_decoding(caplog):
         tr.generate(["go ."], max_output_len=9)
     (msg,) = [r.getMessage() for r in caplog.records]
     assert msg == (
-        "max_output_len (--max-len) 9 is more than the echo's 6 target positions: "
+        "max_output_len (--max-output-len) 9 is more than the echo's 6 target positions: "
         "translations stop at 6 tokens"
     )
 

@@ -38,6 +38,25 @@ def live(translator) -> Iterator[Live]:
 
 
 @pytest.fixture(scope="session")
+def ct2(model_dir, tmp_path_factory):
+    """The tiny model exported to CTranslate2, on its engine."""
+    pytest.importorskip("ctranslate2", reason="the ct2 extra (dev) runs the CTranslate2 engine")
+    from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
+
+    out = export_ctranslate2(model_dir, tmp_path_factory.mktemp("serve-ct2") / "exported")
+    return Ct2Translator(out, threads=1)
+
+
+@pytest.fixture(scope="session")
+def onnx(model_dir, tmp_path_factory):
+    """The tiny model exported to ONNX, on onnxruntime."""
+    pytest.importorskip("onnxruntime", reason="the onnx extra (dev) runs the ONNX engine")
+    from qkv.export.onnx import OnnxTranslator, export_onnx
+
+    return OnnxTranslator(export_onnx(model_dir, tmp_path_factory.mktemp("serve-onnx") / "m"))
+
+
+@pytest.fixture(scope="session")
 def chromium_path() -> str:
     """Debian's Chromium, or a skip (a failure with QKV_REQUIRE_CHROMIUM=1) saying why not."""
     from _viz_chromium import chromium_or_skip

@@ -112,7 +112,8 @@ def test_the_viewer_file_of_qkv_translate_has_the_bound(model_dir, tmp_path, cap
     words = " ".join(SOURCES).split()
     text = " ".join((words * 20)[:2000])
     out = tmp_path / "long.html"
-    rc = main(["translate", "--model-dir", str(model_dir), "--attention", str(out), text])
+    args = ["--attention", str(out), "--split", "none", text]  # one sentence of 2,000 words
+    rc = main(["translate", "--model-dir", str(model_dir), *args])
     err = capsys.readouterr().err
     assert rc == 2, err
     assert err.startswith("qkv translate: error: --attention: the viewer would embed ")

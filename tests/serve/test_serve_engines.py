@@ -10,13 +10,6 @@ from qkv.cli import main
 from qkv.serve import create_app
 
 pytest.importorskip("ctranslate2", reason="the ct2 extra (dev) runs the CTranslate2 engine")
-from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
-
-
-@pytest.fixture(scope="module")
-def ct2(model_dir, tmp_path_factory) -> Ct2Translator:
-    out = export_ctranslate2(model_dir, tmp_path_factory.mktemp("serve-ct2") / "exported")
-    return Ct2Translator(out, threads=1)
 
 
 def test_the_ctranslate2_engine_serves_translations(ct2):

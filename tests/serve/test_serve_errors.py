@@ -73,9 +73,9 @@ def test_attention_takes_one_sentence(live):
 
 
 def test_bodies_not_read_are_415(live):
-    r = live.post("/translate", files={"q": (None, "go .")})  # multipart/form-data
-    assert "multipart" in error(r, 415, "Content-Type")
     r = live.post("/translate", content=b"<q>go</q>", headers={"Content-Type": "application/xml"})
+    assert "multipart/form-data" in error(r, 415, "Content-Type")
+    r = live.post("/translate", content=b"q=go", headers={"Content-Type": "text/plain"})
     error(r, 415, "Content-Type")
 
 
@@ -86,7 +86,8 @@ def test_unknown_route_404_and_wrong_method_405(live):
 
 
 def test_limits_are_413_and_settable(translator):
-    with live_server(translator, max_body_bytes=300, max_sentences=3, max_chars=40) as s:
+    settings = {"max_body_bytes": 300, "max_sentences": 3, "max_chars": 40, "char_limit": 60}
+    with live_server(translator, **settings) as s:
         big = {"q": "x" * 400}
         assert "--max-body-bytes" in error(s.post("/translate", json=big), 413, "body")
 
@@ -98,9 +99,15 @@ def test_limits_are_413_and_settable(translator):
         error(r, 413, "body")
         r = s.post("/translate", json={"q": ["go ."] * 4})
         assert "--max-sentences" in error(r, 413, "q")
+        # the sentences of one text count: four in one text are over three
+        r = s.post("/translate", json={"q": "Go. Run. Stop. Hide."})
+        assert "4 sentences" in error(r, 413, "q")
         r = s.post("/translate", json={"q": ["go .", "z" * 41]})
-        assert "41 characters" in error(r, 413, "q[1]")
+        assert "41 characters" in error(r, 413, "q")
         error(s.post("/attention", json={"q": "z" * 41}), 413, "q")
+        # a text over --char-limit is LibreTranslate's 400
+        r = s.post("/translate", json={"q": ["go .", "Go home. " * 7]})
+        assert "--char-limit" in error(r, 400, "q[1]")
         # at the limits: fine
         r = s.post("/translate", json={"q": ["go .", "i lost .", "z" * 40]})
         assert r.status_code == 200, r.text

@@ -155,8 +155,9 @@ def three(folders):
 
 
 def pivoted(ref, texts):
-    """fr -> de as the server must answer it: fr-en's translation, then en-de's."""
-    return ref["en-de"].translate(ref["fr-en"].translate(texts))
+    """fr -> de as the server must answer it: fr-en's translation, then en-de's of each
+    sentence's translation (not cut into sentences again)."""
+    return ref["en-de"].translate(ref["fr-en"].translate(texts), split="none")
 
 
 # ---------------------------------------------------------------------------- the client

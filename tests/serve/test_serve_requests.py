@@ -4,6 +4,10 @@ route; the batcher keys its jobs by that Decoding, and a lane decodes with it.""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from qkv.inference import Decoding
 from qkv.serve import Asked, ServeConfig, create_app
 
@@ -32,10 +36,14 @@ def test_a_lane_decodes_with_the_value_and_gives_n_best_lists(translator):
     assert lane.decoding == translator.decoding.replace(max_tokens=4096)
     texts = ["go .", "", "i lost ."]
     one = lane.decode(texts, lane.decoding)
-    assert [len(found) for found in one] == [1, 1, 1] and one[1] == [""]
-    assert [found[0] for found in one] == translator.translate(texts)
+    assert [len(found) for found in one] == [1, 1, 1] and one[1] == [("", 0.0)]
+    # each text one sentence, shown as the engine shows it (no doubled or end spaces)
+    assert [found[0][0] for found in one] == translator.translate_segments(texts)
     three = lane.decode(texts, Asked(tuple(texts), alternatives=2).decoding(lane.decoding))
-    assert three[1] == [""]  # no other translation of nothing
-    nbest = translator.translate(texts, n_best=3)
-    assert [found[0] for found in three] == [hyps[0][0] for hyps in nbest]
+    assert three[1] == [("", 0.0)]  # no other translation of nothing
+    nbest = translator.translate(texts, n_best=3, split="none")
+    assert [[t for t, _ in found] for found in three] == [
+        [t for t, score in hyps if score > -math.inf] for hyps in nbest
+    ]
+    assert [s for _, s in three[0]] == pytest.approx([s for _, s in nbest[0]])
     assert lane.tokens(["go ."], Decoding(beam_size=3)) == 3 * len(translator.encode("go ."))

@@ -105,9 +105,9 @@ def test_an_over_long_input_is_reported_for_its_line_only(translator, caplog):
     assert "(model.max_len)" in msg
     nbest = translator.generate(texts, beam_size=2, n_best=2)
     assert nbest[1] == [([], -math.inf)] * 2 and len(nbest[0]) == 2
-    assert translator.translate(texts)[1] == ""
+    assert translator.translate(texts, split="none")[1] == ""  # one sentence: the line
     with pytest.raises(ValueError, match=r"text: its source has .* learned positions \(model"):
-        translator.attention(long_text)
+        translator.attention(long_text, split="none")
 
 
 def test_validation_bleu_survives_long_sources(translator):
@@ -140,10 +140,10 @@ def test_qkv_translate_a_file_with_one_long_line(translator, tmp_path, capsys):
     src.write_text(f"go .\n{_long_pairs(1)[0][0]}\ni lost .\n", encoding="utf-8")
     out = tmp_path / "out.txt"
     args = ["translate", "--model-dir", str(model_dir), "--src", str(src), "--output", str(out)]
-    assert main([*args, "--max-len", "100"]) == 0
+    assert main([*args, "--max-len", "100", "--split", "none"]) == 0  # the line: one sentence
     lines = out.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # one line per input
     err = capsys.readouterr().err
     assert "input 2: more source tokens than the model's 12 learned positions" in err
-    assert "max_output_len (--max-len) 100 is more than the model's 12" in err
+    assert "max_output_len (--max-output-len) 100 is more than the model's 12" in err
     assert "Traceback" not in err

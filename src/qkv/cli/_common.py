@@ -189,9 +189,11 @@ def load_translator(
     opened by :func:`qkv.engines.open_translator` with ``--quantize``, ``--device`` and
     ``--threads`` where the command has it: a :class:`qkv.inference.TextTranslator`, its
     decoding the model's changed by the flags; what the engine refuses is named by its flag."""
-    from ..engines import open_translator
+    from ..engines import folder_engine, open_translator
 
     engine = args.engine if engine is None else engine
+    # an ONNX export (or a bare CTranslate2 model) runs on its own engine, as qkv serve runs it
+    engine = folder_engine(args.model_dir if folder is None else folder, engine)
     if engine == "ctranslate2" and getattr(args, "attention", None) is not None:
         raise ValueError("--attention: needs --engine qkv (CTranslate2 returns no weights)")
     if engine == "qkv" and args.quantize is not None and args.device != "cpu":

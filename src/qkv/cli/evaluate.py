@@ -38,8 +38,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         NAME,
         help="sacreBLEU and chrF of a model on parallel text",
-        description="Translate the sources and score the detokenised translations against "
-        "the raw references with sacreBLEU's BLEU and chrF (signatures printed).",
+        description="Translate the sources (each as one segment, never cut into sentences: "
+        "a test set's scores do not depend on a segmenter) and score the detokenised "
+        "translations against the raw references with sacreBLEU's BLEU and chrF (signatures "
+        "printed).",
     )
     add_model_flags(p)
     p.add_argument(

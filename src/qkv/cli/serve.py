@@ -41,11 +41,25 @@ _LIMITS: dict[str, tuple[type, str, str]] = {
     "max_batch_tokens": (int, "N", "a batch's budget: source tokens times the beam"),
     "max_wait_ms": (float, "MS", "how long a batch waits for more requests after its first"),
     "max_body_bytes": (int, "N", "largest request body"),
-    "max_sentences": (int, "N", "most sentences per request"),
+    "char_limit": (
+        int,
+        "N",
+        "most characters per text of a request (LibreTranslate's; 400; -1: no limit)",
+    ),
+    "max_sentences": (int, "N", "most sentences per request, its texts cut into sentences"),
     "max_chars": (int, "N", "most characters per sentence"),
     "max_alternatives": (int, "K", "most alternatives per request"),
     "max_beam": (int, "N", "widest beam a request may ask"),
     "max_queue": (int, "N", "most sentences waiting; beyond, requests get 503"),
+    "req_limit": (
+        int,
+        "N",
+        "most requests per minute per client, its API key or address (LibreTranslate's; 429; "
+        "a list of n texts counts n; -1: no limit)",
+    ),
+    "max_file_bytes": (int, "N", "largest file POST /translate_file takes"),
+    "max_file_chars": (int, "N", "most characters of text in one file"),
+    "file_ttl": (float, "S", "seconds a translated file waits to be downloaded (once)"),
 }
 
 #: every ServeConfig field given by the flag of its name (None or not given: the default)
@@ -68,10 +82,15 @@ _FLAGS = {
 }
 
 
+#: the limits LibreTranslate turns off with -1 (its flags' convention): None, no limit
+_OFF_BY_MINUS_ONE = ("char_limit", "req_limit")
+
+
 def _config_default(name: str) -> Any:
     from ..serve.config import ServeConfig
 
-    return {f.name: f.default for f in dataclasses.fields(ServeConfig)}[name]
+    value = {f.name: f.default for f in dataclasses.fields(ServeConfig)}[name]
+    return "no limit" if value is None else value
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -159,6 +178,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         shown = with_default(text, lambda n=name: _config_default(n))
         p.add_argument(flag(name), type=typ, default=argparse.SUPPRESS, metavar=metavar, help=shown)
     p.add_argument(
+        "--disable-files-translation",
+        action="store_true",
+        help="refuse POST /translate_file (403), as LibreTranslate's flag of that name does",
+    )
+    p.add_argument(
         "--max-attention-cells",
         type=int,
         default=argparse.SUPPRESS,
@@ -217,12 +241,16 @@ def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
     from ..serve.config import ServeConfig
 
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name, None) is not None}
+    for name in _OFF_BY_MINUS_ONE:
+        if given.get(name) == -1:
+            given[name] = None
     folders = args.model_dir or []
     one = str(folders[0]) if len(folders) == 1 and args.models_dir is None else None
     return ServeConfig(
         **given,
         api_key=api_key,
         batching=not args.no_batching,
+        files=not args.disable_files_translation,
         model_dir=one,
         allowed_hosts=_allowed_hosts(args),
     )
@@ -296,7 +324,7 @@ def _one_model(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 once the requests in flight are answered, 1 when
     the shutdown timeout cut some off (each answered 503)."""
-    require(f"qkv {NAME}", [*engine_needs(args), "starlette", "uvicorn"])
+    require(f"qkv {NAME}", [*engine_needs(args), "starlette", "uvicorn", "python_multipart"])
     from ..serve import create_app
     from ..serve.server import bind, check_limits
     from ..serve.server import run as serve_on

@@ -1,6 +1,9 @@
 """``qkv translate``: the arguments, the lines of ``--src FILE`` or of stdin, one output line
-per input line, in order (and, with ``--attention``, a figure or page of each sentence's
-attention)."""
+per input line, in order, each line a paragraph cut into sentences (``--split none``: one
+sentence) with its layout kept (and, with ``--attention``, a figure or page of each line's
+attention); or a document (``--format``, or ``--src`` by its extension: HTML, subtitles,
+catalogs, office files, Markdown) translated into ``--output`` with everything but its text
+kept."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any, TextIO
 
 from .._deps import require
 from .._errors import SettingError
+from ..text.layout import DEFAULT_SPLIT, SPLITS
 from ._common import (
     add_model_flags,
     check_file_to_write,
@@ -23,6 +27,8 @@ from ._common import (
     engine_needs,
     fail,
     load_translator,
+    named_by_flag,
+    with_default,
 )
 
 NAME = "translate"
@@ -31,6 +37,16 @@ log = logging.getLogger(__name__)
 
 #: the figure formats of --attention (matplotlib) and the viewer's (no extra package)
 _FIGURES, _PAGES = (".png", ".svg", ".pdf"), (".html", ".htm")
+#: the document formats of --format (qkv.text.FORMATS, listed here so --help loads nothing)
+DOCUMENTS = ("html", "srt", "vtt", "po", "xliff", "docx", "odt", "md")
+#: what each document format needs installed beyond the engine
+_DOCUMENT_NEEDS = {
+    "po": ["translate"],
+    "xliff": ["translate"],
+    "docx": ["docx"],
+    "odt": ["odfdo"],
+    "md": ["markdown_it"],
+}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -38,10 +54,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         NAME,
         help="translate TEXT arguments, a --src file, or stdin lines",
-        description="Translate sentences: the arguments, the lines of --src FILE, or the lines "
+        description="Translate text: the arguments, the lines of --src FILE, or the lines "
         "of stdin (typed at a terminal: each line as it is entered; from a pipe or a file: "
-        "batched by --batch-tokens). One output line per input line, in order; a sentence's "
-        "translation never depends on the others.",
+        "batched by --batch-tokens). Each line is a paragraph: its sentences translated one "
+        "by one (--split none: the line is one sentence) and joined, its indentation and "
+        "blank lines kept; one output line per input line, in order; a sentence's "
+        "translation never depends on the others. A document (--src FILE.html, .srt, .vtt, "
+        ".po, .pot, .xliff, .docx, .odt, .md, or --format) is translated into --output with "
+        "its markup, timings, catalog entries or formatting kept.",
     )
     add_model_flags(p)
     p.add_argument(
@@ -60,7 +80,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="most tokens per translation (default: 2 * the sentence's own length + 10)",
     )
-    p.add_argument("--src", metavar="FILE", help="translate the lines of FILE (UTF-8)")
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default=None,
+        help=with_default(
+            "how a line is cut: sentences (the model's source language's segmenter), or "
+            "none (the line is one sentence, for test sets cut into sentences already)",
+            lambda: DEFAULT_SPLIT,
+        ),
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", *DOCUMENTS),
+        default=None,
+        help="what the input is: text (lines; the default, and a .txt --src), or a document "
+        "format, translated whole into --output or stdout (default: --src's extension)",
+    )
+    p.add_argument(
+        "--src",
+        metavar="FILE",
+        help="translate the lines of FILE (UTF-8), or the document FILE by its extension",
+    )
     p.add_argument(
         "--output",
         metavar="FILE",
@@ -82,6 +123,33 @@ def _attention_path(base: Path, i: int, n: int | None) -> Path:
     """Sentence ``i``'s attention file: ``base`` itself for one sentence, else numbered
     (``n=None``: line by line, the count is not known)."""
     return base if n == 1 else base.with_name(f"{base.stem}-{i + 1}{base.suffix}")
+
+
+def _document_format(args: argparse.Namespace) -> str | None:
+    """The document format of this run (None: lines of text): ``--format``, else the
+    extension of ``--src`` when it names a document format (a ``.txt`` file is lines)."""
+    if args.format is not None:
+        return None if args.format == "text" else args.format
+    if args.src is None:
+        return None
+    from ..text import format_of
+
+    try:
+        fmt = format_of(args.src)
+    except SettingError:  # any other extension: lines of text
+        return None
+    return None if fmt == "txt" else fmt
+
+
+def _check_document(args: argparse.Namespace, fmt: str) -> None:
+    """The flags of a document run: no --n-best or --attention; binary formats need
+    --output."""
+    if args.n_best != 1:
+        raise ValueError(f"--n-best: expected 1 for a {fmt} document, got {args.n_best}")
+    if args.attention is not None:
+        raise ValueError(f"--attention: lines of text only, not a {fmt} document")
+    if fmt in ("docx", "odt") and args.output is None:
+        raise ValueError(f"--output: a {fmt} document is written to a file; name one")
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -175,40 +243,93 @@ class _Progress:
 
 
 class _Writer:
-    """Writes each translation (or, with ``--n-best``, its lines) and, with ``--attention``,
-    draws the attention of the very translation printed (the best of the n-best)."""
+    """Writes each line's translation (or, with ``--n-best``, its lines) and, with
+    ``--attention``, draws the attention of the very translation printed (the best of the
+    n-best), sentence by sentence for a line of several."""
 
     def __init__(self, tr: Any, args: argparse.Namespace) -> None:
-        self.tr, self.lines = tr, args.n_best > 1
+        self.tr, self.lines, self.n_best = tr, args.n_best > 1, args.n_best
         self.attention = None if args.attention is None else Path(args.attention)
 
-    def __call__(self, f: TextIO, i: int, text: str, hyps: Any, n: int | None) -> None:
-        """Write ``text``'s hypotheses ``hyps`` (best first): the best, or one line each."""
-        dec = self.tr.tgt_tokenizer.decode
+    def __call__(
+        self, f: TextIO, i: int, plan: Any, hyps: list[Any], n: int | None, k: int = 0
+    ) -> None:
+        """Write text ``k`` of ``plan`` (numbered ``i``) from the hypotheses ``hyps`` of every
+        segment of the plan (best first): its best, or one line each."""
         if self.lines:
-            for ids, score in hyps:
-                f.write(f"{i}\t{float(score):.4f}\t{dec(ids)}\n")
+            shown = self.tr.shown_n_best(plan.segments, hyps)
+            for text, score in plan.join_hypotheses(shown, self.n_best)[k]:
+                f.write(f"{i}\t{score:.4f}\t{text}\n")
         else:
-            f.write(dec(hyps[0][0]) + "\n")
+            f.write(plan.join(self.tr.shown(plan.segments, hyps))[k] + "\n")
         if self.attention is not None:
-            best = hyps[0][0]
-            try:
-                path = self.tr.attention(text, ids=best).save(_attention_path(self.attention, i, n))
-            except SettingError as e:  # the viewer's bound: a page too big to open
-                if e.key != "kinds":
-                    raise
-                raise e.renamed("--attention") from None
-            log.info("attention of %r -> %s", text, path)
+            slots = plan.slots(k)
+            for m, slot in enumerate(slots):
+                text, best = plan.segments[slot.segment], hyps[slot.segment][0][0]
+                path = _attention_path(self.attention, i, n)
+                if len(slots) > 1:
+                    path = path.with_name(f"{path.stem}.{m + 1}{path.suffix}")
+                try:
+                    path = self.tr.attention(text, ids=best).save(path)
+                except SettingError as e:  # the viewer's bound: a page too big to open
+                    if e.key != "kinds":
+                        raise
+                    raise e.renamed("--attention") from None
+                log.info("attention of %r -> %s", text, path)
+
+
+def _split(args: argparse.Namespace) -> dict[str, str]:
+    """``split=`` as --split gives it (not given: the library's default)."""
+    return {} if args.split is None else {"split": args.split}
+
+
+def _translate_lines(tr: Any, args: argparse.Namespace, texts: list[str]) -> None:
+    """Every line of ``texts`` as a paragraph: all their sentences in one plan, one output
+    line per input line."""
+    emit = _Writer(tr, args)
+    plan = tr.plan(texts, **_split(args))
+    progress = _Progress(len(plan.segments), sys.stderr.isatty() and not args.quiet)
+    try:
+        res = tr.plan_hypotheses(plan, progress=progress)
+    finally:
+        progress.close()
+    with _output(args.output) as f:
+        for i in range(len(texts)):
+            emit(f, i, plan, res, len(texts), i)
+
+
+def _translate_document(tr: Any, args: argparse.Namespace, fmt: str) -> None:
+    """The document of ``--src`` (or stdin) in format ``fmt`` into ``--output`` (or stdout)."""
+    from ..text import translate_document
+
+    data = Path(args.src).read_bytes() if args.src else sys.stdin.buffer.read()
+    out = translate_document(data, tr, fmt, **_split(args))
+    if args.output is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+        return
+    from .._atomic import atomic_file
+
+    with atomic_file(args.output, "wb") as f:
+        f.write(out)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Translate as the command line says; one output line per input line."""
+    """Translate as the command line says: one output line per input line, or a document."""
     figure = Path(args.attention or "").suffix.lower() in _FIGURES
-    require(f"qkv {NAME}", [*engine_needs(args), *(["matplotlib"] if figure else [])])
+    fmt = _document_format(args)
+    needs = _DOCUMENT_NEEDS.get(fmt or "", [])
+    require(f"qkv {NAME}", [*engine_needs(args), *(["matplotlib"] if figure else []), *needs])
     from ..inference import CheckpointError
 
     try:
         _check_args(args)
+        if fmt is not None:
+            _check_document(args, fmt)
+            tr = load_translator(args)
+            _translate_document(tr, args, fmt)
+            return 0
         texts, interactive = _inputs(args)
         if args.attention is not None:
             for i in range(len(texts)):
@@ -216,24 +337,24 @@ def run(args: argparse.Namespace) -> int:
                     "--attention", _attention_path(Path(args.attention), i, len(texts))
                 )
         tr = load_translator(args)  # its decoding: the model's, changed by the flags
-        emit = _Writer(tr, args)
         if not interactive:
-            progress = _Progress(len(texts), sys.stderr.isatty() and not args.quiet)
-            try:
-                res = tr.hypotheses(texts, progress=progress)
-            finally:
-                progress.close()
-            with _output(args.output) as f:
-                for i, (text, r) in enumerate(zip(texts, res)):
-                    emit(f, i, text, r, len(texts))
+            _translate_lines(tr, args, texts)
         else:  # a terminal: each line translated as it is entered
+            emit = _Writer(tr, args)
             with _output(args.output) as f:
                 for i, line in enumerate(iter(sys.stdin.readline, "")):
-                    text = line.rstrip("\r\n")
-                    emit(f, i, text, tr.hypotheses([text])[0], None)
+                    plan = tr.plan([line.rstrip("\r\n")], **_split(args))
+                    emit(f, i, plan, tr.plan_hypotheses(plan), None)
                     f.flush()
+    except SettingError as e:
+        return fail(NAME, named_by_flag(e, _TEXT_FLAGS))
     except (ValueError, TypeError, OSError, CheckpointError, ImportError) as e:
         return fail(NAME, e)  # OSError: reading --src, writing --output or a figure
     except KeyboardInterrupt:  # Ctrl-C ends a terminal session; --output is left as it was
         return 130
     return 0
+
+
+#: the library's names of qkv.text's settings -> the flags that give them (a file its format's
+#: reader cannot read: --src)
+_TEXT_FLAGS = {"split": "--split", "format": "--format", "file": "--src", "out": "--output"}

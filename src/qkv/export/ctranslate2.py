@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from ..inference.limits import PositionBounds
 from ..inference.saved import CT2_FOLDER_FORMAT, MANIFEST, VerifiedFolder
 from ..inference.writing import write_manifest
 from ..nn.position import sinusoidal_encoding
+from ..text import Alignment
 from ..viz.display import CardDisplay
 from . import export_model
 
@@ -423,6 +425,34 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         return [
             [([self._tgt_ids[t] for t in r.hypotheses[0]][:limit], math.nan)]
             for r, limit in zip(res, batch.limits)
+        ]
+
+    @property
+    def aligns(self) -> bool:
+        """CTranslate2 returns the attention of a translation forced as its target prefix."""
+        return True
+
+    def align_segments(
+        self, segments: Sequence[str], translations: Sequence[str]
+    ) -> list[Alignment | None]:
+        """Per segment, CTranslate2's attention (``return_attention``: its alignment head,
+        the last layer's first) of its translation forced as the target prefix; see
+        :meth:`TranslatorBase.align_segments`."""
+        src = [self.src_tokenizer.to_tokens(s) for s in segments]
+        tgt = [self.tgt_tokenizer.to_tokens(t) for t in translations]
+        res = self.translator.translate_batch(
+            src,
+            target_prefix=tgt,
+            beam_size=1,
+            max_decoding_length=max((len(t) for t in tgt), default=0) + 1,
+            max_input_length=0,
+            return_attention=True,
+        )
+        return [
+            Alignment(
+                tuple(s), tuple(t), tuple(tuple(row[: len(s)]) for row in r.attention[0][: len(t)])
+            )
+            for s, t, r in zip(src, tgt, res)
         ]
 
     def __repr__(self) -> str:

@@ -10,6 +10,13 @@ translations its positions stopped. The engine implements one method,
 ``_decode_batch(batch, decoding)``: the hypotheses of one :class:`~qkv.inference.batches.
 SourceBatch`.
 
+Text goes through :mod:`qkv.text` at the edge: :meth:`TranslatorBase.translate` cuts each
+line of its texts into sentences of the model's source language (:meth:`~TranslatorBase.plan`),
+decodes the sentences of all texts in one plan, and rebuilds each text with its layout;
+:meth:`~TranslatorBase.hypotheses`, :meth:`~TranslatorBase.generate`,
+:meth:`~TranslatorBase.translate_segments` and :meth:`~TranslatorBase.evaluate` take each text
+as one segment, as given.
+
 Inside, results are always n-best lists, as CTranslate2's ``TranslationResult`` and fairseq's
 hypotheses are: per text a list of ``(target ids, score)``, best first
 (:meth:`TranslatorBase.hypotheses`). The plain shape of one best translation per text
@@ -18,6 +25,8 @@ hypotheses are: per text a list of ``(target ids, score)``, best first
 
 >>> tr = Translator.load("runs/en-fr")                       # or Ct2Translator, OnnxTranslator
 >>> tr.translate(["I lost."])                                # the model's decoding
+>>> tr.translate("I am home. He is calm.")                   # a paragraph: two sentences
+>>> tr.translate(lines, split="none")                        # one line, one sentence
 >>> tr.translate("Go.", beam_size=4, n_best=2)               # overrides for one call
 >>> greedy = tr.with_decoding(beam_size=1)                   # a translator with other defaults
 >>> tr.evaluate(pairs).bleu
@@ -39,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._deps import require
 from ..data import Tokenizer
 from ..decoding.search import Hypothesis
+from ..text import DEFAULT_SPLIT, Alignment, Plan, clean, plan_texts
 from .batches import SourceBatch, decode_sorted
 from .limits import PositionBounds, cut_by_positions, skip_too_long, too_long, warn_cut
 from .options import Decoding
@@ -92,6 +102,9 @@ class TextTranslator(Protocol):
     @property
     def has_attention(self) -> bool: ...
 
+    @property
+    def aligns(self) -> bool: ...
+
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -115,8 +128,36 @@ class TextTranslator(Protocol):
     ) -> list[Any]: ...
 
     def translate(
-        self, texts: str | Sequence[str], decoding: Decoding | None = None, **overrides: Any
+        self,
+        texts: str | Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        split: str = DEFAULT_SPLIT,
+        **overrides: Any,
     ) -> Any: ...
+
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan: ...
+
+    def plan_hypotheses(
+        self,
+        plan: Plan,
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]: ...
+
+    def shown(self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]) -> list[str]: ...
+
+    def detokenize(self, ids: Sequence[int]) -> str: ...
+
+    def translate_segments(
+        self, segments: Sequence[str], decoding: Decoding | None = None, **overrides: Any
+    ) -> list[str]: ...
+
+    def align_segments(
+        self, segments: Sequence[str], translations: Sequence[str]
+    ) -> list[Alignment | None]: ...
 
     def translate_ids(
         self, text: str, decoding: Decoding | None = None, **overrides: Any
@@ -248,6 +289,12 @@ class TranslatorBase:
         """Whether :meth:`attention` can show the weights this engine decodes with."""
         return False
 
+    @property
+    def aligns(self) -> bool:
+        """Whether :meth:`align_segments` gives cross-attention (what places inline HTML
+        markup): engines with :attr:`has_attention`, and CTranslate2's."""
+        return self.has_attention
+
     def with_decoding(self, decoding: Decoding | None = None, **overrides: Any) -> Any:
         """This translator with another default decoding (the same model, not copied):
         ``decoding`` (or the current one) with ``overrides`` (see :meth:`Decoding.replace`)."""
@@ -278,12 +325,13 @@ class TranslatorBase:
         *,
         normalized: bool = False,
         warn: bool = True,
+        labels: Sequence[str] | None = None,
     ) -> list[list[Hypothesis]]:
         """Every text's hypotheses (the class's convention), in input order: the one policy
         of every engine. ``normalized``: the texts went through the source normaliser already;
         ``warn``: log what the positions skip or stop (training's validation says it once,
         before its run); ``progress(done)`` after every batch, the texts not decoded counted
-        first."""
+        first; ``labels``: how a warning names each text (default: its number)."""
         self._check_decoding(decoding)
         tok = self.src_tokenizer
         encode = tok.encode_normalized if normalized else tok.encode
@@ -292,12 +340,12 @@ class TranslatorBase:
         asked = decoding.max_output_len or 0
         if warn and bounds.announced is not None and bounds.target and asked > bounds.target:
             log.warning(
-                "max_output_len (--max-len) %d is more than %s: translations stop at %d tokens",
+                "max_output_len (--max-output-len) %d is more than %s: translations stop at %d tokens",
                 asked, bounds.announced, bounds.target,
             )  # fmt: skip
         lengths = [len(ids) for ids in src]
         if warn:
-            skip = set(skip_too_long(lengths, bounds.source, bounds.named))
+            skip = set(skip_too_long(lengths, bounds.source, bounds.named, labels))
         else:
             skip = set(too_long(lengths, bounds.source))
         todo = [i for i, n in enumerate(lengths) if n > 1 and i not in skip]
@@ -326,7 +374,7 @@ class TranslatorBase:
                 for i, limit in zip(todo, limits)
                 if cut_by_positions(out[i][0][0], lengths[i], limit, decoding)
             ]
-            warn_cut(cut, bounds.target, bounds.named)
+            warn_cut(cut, bounds.target, bounds.named, labels)
         return out
 
     # -------------------------------------------------------------- decoding
@@ -368,14 +416,29 @@ class TranslatorBase:
         return one_best_or_all(self._decode(texts, dec, progress), dec.n_best)
 
     def translate(
-        self, texts: str | Sequence[str], decoding: Decoding | None = None, **overrides: Any
+        self,
+        texts: str | Sequence[str],
+        decoding: Decoding | None = None,
+        *,
+        split: str = DEFAULT_SPLIT,
+        **overrides: Any,
     ) -> Any:
-        """Translate one text or a sequence of texts.
+        """Translate one text or a sequence of texts, each line a paragraph cut into
+        sentences of the model's source language (``split="sentences"``) or taken as one
+        sentence (``split="none"``, for text already cut into sentences): the sentences of
+        all texts decoded in one batching plan, each text rebuilt with its layout (line
+        breaks, blank lines, indentation, the whitespace between sentences;
+        :class:`qkv.text.Plan`).
 
         Returns:
             For a string: its translation (``n_best=1``) or a list of ``(translation, score)``,
-            best first. For a sequence: a list of those, in order. A text that normalises to
-            nothing translates to ``""``; with n-best ``("", 0.0)`` then ``("", -inf)``.
+            best first (a paragraph's ``k``-th: its sentences' ``k``-th joined, their scores
+            summed). For a sequence: a list of those, in order. A blank text comes back as
+            it is (with n-best: scored 0, then ``-inf``); a sentence that normalises to
+            nothing (a line of symbols) keeps its source.
+
+        Raises:
+            SettingError: ``split`` is not ``"sentences"`` or ``"none"``.
         """
         single = isinstance(texts, str)
         items = [texts] if single else texts
@@ -384,9 +447,95 @@ class TranslatorBase:
                 f"texts: expected a str or a sequence of str, got {type(texts).__name__}"
             )
         dec = self.decoding.resolve(decoding, **overrides)
-        hyps = self._decode(_texts(items), dec)
-        out = one_best_or_all(hyps, dec.n_best, self.tgt_tokenizer.decode)
+        plan = self.plan(_texts(items), split=split)
+        hyps = self.plan_hypotheses(plan, dec)
+        if dec.n_best == 1:
+            out: list[Any] = plan.join(self.shown(plan.segments, hyps))
+        else:
+            out = plan.join_hypotheses(self.shown_n_best(plan.segments, hyps), dec.n_best)
         return out[0] if single else out
+
+    def plan_hypotheses(
+        self,
+        plan: Plan,
+        decoding: Decoding | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]:
+        """The hypotheses of every segment of ``plan`` (:meth:`hypotheses`), decoded in one
+        batching plan; a warning about a segment names the text it is in (``input 3``) and,
+        in a text of several, which sentence (``input 3 (sentence 2)``)."""
+        dec = self.decoding.resolve(decoding, **overrides)
+        return self._decode(list(plan.segments), dec, progress, labels=plan.labels())
+
+    def shown(self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]) -> list[str]:
+        """Each segment's best translation as text (:meth:`detokenize`); a segment that
+        normalises to nothing (a line of symbols, ``***``), which no engine decodes, shows as
+        it is."""
+        return [self._shown(s, h[0][0] if h else []) for s, h in zip(segments, hyps)]
+
+    def shown_n_best(
+        self, segments: Sequence[str], hyps: Sequence[Sequence[Hypothesis]]
+    ) -> list[list[tuple[str, float]]]:
+        """:meth:`shown` for every hypothesis: ``(text, score)`` pairs, best first."""
+        return [[(self._shown(s, ids), float(sc)) for ids, sc in h] for s, h in zip(segments, hyps)]
+
+    def _shown(self, segment: str, ids: Sequence[int]) -> str:
+        if not ids and not self.src_tokenizer.encode(segment):
+            return segment
+        return self.detokenize(ids)
+
+    def plan(self, texts: Sequence[str], *, split: str = DEFAULT_SPLIT) -> Plan:
+        """The :class:`qkv.text.Plan` of ``texts`` in this model's languages (their lines cut
+        into sentences, or ``split="none"``: one segment per line): translate
+        ``plan.segments`` (:meth:`hypotheses`, :meth:`translate_segments`) and
+        ``plan.join`` the translations."""
+        langs = self.languages or (None, None)
+        return plan_texts(_texts(texts), source=langs[0], target=langs[1], split=split)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Target ids as the text shown: the tokenizer's decoding without doubled or end
+        spaces (:func:`qkv.text.clean`)."""
+        return clean(self.tgt_tokenizer.decode(ids))
+
+    def translate_segments(
+        self, segments: Sequence[str], decoding: Decoding | None = None, **overrides: Any
+    ) -> list[str]:
+        """One translation per segment, each decoded as one sentence (no splitting; shown as
+        :meth:`shown` shows it): the "segments in, segments out" call of :mod:`qkv.text`'s
+        documents."""
+        dec = dataclasses.replace(self.decoding.resolve(decoding, **overrides), n_best=1)
+        return self.shown(segments, self._decode(_texts(segments), dec))
+
+    def align_segments(
+        self, segments: Sequence[str], translations: Sequence[str]
+    ) -> list[Alignment | None]:
+        """Per segment, how its translation's tokens attend to its tokens (cross-attention
+        averaged over layers and heads, ``<eos>`` left out), for an engine that
+        :attr:`aligns`; None where a pair cannot be shown (too long, or an engine without
+        attention)."""
+        if len(segments) != len(translations):
+            raise ValueError(
+                f"translations: expected one per segment ({len(segments)}), got {len(translations)}"
+            )
+        out: list[Alignment | None] = []
+        for src, tgt in zip(segments, translations):
+            ids = self.tgt_tokenizer.encode(tgt)
+            try:
+                sa = self.attention(src, ids=ids)
+            except ValueError:  # longer than the positions: placed without weights
+                out.append(None)
+                continue
+            weights = sa.cross_mean()[: len(ids), :-1]
+            out.append(
+                Alignment(
+                    tuple(sa.src_tokens[:-1]),
+                    tuple(sa.tgt_tokens[: len(ids)]),
+                    tuple(tuple(float(w) for w in row) for row in weights.tolist()),
+                )
+            )
+        return out
 
     def translate_ids(
         self, text: str, decoding: Decoding | None = None, **overrides: Any
@@ -507,7 +656,7 @@ def evaluate_pairs(
     dec = dataclasses.replace(translator.decoding.resolve(decoding, **overrides), n_best=1)
     found = translator.hypotheses([s for s, _ in pairs], dec)
     tok = translator.tgt_tokenizer
-    hyps = [tok.decode(h[0][0]) for h in found]
+    hyps = [translator.detokenize(h[0][0]) for h in found]
     refs = [tok.normalize(t) if normalize_references else t for _, t in pairs]
     langs = translator.languages
     ev = corpus_scores(hyps, refs, tokenize=tokenize, target_lang=langs[1] if langs else None)

@@ -83,32 +83,43 @@ def too_long(lengths: Sequence[int], limit: int | None) -> list[int]:
     return [i for i, n in enumerate(lengths) if n > limit]
 
 
-def _inputs(indices: Sequence[int]) -> str:
-    """``input 3`` or ``inputs 3, 7, ...`` (1-based, at most ten shown)."""
-    shown = ", ".join(str(i + 1) for i in indices[:10]) + (", ..." if len(indices) > 10 else "")
+def _inputs(indices: Sequence[int], labels: Sequence[str] | None = None) -> str:
+    """``input 3`` or ``inputs 3, 7, ...`` (1-based, or each index's label; at most ten
+    shown)."""
+    named = [str(i + 1) if labels is None else labels[i] for i in indices[:10]]
+    shown = ", ".join(named) + (", ..." if len(indices) > 10 else "")
     return f"input{'s' if len(indices) > 1 else ''} {shown}"
 
 
-def skip_too_long(lengths: Sequence[int], limit: int | None, positions: str) -> list[int]:
+def skip_too_long(
+    lengths: Sequence[int],
+    limit: int | None,
+    positions: str,
+    labels: Sequence[str] | None = None,
+) -> list[int]:
     """The indices of ``lengths`` (source ids, ``<eos>`` counted) over ``limit``: sources an
-    engine cannot read, left untranslated (empty) with one warning naming them and
-    ``positions`` (what bounds them: ``"the model's 12 learned positions (model.max_len)"``)."""
+    engine cannot read, left untranslated (empty) with one warning naming them (their number,
+    or ``labels``) and ``positions`` (what bounds them: ``"the model's 12 learned positions
+    (model.max_len)"``)."""
     skip = too_long(lengths, limit)
     if skip:
         log.warning(
-            "%s: more source tokens than %s: not translated (empty)", _inputs(skip), positions
-        )
+            "%s: more source tokens than %s: not translated (empty)",
+            _inputs(skip, labels), positions,
+        )  # fmt: skip
     return skip
 
 
-def warn_cut(cut: Sequence[int], limit: int, positions: str) -> None:
-    """One warning naming the translations (indices) that ``positions`` stopped at ``limit``
-    tokens before they ended, where the length rule allowed more."""
+def warn_cut(
+    cut: Sequence[int], limit: int, positions: str, labels: Sequence[str] | None = None
+) -> None:
+    """One warning naming the translations (indices, or their ``labels``) that ``positions``
+    stopped at ``limit`` tokens before they ended, where the length rule allowed more."""
     if cut:
         log.warning(
             "%s: translation stopped at %d tokens, %s, before it ended (the length rule allows "
             "more)",
-            _inputs(cut), limit, positions,
+            _inputs(cut, labels), limit, positions,
         )  # fmt: skip
 
 

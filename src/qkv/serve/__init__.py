@@ -1,9 +1,11 @@
 """``qkv serve``: a trained translator behind HTTP, with dynamic batching and a page.
 
-* :func:`create_app` — the ASGI app (Starlette): a LibreTranslate-compatible ``POST /translate``,
-  ``POST /attention`` (the data of the attention viewer), ``GET /languages``, ``/health``,
-  ``/metrics`` (Prometheus text), ``/openapi.json`` and the page at ``/``;
-  :class:`ServeConfig` its settings (languages, limits, batching, API key);
+* :func:`create_app` — the ASGI app (Starlette): LibreTranslate's API (``POST /translate`` of
+  paragraphs and HTML, ``POST /translate_file`` and ``GET /download_file/NAME``, ``/detect``,
+  ``/languages``, ``/frontend/settings``, ``/suggest``, ``/spec``), ``POST /attention`` (the
+  data of the attention viewer), ``/health``, ``/metrics`` (Prometheus text),
+  ``/openapi.json`` and the page at ``/``; :class:`ServeConfig` its settings (languages,
+  limits, batching, API key, the request limit, files);
 * :class:`~qkv.serve.batcher.Batcher` — the queue and worker thread that decode concurrent
   requests together;
 * :class:`~qkv.serve.registry.ModelRegistry` — several models behind one app: routed by
@@ -32,9 +34,10 @@ from .._lazy import lazy_names
 from .config import ServeConfig
 
 if TYPE_CHECKING:
-    from .app import LANGUAGE_NAMES, ApiError, Asked, create_app, translator_languages
+    from .app import LANGUAGE_NAMES, Asked, create_app, translator_languages
     from .batcher import Batcher, QueueFull
     from .registry import ModelRegistry
+    from .requests import ApiError
 
 __all__ = [
     "LANGUAGE_NAMES",
@@ -51,7 +54,7 @@ __all__ = [
 #: the names that load their module (and starlette, torch) on first use -> that module
 _ON_FIRST_USE = {
     "LANGUAGE_NAMES": "app",
-    "ApiError": "app",
+    "ApiError": "requests",
     "Asked": "app",
     "create_app": "app",
     "translator_languages": "app",

@@ -1,14 +1,21 @@
 """The ASGI app of ``qkv serve`` (Starlette): a LibreTranslate-compatible API, the page, metrics.
 
-Routes (the OpenAPI schema at ``/openapi.json`` and docs/serve.md describe each):
+Routes (the OpenAPI schema at ``/openapi.json`` and ``/spec``, and docs/serve.md describe each):
 
 * ``POST /translate``: ``{"q": str | [str], "source", "target", "format", "alternatives",
-  "beam", "api_key"}`` as JSON or a form -> ``{"translatedText": str | [str]}`` (plus
-  ``alternatives`` and ``detectedLanguage`` when asked, and ``pivot`` when no model translates
-  the pair and two did, through that language), LibreTranslate's shape;
+  "beam", "api_key"}`` (and qkv's ``split``, ``layout``) as JSON or a form ->
+  ``{"translatedText": str | [str]}`` (plus ``alternatives`` and ``detectedLanguage`` when
+  asked, and ``pivot`` when no model translates the pair and two did, through that language),
+  LibreTranslate's shape; each text's lines cut into sentences and put back with their layout,
+  or (``format: "html"``) an HTML page's text translated and its markup kept
+  (:mod:`qkv.serve.texts`, through :mod:`qkv.text`);
+* ``POST /translate_file`` (a multipart form: ``file``, ``source``, ``target``, ``api_key``) ->
+  ``{"translatedFileUrl"}``, then ``GET /download_file/NAME`` (once; :mod:`qkv.serve.files`);
 * ``POST /attention``: one sentence -> its translation and every attention weight of it, the
   data the viewer draws (:func:`qkv.viz.attention_payload`);
 * ``POST /detect``: ``q`` -> ``[{"language", "confidence"}]``, LibreTranslate's shape;
+* ``GET /frontend/settings`` and ``POST /suggest`` (refused: no suggestions kept), as
+  LibreTranslate answers them;
 * ``GET /languages``, ``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /`` (the page).
 
 One translator is served as a registry of one (:meth:`~qkv.serve.registry.ModelRegistry.
@@ -16,13 +23,15 @@ of_one`) as it says (its pair, the default of every request; ``source: "auto"`` 
 language); a :class:`~qkv.serve.registry.ModelRegistry` of several serves every pair they
 reach, as LibreTranslate serves its installed models (see :func:`create_app`). A request is read
 into an :class:`Asked`, which gives each model the :class:`~qkv.inference.Decoding` it decodes
-with; the batcher's jobs are keyed by that value.
+with; the batcher's jobs are keyed by that value, and a request's sentences are one job.
 
 Every error is JSON ``{"error": "field: what was expected, what came"}`` with a 4xx status:
-400 malformed body or a language pair not served (naming those served), 401 a missing or wrong API key, 404 no such
-route, 405 wrong method, 413 a body, a sentence, a request or an attention picture over its limit,
-415 a body type not read, 422 a field of the wrong type or out of range, 500 a model that
-failed to load, 501 no detection library for "auto" or /detect, 503 the queue is full.
+400 malformed body, a language pair not served (naming those served), a text over
+``char_limit`` or a file not read, 401 a missing or wrong API key, 403 ``/suggest`` or files
+turned off, 404 no such route or file, 405 wrong method, 413 a body, a sentence, a request, a
+file or an attention picture over its limit, 415 a body type not read, 422 a field of the
+wrong type or out of range, 429 over ``req_limit`` (LibreTranslate's ``Slowdown``), 500 a model
+that failed to load, 501 no detection library for "auto" or /detect, 503 the queue is full.
 """
 
 from __future__ import annotations
@@ -31,34 +40,61 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import logging
 import math
-import re
 import secrets
 import time
-import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._deps import MissingDependency, require
+from .._deps import MissingDependency, missing, require
 from .._errors import SettingError
 from ..inference import Decoding, TextTranslator
+from ..text import Alignment, Plan, format_of
 from ..viz import attention_cells, attention_payload
 from . import detect as detection
 from .batcher import Batcher, QueueFull
-from .config import LOOPBACK_HOSTS, ServeConfig
+from .config import FRONTEND_TIMEOUT_MS, LOOPBACK_HOSTS, ServeConfig
+from .files import FileStore, content_type, disposition, translated_name
 from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
-from .registry import Lane, LoadError, ModelRegistry
+from .ratelimit import RateLimiter, Slowdown, retry_header
+from .registry import Lane, LoadError, ModelRegistry, display_name
+from .requests import (
+    ApiError,
+    JsonResponse,
+    Upload,
+    check_sentences,
+    describe,
+    error_response,
+    int_field,
+    int_or,
+    json_bytes,
+    parse_body,
+    parse_multipart,
+    read_body,
+    request_texts,
+)
+from .texts import (
+    Documents,
+    Hypotheses,
+    answer_texts,
+    check_segments,
+    layout_pieces,
+    plan_for,
+    read_file,
+    request_format,
+    request_split,
+    supported_extensions,
+)
 
 __all__ = ["LANGUAGE_NAMES", "Asked", "ServeConfig", "create_app", "translator_languages"]
 
@@ -91,17 +127,33 @@ LANGUAGE_NAMES: dict[str, str] = {
     "zh": "Chinese",
 }
 
-#: the routes the metrics count by name (anything else counts as "other")
+#: the routes the metrics count by name (anything else counts as "other"; every
+#: ``/download_file/NAME`` as ``/download_file``)
 ROUTES = (
     "/",
     "/translate",
+    "/translate_file",
+    "/download_file",
     "/attention",
     "/detect",
+    "/suggest",
     "/languages",
+    "/frontend/settings",
     "/health",
     "/metrics",
     "/openapi.json",
+    "/spec",
 )
+
+#: a request's texts longer than this (characters, together) are cut into sentences off the
+#: event loop
+_INLINE_CHARS = 20_000
+#: how often the translated files whose time is up are removed, seconds
+_SWEEP_EVERY_S = 10.0
+#: what a multipart body may hold beyond its file (the other fields, the parts' headers)
+_FORM_OVERHEAD = 64 * 1024
+#: what LibreTranslate answers a suggestion when suggestions are off (qkv keeps none)
+SUGGESTIONS_OFF = "Suggestions are disabled on this server."
 
 
 def translator_languages(translator: TextTranslator) -> tuple[str, str] | None:
@@ -109,234 +161,6 @@ def translator_languages(translator: TextTranslator) -> tuple[str, str] | None:
     :attr:`~qkv.inference.TextTranslator.languages`); None when nothing says (then
     ``ServeConfig.source_lang`` and ``target_lang`` must)."""
     return translator.languages
-
-
-# ---------------------------------------------------------------------------- errors, JSON
-class ApiError(Exception):
-    """An error answered as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-
-def json_bytes(content: Any) -> bytes:
-    """``content`` as compact UTF-8 JSON; as ASCII escapes when it holds a lone surrogate (a
-    text echoed from a request), which UTF-8 cannot encode."""
-    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(
-            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        ).encode()
-
-
-class _Json(Response):
-    """A JSON answer (:func:`json_bytes`; bytes are sent as they are)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return content if isinstance(content, bytes) else json_bytes(content)
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return _Json({"error": message}, status_code=status, headers=headers)
-
-
-def _describe(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return f"the number {v!r}"
-    if isinstance(v, str):
-        return f"the string {v[:40]!r}" + ("..." if len(v) > 40 else "")
-    if isinstance(v, list):
-        return f"a list of {len(v)}"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
-
-# ---------------------------------------------------------------------------- reading a body
-#: an integer as the docs promise it: ASCII digits, an optional sign (``str.isdigit`` and ``int``
-#: accept Unicode digits such as "²" or "③", which must be refused as such); at most 18 digits,
-#: so ``int`` never meets a string over its digit limit
-_INTEGER = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, up to ``limit`` bytes; refused before the rest is read, with the connection
-    closed after the answer (the server reads and drops what is still coming, a bounded while:
-    :mod:`qkv.serve.server`), so that a kept-alive connection does not carry it on."""
-    over = f"over the limit of {limit:,} bytes (--max-body-bytes)"
-    close = {"Connection": "close"}
-    length = request.headers.get("content-length")
-    if length is not None:
-        if not re.fullmatch(r"[0-9]{1,18}", length.strip(), re.ASCII):
-            raise ApiError(
-                400, f"Content-Length: expected a number of bytes, got {length!r}", close
-            )
-        if int(length) > limit:
-            raise ApiError(413, f"body: {int(length):,} bytes, {over}", close)
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
-            chunks.append(chunk)
-    except ClientDisconnect:  # the client's doing, not an error of the server's: not logged
-        raise ApiError(
-            400, f"body: the connection closed after {size:,} bytes, before the end of it"
-        ) from None
-    return b"".join(chunks)
-
-
-def _form_utf8(name: str, value: str) -> None:
-    """400 for a form field whose %-escapes decode to bytes that are not UTF-8 (``q=caf%E9``
-    is Latin-1), rather than a translation of U+FFFD."""
-    for what, text in (("body", name), (name, value)):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            shown = "a field name" if what == "body" else "its value"
-            raise ApiError(
-                400,
-                f"{what[:40]}: {shown} is not UTF-8 once its %-escapes are decoded (character "
-                f"{e.start}); send the text as UTF-8 (q=caf%C3%A9 for café)",
-            ) from None
-
-
-def _parse_body(body: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
-    """The request's fields and whether they came from a form (strings everywhere)."""
-    ctype = content_type.split(";")[0].strip().lower()
-    if ctype == "application/x-www-form-urlencoded":
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ApiError(
-                400, f"body: the form is not UTF-8 ({e.reason} at byte {e.start})"
-            ) from None
-        try:  # %-escapes decoded to bytes kept as surrogates, so that invalid UTF-8 is found
-            pairs = urllib.parse.parse_qsl(
-                text,
-                keep_blank_values=True,
-                strict_parsing=False,
-                max_num_fields=10_000,
-                errors="surrogateescape",
-            )
-        except ValueError as e:
-            raise ApiError(413, f"body: {e}") from None
-        for k, v in pairs:
-            _form_utf8(k, v)
-        data: dict[str, Any] = {}
-        qs = [v for k, v in pairs if k in ("q", "q[]")]
-        for k, v in pairs:
-            if k not in ("q", "q[]"):
-                data.setdefault(k, v)  # the first of a repeated field, as LibreTranslate reads it
-        if qs:
-            data["q"] = qs[0] if len(qs) == 1 and ("q[]", qs[0]) not in pairs else qs
-        return data, True
-    if ctype == "multipart/form-data":
-        raise ApiError(
-            415,
-            "Content-Type: multipart/form-data is not read; send JSON (application/json) or a "
-            "form (application/x-www-form-urlencoded)",
-        )
-    # text/plain is not JSON: a web page may send it anywhere without asking (no CORS preflight)
-    if ctype not in ("", "application/json") and not ctype.endswith("+json"):
-        raise ApiError(
-            415,
-            f"Content-Type: {ctype!r} is not read; send JSON (application/json) or a form "
-            "(application/x-www-form-urlencoded)",
-        )
-    if not body.strip():
-        raise ApiError(
-            400,
-            'body: empty; expected a JSON object such as {"q": "Hello.", "source": "en", '
-            '"target": "fr"}',
-        )
-    try:
-        data = json.loads(body)
-    except UnicodeDecodeError as e:
-        raise ApiError(400, f"body: malformed JSON: not UTF-8 ({e.reason})") from None
-    except ValueError as e:  # json.JSONDecodeError
-        raise ApiError(400, f"body: malformed JSON: {e}") from None
-    except RecursionError:
-        raise ApiError(400, "body: malformed JSON: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise ApiError(422, f"body: expected a JSON object of fields, got {_describe(data)}")
-    return data, False
-
-
-# ---------------------------------------------------------------------------- fields
-def _int_field(data: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    """Field ``name`` as an int in ``[lo, hi]`` (a form's digits too), or None when absent."""
-    v = data.get(name)
-    if v is None or v == "":
-        return None
-    if isinstance(v, str) and _INTEGER.fullmatch(v.strip()):
-        v = int(v.strip())
-    elif isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {_describe(v)}")
-    if not lo <= v <= hi:
-        raise ApiError(422, f"{name}: expected an integer in [{lo}, {hi}], got {v}")
-    return v
-
-
-def _int_or(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    v = _int_field(data, name, lo, hi)
-    return default if v is None else v
-
-
-def _check_text(name: str, text: str, max_chars: int) -> None:
-    if len(text) > max_chars:
-        raise ApiError(
-            413,
-            f"{name}: {len(text):,} characters, over the limit of {max_chars:,} per sentence "
-            "(--max-chars)",
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ApiError(
-            422, f"{name}: not valid Unicode (a lone surrogate at character {e.start})"
-        ) from None
-
-
-def _texts(data: dict[str, Any], cfg: ServeConfig, *, one: bool = False) -> tuple[list[str], bool]:
-    """``q`` as a list of sentences, and whether it was a single string."""
-    if "q" not in data or data["q"] is None:
-        raise ApiError(
-            422,
-            "q: missing; expected the text to translate, a string"
-            + ("" if one else " or a list of strings"),
-        )
-    q = data["q"]
-    if isinstance(q, str):
-        _check_text("q", q, cfg.max_chars)
-        return [q], True
-    if one:
-        raise ApiError(422, f"q: expected one sentence, a string, got {_describe(q)}")
-    if not isinstance(q, list):
-        raise ApiError(422, f"q: expected a string or a list of strings, got {_describe(q)}")
-    if len(q) > cfg.max_sentences:
-        raise ApiError(
-            413,
-            f"q: {len(q):,} sentences, over the limit of {cfg.max_sentences:,} per request "
-            "(--max-sentences)",
-        )
-    for i, t in enumerate(q):
-        if not isinstance(t, str):
-            raise ApiError(422, f"q[{i}]: expected a string, got {_describe(t)}")
-        _check_text(f"q[{i}]", t, cfg.max_chars)
-    return list(q), False
 
 
 # ---------------------------------------------------------------------------- the app
@@ -379,18 +203,6 @@ class _RequestRoute:
     pivot: str | None = None
 
 
-def _check_format(data: dict[str, Any]) -> None:
-    fmt = data.get("format")
-    if fmt is not None and fmt != "":
-        if not isinstance(fmt, str):
-            raise ApiError(422, f"format: expected 'text', got {_describe(fmt)}")
-        if fmt.strip().lower() != "text":
-            raise ApiError(
-                400,
-                f"format: {fmt!r} is not supported; this server translates plain text ('text')",
-            )
-
-
 class _State:
     """What the routes share: the models (a registry, one translator being a registry of one:
     :meth:`ModelRegistry.of_one`; each model in a :class:`~qkv.serve.registry.Lane` with its
@@ -409,6 +221,8 @@ class _State:
             self.registry = ModelRegistry.of_one(models, *self._languages_of(models, cfg))
         self.registry.attach(self._batcher)
         self.started = time.monotonic()
+        self.limiter = RateLimiter(cfg.req_limit) if cfg.req_limit is not None else None
+        self.files = FileStore(cfg.file_ttl)
         self.in_flight = 0
         self.arriving = 0  # /translate requests being read, not yet queued
 
@@ -538,7 +352,7 @@ class _State:
                 challenge,
             )
         if not isinstance(given, str):
-            raise ApiError(401, f"api_key: expected a string, got {_describe(given)}", challenge)
+            raise ApiError(401, f"api_key: expected a string, got {describe(given)}", challenge)
         if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8")):
             raise ApiError(401, "api_key: wrong API key", challenge)
 
@@ -550,13 +364,12 @@ class _State:
             if v is None or v == "":
                 v = default
             if not isinstance(v, str):
-                raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+                raise ApiError(422, f"{name}: expected a language code, got {describe(v)}")
             data[name] = v.strip().lower()
         if data["source"] not in ("auto", self.source):
             raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
         if data["target"] != self.target:
             raise ApiError(400, f"target: {data['target']!r} is not served; {pair}")
-        _check_format(data)
         return data["source"] == "auto"
 
     def _code(self, data: dict[str, Any], name: str) -> str:
@@ -570,7 +383,7 @@ class _State:
                 f"{', '.join(self.registry.languages)} (GET /languages)",
             )
         if not isinstance(v, str):
-            raise ApiError(422, f"{name}: expected a language code, got {_describe(v)}")
+            raise ApiError(422, f"{name}: expected a language code, got {describe(v)}")
         return v.strip()
 
     async def plan(self, data: dict[str, Any], texts: list[str]) -> _RequestRoute:
@@ -587,7 +400,6 @@ class _State:
             legs = tuple(self.registry.lanes)
             return _RequestRoute(data["source"], data["target"], legs, detected)
         source, target = self._code(data, "source"), self._code(data, "target")
-        _check_format(data)
         try:
             target = self.registry.code("target", target)
             detected = None
@@ -617,8 +429,8 @@ class _State:
         """What a request asks (:class:`Asked`), its decoding fields checked against the
         server's limits."""
         cfg = self.cfg
-        alternatives = _int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
-        wide = _int_field(data, "beam", 1, cfg.max_beam)
+        alternatives = int_or(data, "alternatives", 0, 0, cfg.max_alternatives)
+        wide = int_field(data, "beam", 1, cfg.max_beam)
         asked = Asked(tuple(texts), single, wide, alternatives)
         if wide is not None and wide <= alternatives:
             raise ApiError(
@@ -629,24 +441,32 @@ class _State:
         return asked
 
     async def run(
-        self, route: _RequestRoute, asked: Asked, submitted: Callable[[], None]
-    ) -> list[list[str]]:
-        """Per text of ``asked`` its translations, best first, along ``route``'s legs (a pivot:
-        the first model's best translation is the second's source; the alternatives are the
-        last model's). ``submitted()`` is called once the first job is queued."""
-        current = [[t] for t in asked.texts]
+        self,
+        route: _RequestRoute,
+        segments: Sequence[str],
+        asked: Asked,
+        submitted: Callable[[], None],
+        *,
+        best_only: bool = False,
+    ) -> Hypotheses:
+        """Per segment its translations, best first, ``(text, score)``, along ``route``'s legs
+        (a pivot: the first model's best translation is the second's source; the alternatives
+        are the last model's; ``best_only``: the best alone, whatever ``asked`` asks); no legs:
+        the segments as they are. All segments are one job of the batching queue.
+        ``submitted()`` is called once the first job is queued."""
+        current: Hypotheses = [[(t, 0.0)] for t in segments]
         if not current or not route.legs:
             submitted()
             return current
         for i, lane in enumerate(route.legs):
-            last = i == len(route.legs) - 1
-            texts = [found[0] for found in current]
+            last = i == len(route.legs) - 1 and not best_only
+            texts = [found[0][0] for found in current]
             current = await self._leg(lane, texts, asked, last, submitted)
         return current
 
     async def _leg(
         self, lane: Lane, texts: list[str], asked: Asked, last: bool, submitted: Callable[[], None]
-    ) -> list[list[str]]:
+    ) -> Hypotheses:
         lane = await self.acquire(lane)
         try:
             assert lane.batcher is not None and lane.decoding is not None  # a loaded lane
@@ -657,6 +477,61 @@ class _State:
             return await self.wait(job)
         finally:
             self.registry.release(lane)
+
+    async def align(
+        self, route: _RequestRoute, docs: Documents, translations: Sequence[str]
+    ) -> dict[int, Alignment | None]:
+        """The alignments that place the inline markup of ``docs``' segments (those of
+        :meth:`Documents.aligned`): the model's cross-attention between each and its
+        translation, computed between batches; none through a pivot (two models) or an engine
+        that cannot align (the text layer then places the markup by its own rule)."""
+        picked = docs.aligned()
+        if not picked or len(route.legs) != 1:
+            return {}
+        lane = await self.acquire(route.legs[0])
+        try:
+            tr = lane.translator
+            assert tr is not None and lane.batcher is not None  # held by this request
+            if not tr.aligns:
+                return {}
+            segments = docs.segments
+            sources = [segments[i] for i in picked]
+            targets = [translations[i] for i in picked]
+            job = _queued(lambda: lane.batcher.call(lambda: tr.align_segments(sources, targets)))
+            return dict(zip(picked, await self.wait(job)))
+        finally:
+            self.registry.release(lane)
+
+    async def translate_plain(
+        self,
+        route: _RequestRoute,
+        asked: Asked,
+        split: str,
+        submitted: Callable[[], None],
+    ) -> tuple[Plan, Hypotheses]:
+        """``asked``'s texts cut into sentences (their layout kept: :func:`texts.plan_for`)
+        and translated: the plan and each segment's translations."""
+        texts = list(asked.texts)
+        if sum(len(t) for t in texts) > _INLINE_CHARS:  # a long text is cut off the event loop
+            loop = asyncio.get_running_loop()
+            plan = await loop.run_in_executor(
+                None, plan_for, texts, route.source, route.target, split
+            )
+        else:
+            plan = plan_for(texts, route.source, route.target, split)
+        check_segments(plan.segments, self.cfg)
+        return plan, await self.run(route, plan.segments, asked, submitted)
+
+    async def translate_documents(
+        self, route: _RequestRoute, docs: Documents, asked: Asked, submitted: Callable[[], None]
+    ) -> list[bytes]:
+        """``docs`` translated (their segments one job, their best translations) and written
+        back, inline markup placed by the model's attention where it can be."""
+        found = await self.run(route, docs.segments, asked, submitted, best_only=True)
+        translations = [h[0][0] for h in found]
+        alignments = await self.align(route, docs, translations)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, docs.render, translations, alignments)
 
     async def acquire(self, lane: Lane) -> Lane:
         """``lane`` loaded for a request (:meth:`ModelRegistry.acquire`); a model that fails
@@ -736,13 +611,64 @@ class _State:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The app's lifespan: the batch workers run while the app does; at shutdown each
-        finishes every queued job."""
+        """The app's lifespan: the batch workers run while the app does, and a task removes
+        the translated files whose time is up; at shutdown each worker finishes every queued
+        job and the files left are removed."""
         self.registry.start()
+        sweeper = asyncio.create_task(self._sweep_files())
         try:
             yield
         finally:  # let the workers finish what is queued, off the event loop
+            sweeper.cancel()
             await asyncio.get_running_loop().run_in_executor(None, self.registry.stop)
+            self.files.close()
+
+    async def _sweep_files(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_EVERY_S)
+            self.files.sweep()
+
+    def check_rate(self, request: Request, data: dict[str, Any], cost: int = 1) -> None:
+        """LibreTranslate's request limit (``--req-limit``): a 429 ``{"error": "Slowdown: N
+        per 1 minute"}`` when the client's last minute is full, else the request counted. The
+        client is the API key when the server has one and the request gives it (checked
+        already), else the address."""
+        if self.limiter is None:
+            return
+        key = self.cfg.api_key if self.cfg.api_key is not None else None
+        address = request.client.host if request.client is not None else None
+        try:
+            self.limiter.admit(self.limiter.client(key, address), cost)
+        except Slowdown as e:
+            raise ApiError(429, str(e), retry_header(e.retry_after)) from None
+
+    def frontend_settings(self) -> dict[str, Any]:
+        """``GET /frontend/settings``: LibreTranslate's fields, this server's values."""
+        cfg = self.cfg
+        if self.registry.pair is not None:
+            source, target = self.registry.pair
+        else:
+            langs = self.registry.languages_answer()
+            first = next((x for x in langs if any(t != x["code"] for t in x["targets"])), langs[0])
+            source = "auto" if not missing(detection.needs()) else first["code"]
+            target = next((t for t in first["targets"] if t != first["code"]), first["code"])
+        files = cfg.files
+        return {
+            "charLimit": cfg.char_limit if cfg.char_limit is not None else -1,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": cfg.api_key is not None,
+            "keyRequired": cfg.api_key is not None,
+            "suggestions": False,
+            "filesTranslation": files,
+            "supportedFilesFormat": supported_extensions() if files else [],
+            "language": {
+                "source": {
+                    "code": source,
+                    "name": "Auto Detect" if source == "auto" else display_name(source),
+                },
+                "target": {"code": target, "name": display_name(target)},
+            },
+        }
 
 
 def _pair_labels(key: tuple[str, str, str]) -> str:
@@ -759,15 +685,73 @@ def _queued(submit: Callable[[], Any]) -> Any:
         raise ApiError(503, f"queue: {e}", {"Retry-After": "1"}) from None
 
 
-def _translated(results: list[list[str]], asked: Asked) -> dict[str, Any]:
-    """``/translate``'s answer, LibreTranslate's shape: ``translatedText`` (a string for a
-    single ``q``, else a list) and, when asked, ``alternatives``."""
-    best = [found[0] for found in results]
-    out: dict[str, Any] = {"translatedText": best[0] if asked.single else best}
-    if asked.alternatives:
-        alts = [found[1:] for found in results]
-        out["alternatives"] = alts[0] if asked.single else alts
-    return out
+class _Arrival:
+    """A request counted in ``st.arriving`` (being read, not queued yet: the batcher may wait
+    for its company) until it is called, once its first job is queued or it fails before."""
+
+    def __init__(self, st: _State) -> None:
+        self.st, self.counted = st, True
+        st.arriving += 1
+
+    def __call__(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.st.arriving -= 1
+
+
+def _flag(data: dict[str, Any], name: str) -> bool:
+    """A yes/no field (``true``, or a form's ``"true"``/``"1"``)."""
+    v = data.get(name)
+    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1"))
+
+
+def _the_file(files: list[Upload]) -> Upload:
+    """The ``file`` field of a ``/translate_file`` form."""
+    found = [f for f in files if f.field == "file"]
+    if not found:
+        raise ApiError(
+            400, "file: missing; expected the file to translate in the form's file field"
+        )
+    upload = found[0]
+    if not upload.filename:
+        raise ApiError(400, "file: no file name; expected one ending in its format's extension")
+    if not upload.data:
+        raise ApiError(400, f"file: {upload.filename!r} is empty")
+    return upload
+
+
+async def _unless_gone(
+    request: Request, work: Awaitable[str], forget: Callable[[str], None]
+) -> str | None:
+    """``work``'s result (a stored file's name), unless the client disconnects first: then
+    ``work`` is cancelled (its queued sentences are dropped) and None returned; a file written
+    as the client left is ``forget``-ten."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            name = task.result()
+            if gone.done():
+                forget(name)
+                return None
+            return name
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ApiError):
+            await task
+        return None
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has disconnected (the body read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _one_model_health(lane: Lane, cfg: ServeConfig) -> dict[str, Any]:
@@ -799,56 +783,209 @@ class _Routes:
         return [
             Route("/", self.page, methods=["GET"]),
             Route("/translate", self.translate, methods=["POST"]),
+            Route("/translate_file", self.translate_file, methods=["POST"]),
+            Route(
+                "/download_file/{name}", self.download_file, methods=["GET"], name="download_file"
+            ),
             Route("/attention", self.attention, methods=["POST"]),
             Route("/detect", self.detect, methods=["POST"]),
+            Route("/suggest", self.suggest, methods=["POST"]),
             Route("/languages", self.languages, methods=["GET"]),
+            Route("/frontend/settings", self.frontend_settings, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
+            Route("/spec", self.openapi, methods=["GET"]),
         ]
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        body = await _read_body(request, self.cfg.max_body_bytes)
-        data, _ = _parse_body(body, request.headers.get("content-type", ""))
+        body = await read_body(request, self.cfg.max_body_bytes)
+        ctype = request.headers.get("content-type", "")
+        if ctype.split(";")[0].strip().lower() == "multipart/form-data":
+            data, _ = await parse_multipart(body, request.headers, max_files=0)
+            return data
+        data, _ = parse_body(body, ctype)
         return data
 
     async def translate(self, request: Request) -> Response:
+        """LibreTranslate's ``/translate``: each text of ``q`` cut into sentences (line breaks,
+        blank lines and spaces kept), or an HTML page (``format: "html"``) whose text is
+        translated and markup kept; every sentence of the request one job of the batching
+        queue."""
         st = self.st
-        st.arriving += 1  # the batcher may wait for this request's company
-        counted = True
-
-        def arrived() -> None:  # once its first job is queued (or it fails before)
-            nonlocal counted
-            if counted:
-                counted = False
-                st.arriving -= 1
-
+        arrived = _Arrival(st)  # the batcher may wait for this request's company
         try:
             data = await self._body(request)
             st.check_key(request, data)
-            texts, single = _texts(data, self.cfg)
-            plan = await st.plan(data, texts)
+            texts, single = request_texts(data, self.cfg)
+            st.check_rate(request, data, max(1, len(texts)))
+            fmt, split = request_format(data), request_split(data)
+            route = await st.plan(data, texts)
             asked = st.asked(data, texts, single)
-            results = await st.run(plan, asked, arrived)
+            if fmt == "html":
+                out, n = await self._html(route, asked, split, arrived)
+            else:
+                out, n = await self._plain(route, asked, split, arrived, _flag(data, "layout"))
         finally:
             arrived()
-        out = _translated(results, asked)
-        if plan.detected is not None:  # source "auto"
-            out["detectedLanguage"] = plan.detected if single else [plan.detected] * len(texts)
-        if plan.pivot is not None:  # no model of the pair: through a common language
-            out["pivot"] = plan.pivot
-        st.count(plan, len(texts))
-        return _Json(out)
+        if route.detected is not None:  # source "auto"
+            out["detectedLanguage"] = route.detected if single else [route.detected] * len(texts)
+        if route.pivot is not None:  # no model of the pair: through a common language
+            out["pivot"] = route.pivot
+        st.count(route, n)
+        return JsonResponse(out)
+
+    async def _plain(
+        self,
+        route: _RequestRoute,
+        asked: Asked,
+        split: str,
+        arrived: Callable[[], None],
+        layout: bool,
+    ) -> tuple[dict[str, Any], int]:
+        """A text request's answer (``layout``: with each text's sentences, for the page) and
+        how many sentences it held."""
+        plan, found = await self.st.translate_plain(route, asked, split, arrived)
+        best, others = answer_texts(plan, found, asked.alternatives)
+        out: dict[str, Any] = {"translatedText": best[0] if asked.single else best}
+        if others is not None:
+            out["alternatives"] = others[0] if asked.single else others
+        if layout:
+            pieces = layout_pieces(plan, [h[0][0] for h in found])
+            out["layout"] = pieces[0] if asked.single else pieces
+        return out, len(plan.segments)
+
+    async def _html(
+        self, route: _RequestRoute, asked: Asked, split: str, arrived: Callable[[], None]
+    ) -> tuple[dict[str, Any], int]:
+        """An HTML request's answer: each page with its text translated and its markup kept
+        (no alternatives, as LibreTranslate gives none for HTML), and how many sentences."""
+        cfg = self.cfg
+        names = ["q"] if asked.single else [f"q[{i}]" for i in range(len(asked.texts))]
+        src, tgt = route.source, route.target
+
+        def read_all() -> Documents:
+            return Documents(
+                tuple(
+                    read_file(t.encode("utf-8"), "html", src, tgt, split, cfg, name)
+                    for t, name in zip(asked.texts, names)
+                )
+            )
+
+        docs = await asyncio.get_running_loop().run_in_executor(None, read_all)
+        check_segments(docs.segments, cfg)
+        pages = [
+            b.decode("utf-8")
+            for b in await self.st.translate_documents(route, docs, asked, arrived)
+        ]
+        out: dict[str, Any] = {"translatedText": pages[0] if asked.single else pages}
+        if asked.alternatives:
+            out["alternatives"] = [] if asked.single else [[] for _ in pages]
+        return out, len(docs.segments)
+
+    async def translate_file(self, request: Request) -> Response:
+        """LibreTranslate's ``/translate_file``: a multipart form (``file``, ``source``,
+        ``target``, ``api_key``) -> ``{"translatedFileUrl": ".../download_file/NAME"}``; the
+        translation waits there until downloaded (once), its time is up, or the server
+        stops. A client that leaves before the answer leaves no file behind."""
+        st, cfg = self.st, self.cfg
+        if not cfg.files:
+            raise ApiError(403, "file: files translation is disabled on this server")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "multipart/form-data":
+            raise ApiError(
+                415,
+                f"Content-Type: expected multipart/form-data (a form with the file), got "
+                f"{ctype[:60]!r}",
+            )
+        body = await read_body(request, cfg.max_file_bytes + _FORM_OVERHEAD)
+        data, files = await parse_multipart(body, request.headers, max_files=1)
+        st.check_key(request, data)
+        upload = _the_file(files)
+        try:
+            fmt = format_of(upload.filename)
+        except SettingError as e:
+            raise ApiError(400, f"file: {e.problem}") from None
+        cost = 1 if cfg.char_limit is None else max(1, len(upload.data) // cfg.char_limit)
+        st.check_rate(request, data, cost)
+        work = self._translated_file(request, data, upload, fmt)
+        name = await _unless_gone(request, work, st.files.remove)
+        if name is None:
+            return Response(status_code=499)  # nobody is listening
+        url = str(request.url_for("download_file", name=name))
+        return JsonResponse({"translatedFileUrl": url})
+
+    async def _translated_file(
+        self, request: Request, data: dict[str, Any], upload: Upload, fmt: str
+    ) -> str:
+        """The file read, translated, written back and stored: its stored name."""
+        st, cfg = self.st, self.cfg
+        split = request_split(data)
+        loop = asyncio.get_running_loop()
+        arrived = _Arrival(st)
+        try:
+            auto = str(data.get("source") or "").strip().lower() == "auto"
+            if auto and st.registry.pair is None:  # detected on the file's first sentences
+                doc = await loop.run_in_executor(
+                    None, read_file, upload.data, fmt, None, None, split, cfg
+                )
+                route = await st.plan(data, list(doc.segments[:200]))
+            else:
+                route = await st.plan(data, [])
+            doc = await loop.run_in_executor(
+                None, read_file, upload.data, fmt, route.source, route.target, split, cfg
+            )
+            check_sentences("file", doc.segments, cfg.max_chars)
+            docs = Documents((doc,))
+            asked = st.asked(data, [], True)
+            (translated,) = await st.translate_documents(route, docs, asked, arrived)
+        finally:
+            arrived()
+        st.count(route, len(doc.segments))
+        name = translated_name(upload.filename, route.target)
+        return await loop.run_in_executor(None, st.files.put, translated, name)
+
+    async def download_file(self, request: Request) -> Response:
+        """A translated file, once: it is removed as it is sent."""
+        name = request.path_params["name"]
+        if not self.st.files.well_formed(name):
+            raise ApiError(400, f"name: {describe(name)} is not the name of a translated file")
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, self.st.files.take, name)
+        if found is None:
+            raise ApiError(
+                404,
+                "name: no such translated file; a file is kept until it is downloaded, "
+                f"{self.cfg.file_ttl:g} s at most (--file-ttl)",
+            )
+        data, download = found
+        headers = {
+            "Content-Disposition": disposition(download),
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": "sandbox",
+        }
+        return Response(data, media_type=content_type(download), headers=headers)
+
+    async def suggest(self, request: Request) -> Response:
+        """LibreTranslate's ``/suggest`` on a server that keeps no suggestions: its 403."""
+        raise ApiError(403, SUGGESTIONS_OFF)
+
+    async def frontend_settings(self, request: Request) -> Response:
+        """LibreTranslate's ``/frontend/settings``, what its page and apps read first."""
+        return JsonResponse(self.st.frontend_settings())
 
     async def attention(self, request: Request) -> Response:
         st = self.st
         data = await self._body(request)
         st.check_key(request, data)
-        (text,), _ = _texts(data, self.cfg, one=True)
+        (text,), _ = request_texts(data, self.cfg, one=True)
+        st.check_rate(request, data)
+        if request_format(data) != "text":
+            raise ApiError(400, "format: /attention takes plain text ('text'), one sentence")
         plan = await st.plan(data, [text])
         asked = st.asked(data, [text], True)
-        choice = _int_or(data, "choice", 0, 0, asked.alternatives)
-        decimals = _int_or(data, "decimals", 4, 1, 6)
+        choice = int_or(data, "choice", 0, 0, asked.alternatives)
+        decimals = int_or(data, "decimals", 4, 1, 6)
         lane = await st.acquire(st.one_model(plan))
         try:
             tr = lane.translator
@@ -865,7 +1002,7 @@ class _Routes:
                     lambda: st.attention_answer(lane, asked, decoding, choice, decimals)
                 )
             )
-            return _Json(await st.wait(job))
+            return JsonResponse(await st.wait(job))
         finally:
             st.registry.release(lane)
 
@@ -875,13 +1012,14 @@ class _Routes:
         st = self.st
         data = await self._body(request)
         st.check_key(request, data)
-        texts, _ = _texts(data, self.cfg)
-        return _Json(await st.detect(texts))
+        texts, _ = request_texts(data, self.cfg)
+        st.check_rate(request, data)
+        return JsonResponse(await st.detect(texts))
 
     async def languages(self, request: Request) -> Response:
         st = self.st
         if st.source is None or st.target is None:
-            return _Json(st.registry.languages_answer())
+            return JsonResponse(st.registry.languages_answer())
         out = [
             {
                 "code": st.source,
@@ -893,7 +1031,7 @@ class _Routes:
             out.append(
                 {"code": st.target, "name": LANGUAGE_NAMES.get(st.target, st.target), "targets": []}
             )
-        return _Json(out)
+        return JsonResponse(out)
 
     async def health(self, request: Request) -> Response:
         st, cfg = self.st, self.cfg
@@ -917,7 +1055,7 @@ class _Routes:
         out["queue_depth"] = st.registry.queue_depth
         out["decoding_sentences"] = st.registry.in_progress
         out["uptime_seconds"] = round(time.monotonic() - st.started, 3)
-        return _Json(out)
+        return JsonResponse(out)
 
     async def metrics(self, request: Request) -> Response:
         st = self.st
@@ -937,8 +1075,10 @@ class _Routes:
             target=self.st.target,
             key_required=self.cfg.api_key is not None,
             max_alternatives=self.cfg.max_alternatives,
-            max_chars=self.cfg.max_chars,
+            char_limit=self.cfg.char_limit,
             detect=self.st.registry.pair is None,
+            pairs=[(lane.source, lane.target) for lane in self.st.registry.lanes],
+            file_formats=supported_extensions() if self.cfg.files else [],
         )
         csp = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
@@ -951,36 +1091,36 @@ class _Routes:
 
     async def openapi(self, request: Request) -> Response:
         st = self.st
-        return _Json(openapi_schema(st.source, st.target, self.cfg, languages=st.languages))
+        return JsonResponse(openapi_schema(st.source, st.target, self.cfg, languages=st.languages))
 
 
 # ---------------------------------------------------------------------------- errors answered
 async def _api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # registered for ApiError only
         return await _internal(request, exc)
-    return _error(exc.status, exc.message, exc.headers)
+    return error_response(exc.status, exc.message, exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         return await _internal(request, exc)
     if exc.status_code == 404:
-        path = _describe(request.url.path).removeprefix("the string ")
-        return _error(
+        path = describe(request.url.path).removeprefix("the string ")
+        return error_response(
             404, f"path: no route {request.method} {path}; the routes are {', '.join(ROUTES)}"
         )
     if exc.status_code == 405:
-        return _error(
+        return error_response(
             405,
             f"method: {request.method[:40]} is not allowed on {request.url.path}",
             dict(exc.headers or {}),
         )
-    return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+    return error_response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
     log.error("qkv serve: %s %s failed: %r", request.method, request.url.path, exc)
-    return _error(500, f"internal error: {type(exc).__name__}")
+    return error_response(500, f"internal error: {type(exc).__name__}")
 
 
 # ---------------------------------------------------------------------------- the app
@@ -1082,8 +1222,8 @@ class _TrustedHost:
                 continue
             header = value.decode("latin-1")
             if not self.allows(_host_name(header), scope):
-                shown = _describe(header).removeprefix("the string ")
-                refusal = _error(
+                shown = describe(header).removeprefix("the string ")
+                refusal = error_response(
                     400,
                     f"Host: {shown} is not a name this server answers to; it answers to "
                     "localhost and the address it is reached at, and to the names given with "
@@ -1140,5 +1280,7 @@ class _Observe:
         finally:
             st.in_flight -= 1
             path = scope.get("path", "")
+            if path.startswith("/download_file/"):
+                path = "/download_file"
             route = path if path in ROUTES else "other"
             st.metrics.request(route, scope.get("method", ""), status, time.perf_counter() - t0)

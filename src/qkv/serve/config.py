@@ -12,10 +12,14 @@ from dataclasses import dataclass, field, fields
 from .._errors import SettingError
 from ..viz import MAX_CELLS
 
-__all__ = ["LOOPBACK_HOSTS", "ServeConfig"]
+__all__ = ["FRONTEND_TIMEOUT_MS", "LOOPBACK_HOSTS", "ServeConfig"]
 
-#: the fields that are None (the model's) or a count, an int >= 1
-_OPTIONAL_COUNTS = ("beam",)
+#: the fields that are None (the model's, or no limit) or a count, an int >= 1
+_OPTIONAL_COUNTS = ("beam", "char_limit", "req_limit")
+
+#: milliseconds LibreTranslate's page waits after a keystroke before it translates (its default
+#: ``--frontend-timeout``), answered in ``/frontend/settings``
+FRONTEND_TIMEOUT_MS = 500
 
 #: the names a request's ``Host`` may always give (with the address the request reached)
 LOOPBACK_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
@@ -36,13 +40,26 @@ class ServeConfig:
             ``beam_size``.
         max_wait_ms: how long the first request of a batch waits for others.
         max_body_bytes: the largest request body.
-        max_sentences: the most sentences in one request's ``q``.
-        max_chars: the most characters in one sentence.
+        char_limit: the most characters in one text of a request's ``q`` (LibreTranslate's
+            ``--char-limit``; None: no limit).
+        max_sentences: the most sentences in one request, once its texts are cut into
+            sentences (a text of a list counts one at least).
+        max_chars: the most characters in one sentence (of a text, an HTML page or a file).
+        req_limit: the most requests per minute from one client, LibreTranslate's
+            ``--req-limit``: a request of a list of ``n`` texts counts ``n``, a file one per
+            ``char_limit`` bytes; a client is its API key when the server has one and the
+            request gives it, else its address (None: no limit).
         max_alternatives: the most ``alternatives`` a request may ask.
         max_beam: the widest ``beam_size`` a request may ask.
         max_queue: the most sentences waiting; beyond, 503.
         max_attention_cells: the most weights one ``/attention`` answer holds
             (:func:`qkv.viz.attention_cells`).
+        files: ``POST /translate_file`` served (LibreTranslate's
+            ``--disable-files-translation`` turns it off).
+        max_file_bytes: the largest file ``/translate_file`` takes.
+        max_file_chars: the most characters of text one file holds to translate.
+        file_ttl: how long a translated file waits to be downloaded, seconds (it is
+            removed once downloaded, or when its client left before it was done).
         model_dir: the folder the model was given as (informational, in ``/health``).
         memory_cap_mb: with several models (a :class:`~qkv.serve.registry.ModelRegistry`), the
             most memory the loaded ones may take together, in MB (10^6 bytes) of weights; the
@@ -65,12 +82,18 @@ class ServeConfig:
     max_batch_tokens: int = 4096
     max_wait_ms: float = 5.0
     max_body_bytes: int = 1_000_000
-    max_sentences: int = 128
+    char_limit: int | None = 5000
+    max_sentences: int = 1000
     max_chars: int = 2000
     max_alternatives: int = 5
     max_beam: int = 8
     max_queue: int = 4096
     max_attention_cells: int = MAX_CELLS
+    req_limit: int | None = None
+    files: bool = True
+    max_file_bytes: int = 10_000_000
+    max_file_chars: int = 1_000_000
+    file_ttl: float = 1800.0
     model_dir: str | None = None
     memory_cap_mb: float | None = None
     allowed_hosts: tuple[str, ...] = field(default=())
@@ -89,6 +112,9 @@ class ServeConfig:
                 f"{self.max_alternatives} alternatives need a beam of "
                 f"{self.max_alternatives + 1}, wider than max_beam {self.max_beam}",
             )
+        ttl = self.file_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= 86400:
+            raise SettingError("file_ttl", f"expected seconds in (0, 86400], got {ttl!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             raise SettingError("api_key", "expected a non-empty string or None")
         cap = self.memory_cap_mb

@@ -67,9 +67,13 @@ def openapi_schema(
         **_languages_fields(source, target, languages),
         "format": {
             "type": "string",
-            "enum": ["text"],
+            "enum": ["text", "html"],
             "default": "text",
-            "description": "plain text only ('html' is refused)",
+            "description": "text: each line a paragraph, cut into sentences, its layout kept "
+            "(line breaks, blank lines, indentation); html: an HTML page or fragment, its text "
+            "translated and its markup kept (inline markup placed on the words it covered by "
+            'the model\'s attention; script, style, code, pre and translate="no" left as '
+            "they are; no alternatives)",
         },
         "alternatives": {
             "type": "integer",
@@ -86,31 +90,39 @@ def openapi_schema(
         },
         "api_key": {"type": "string", "description": "the API key, when the server has one"},
     }
-    text = {"type": "string", "maxLength": cfg.max_chars}
+    limit = cfg.char_limit
+    text = {"type": "string"} if limit is None else {"type": "string", "maxLength": limit}
     key_note = (
         " Needs the API key (the api_key field, an Authorization: Bearer header or an "
         "X-API-Key header)."
         if cfg.api_key is not None
         else ""
     )
+    over = "" if limit is None else f", a text over {limit} characters (--char-limit)"
     errors = {
         "400": _error(
-            "malformed body (a form not UTF-8 too), a language pair or format not served, or a "
-            "Host header the server does not answer to"
+            "malformed body (a form not UTF-8 too), a language pair or format not served, a "
+            f"Host header the server does not answer to{over}"
         ),
         "401": _error("missing or wrong API key"),
         "413": _error(
-            f"body over {cfg.max_body_bytes} bytes, over {cfg.max_sentences} sentences, a "
-            f"sentence over {cfg.max_chars} characters, or an attention over "
-            f"{cfg.max_attention_cells} weights"
+            f"body over {cfg.max_body_bytes} bytes, over {cfg.max_sentences} sentences (once "
+            f"the texts are cut into sentences), a sentence over {cfg.max_chars} characters, "
+            f"or an attention over {cfg.max_attention_cells} weights"
         ),
-        "415": _error("a body that is neither JSON nor a URL-encoded form (text/plain too)"),
+        "415": _error("a body that is neither JSON nor a form (text/plain too)"),
         "422": _error("a field of the wrong type or out of range, or q missing"),
         "503": _error(
             f"more than {cfg.max_queue} sentences are waiting; retry later (or the server is "
             "stopping and its shutdown timeout ran out)"
         ),
     }
+    if cfg.req_limit is not None:
+        errors["429"] = _error(
+            f"more than {cfg.req_limit} requests in a minute from this client (its API key, "
+            'else its address): LibreTranslate\'s {"error": "Slowdown: '
+            f'{cfg.req_limit} per 1 minute"}}, with Retry-After'
+        )
     return {
         "openapi": "3.1.0",
         "info": {
@@ -119,14 +131,100 @@ def openapi_schema(
             "description": "Translation with a qkv model, LibreTranslate-compatible, with the "
             'attention of each translation. Every error is {"error": "field: ..."}.',
         },
-        "paths": _paths(key_note, errors),
+        "paths": _paths(key_note, errors, cfg),
         "components": {"schemas": _schemas(cfg, common, text, multi=source is None)},
     }
 
 
-def _paths(key_note: str, errors: dict[str, Any]) -> dict[str, Any]:
+def _paths(key_note: str, errors: dict[str, Any], cfg: Any) -> dict[str, Any]:
     """Every route's description."""
-    return {**_post_paths(key_note, errors), **_get_paths()}
+    return {
+        **_post_paths(key_note, errors),
+        **_file_paths(key_note, errors, cfg),
+        **_get_paths(),
+    }
+
+
+def _json(ref: str, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+def _file_paths(key_note: str, errors: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """``/translate_file``, ``/download_file/{name}``, ``/suggest``, ``/frontend/settings``."""
+    form = {
+        "type": "object",
+        "required": ["file"],
+        "properties": {
+            "file": {
+                "type": "string",
+                "format": "binary",
+                "description": f"the file, at most {cfg.max_file_bytes} bytes and "
+                f"{cfg.max_file_chars} characters of text; its name's extension says its "
+                "format (GET /frontend/settings lists them)",
+            },
+            "source": {"type": "string", "description": "the source language, or 'auto'"},
+            "target": {"type": "string", "description": "the target language"},
+            "api_key": {"type": "string", "description": "the API key, when the server has one"},
+        },
+    }
+    refused = {
+        **errors,
+        "403": _error("files translation is disabled on this server"),
+        "413": _error(
+            f"a body over {cfg.max_file_bytes} bytes, a file of more than {cfg.max_file_chars} "
+            f"characters of text, or a sentence over {cfg.max_chars} characters"
+        ),
+    }
+    return {
+        "/translate_file": {
+            "post": {
+                "summary": "Translate a file (LibreTranslate's): the answer says where to "
+                "download the translation, which is kept until downloaded (once) or "
+                f"{cfg.file_ttl:g} s." + key_note,
+                "requestBody": {
+                    "required": True,
+                    "content": {"multipart/form-data": {"schema": form}},
+                },
+                "responses": {
+                    "200": _json("TranslateFileResponse", "where the translated file waits"),
+                    **refused,
+                },
+            }
+        },
+        "/download_file/{name}": {
+            "get": {
+                "summary": "A translated file, as an attachment named like the original with "
+                "_TARGET before its extension; removed once sent.",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {
+                        "description": "the file",
+                        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error("not the name of a translated file"),
+                    "404": _error("no such file (downloaded already, or its time was up)"),
+                },
+            }
+        },
+        "/suggest": {
+            "post": {
+                "summary": "LibreTranslate's suggestions: this server keeps none, and answers "
+                "as LibreTranslate does when they are off.",
+                "responses": {"403": _error("Suggestions are disabled on this server.")},
+            }
+        },
+        "/frontend/settings": {
+            "get": {
+                "summary": "LibreTranslate's settings of its web page, apps and extensions.",
+                "responses": {"200": _json("FrontendSettings", "the settings")},
+            }
+        },
+    }
 
 
 def _post_paths(key_note: str, errors: dict[str, Any]) -> dict[str, Any]:
@@ -246,24 +344,31 @@ def _get_paths() -> dict[str, Any]:
                 },
             }
         },
-        "/openapi.json": {
-            "get": {
-                "summary": "This description.",
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.1",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    }
-                },
-            }
-        },
+        "/openapi.json": _this(),
+        "/spec": _this(),
     }
 
 
-def _schemas(
+def _this() -> dict[str, Any]:
+    """``/openapi.json`` and ``/spec`` (the path LibreTranslate serves its own at)."""
+    return {
+        "get": {
+            "summary": "This description.",
+            "responses": {
+                "200": {
+                    "description": "OpenAPI 3.1",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+        }
+    }
+
+
+def _translate_schemas(
     cfg: Any, common: dict[str, Any], text: dict[str, Any], *, multi: bool
 ) -> dict[str, Any]:
-    """The request and answer schemas (``multi``: a server of several models)."""
+    """``/translate``'s request and answer, ``/translate_file``'s answer and
+    ``/frontend/settings``' (``multi``: a server of several models)."""
     detected = (
         "with source 'auto': {language, confidence}, the language detected among those served "
         "and its probability, 0-100 (a list, one per text, for a list q)"
@@ -276,13 +381,27 @@ def _schemas(
             "required": ["q"],
             "properties": {
                 "q": {
-                    "description": f"a text, or a list of at most {cfg.max_sentences} texts",
+                    "description": "a text, or a list of texts; at most "
+                    f"{cfg.max_sentences} sentences in all, once each text is cut into them",
                     "oneOf": [
                         text,
                         {"type": "array", "items": text, "maxItems": cfg.max_sentences},
                     ],
                 },
                 **common,
+                "split": {
+                    "type": "string",
+                    "enum": ["sentences", "none"],
+                    "default": "sentences",
+                    "description": "qkv's: sentences, each line cut into sentences; none, each "
+                    "line translated as one sentence (text cut already)",
+                },
+                "layout": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "qkv's: the answer's layout gives each text's sentences with "
+                    "their translations (format text)",
+                },
             },
         },
         "TranslateResponse": {
@@ -307,8 +426,34 @@ def _schemas(
                     "description": "when no model translates the pair: the language the text "
                     "went through (two models)",
                 },
+                "layout": {
+                    "description": "with layout true: per text (a list for a list q) its "
+                    "translation in pieces, a string kept as it was (line breaks, spaces) or "
+                    "{source, translation} for a sentence; joined, they are translatedText",
+                    "type": "array",
+                },
             },
         },
+        "TranslateFileResponse": {
+            "type": "object",
+            "required": ["translatedFileUrl"],
+            "properties": {
+                "translatedFileUrl": {
+                    "type": "string",
+                    "description": "GET it for the translated file (once)",
+                }
+            },
+        },
+        "FrontendSettings": _settings_schema(),
+    }
+
+
+def _schemas(
+    cfg: Any, common: dict[str, Any], text: dict[str, Any], *, multi: bool
+) -> dict[str, Any]:
+    """The request and answer schemas (``multi``: a server of several models)."""
+    return {
+        **_translate_schemas(cfg, common, text, multi=multi),
         **_attention_schemas(common, text),
         "Language": {
             "type": "object",
@@ -388,6 +533,38 @@ def _attention_schemas(common: dict[str, Any], text: dict[str, Any]) -> dict[str
                     "the weights times scale",
                     "type": "object",
                 },
+            },
+        },
+    }
+
+
+def _settings_schema() -> dict[str, Any]:
+    """``/frontend/settings``' answer, LibreTranslate's fields."""
+    language = {
+        "type": "object",
+        "properties": {"code": {"type": "string"}, "name": {"type": "string"}},
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "charLimit": {"type": "integer", "description": "characters per text; -1: none"},
+            "frontendTimeout": {
+                "type": "integer",
+                "description": "milliseconds a page waits after a keystroke to translate",
+            },
+            "apiKeys": {"type": "boolean", "description": "the server takes API keys"},
+            "keyRequired": {"type": "boolean", "description": "a request needs one"},
+            "suggestions": {"type": "boolean", "description": "always false: none kept"},
+            "filesTranslation": {"type": "boolean", "description": "POST /translate_file served"},
+            "supportedFilesFormat": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "the file extensions /translate_file reads",
+            },
+            "language": {
+                "type": "object",
+                "description": "the source and target a page chooses first",
+                "properties": {"source": language, "target": language},
             },
         },
     }

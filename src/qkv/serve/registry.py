@@ -326,15 +326,16 @@ class Lane:
                 self.step = int(verify_checkpoint(tr.path, files=[]).get("step") or 0)
 
     # -- runs in the worker thread
-    def decode(self, texts: list[str], decoding: Decoding) -> list[list[str]]:
-        """The batcher's ``decode``: per text its translations, best first (those there are
-        none of, scored ``-inf``, left out; at least the empty one)."""
+    def decode(self, texts: list[str], decoding: Decoding) -> list[list[tuple[str, float]]]:
+        """The batcher's ``decode``: per text (one sentence) its translations, best first,
+        ``(text, score)``, as the engine shows them (:meth:`~qkv.inference.TranslatorBase.
+        shown_n_best`: no doubled or end spaces; a sentence that reads as nothing as it is);
+        those there are none of, scored ``-inf``, left out, the empty one at least."""
         tr = self.translator
         if tr is None:
             raise RuntimeError(f"the {self.pair} model is not loaded")
-        text = tr.tgt_tokenizer.decode
-        hyps = tr.hypotheses(texts, decoding)
-        return [[text(ids) for ids, score in h if score != -math.inf] or [""] for h in hyps]
+        shown = tr.shown_n_best(texts, tr.hypotheses(texts, decoding))
+        return [[(t, sc) for t, sc in h if sc != -math.inf] or [("", 0.0)] for h in shown]
 
     def tokens(self, texts: Sequence[str], decoding: Decoding) -> int:
         """The share of a batch's budget ``texts`` take: source tokens (with ``<eos>``) times
