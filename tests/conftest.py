@@ -69,6 +69,7 @@ SLOW_TESTS = {
         "test_a_setting_the_corpus_was_not_made_with_is_named",
         "test_cleaning_drops_copies_long_ratios_and_duplicates_of_the_training_pairs",
         "test_a_changed_source_file_is_named",
+        "test_workers_fork_only_a_process_of_one_thread",
     },
     "decoding/test_decoding_search.py": {
         "test_beam_finds_at_least_the_greedy_score_without_length_penalty"

@@ -36,6 +36,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -539,14 +540,24 @@ def prepare_corpus(
     return out
 
 
+def start_method() -> str:
+    """How the workers start: forked where the system can and this process runs one thread; a
+    fork of a process with other threads (a notebook's kernel, a server, a test runner) copies
+    locks those threads may hold, and a worker can wait on one for ever: then a fork server
+    (started clean), else spawned."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 @contextlib.contextmanager
 def _pool(workers: int) -> Iterator[Any]:
-    """``workers`` processes (forked where the system can), or None for one."""
+    """``workers`` processes (:func:`start_method`), or None for one."""
     if workers <= 1:
         yield None
         return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with multiprocessing.get_context(method).Pool(workers) as pool:
+    with multiprocessing.get_context(start_method()).Pool(workers) as pool:
         yield pool
 
 
