@@ -251,31 +251,35 @@ class _Writer:
         self.tr, self.lines, self.n_best = tr, args.n_best > 1, args.n_best
         self.attention = None if args.attention is None else Path(args.attention)
 
-    def __call__(
-        self, f: TextIO, i: int, plan: Any, hyps: list[Any], n: int | None, k: int = 0
-    ) -> None:
-        """Write text ``k`` of ``plan`` (numbered ``i``) from the hypotheses ``hyps`` of every
-        segment of the plan (best first): its best, or one line each."""
+    def __call__(self, f: TextIO, first: int, plan: Any, hyps: list[Any], n: int | None) -> None:
+        """Write every text of ``plan``, numbered from ``first``, from the hypotheses ``hyps``
+        of every segment of the plan (best first): its best, or one line each."""
         if self.lines:
-            shown = self.tr.shown_n_best(plan.segments, hyps)
-            for text, score in plan.join_hypotheses(shown, self.n_best)[k]:
-                f.write(f"{i}\t{score:.4f}\t{text}\n")
+            ranked = plan.join_hypotheses(self.tr.shown_n_best(plan.segments, hyps), self.n_best)
+            for k, texts in enumerate(ranked):
+                f.writelines(f"{first + k}\t{score:.4f}\t{text}\n" for text, score in texts)
         else:
-            f.write(plan.join(self.tr.shown(plan.segments, hyps))[k] + "\n")
+            f.writelines(text + "\n" for text in plan.join(self.tr.shown(plan.segments, hyps)))
         if self.attention is not None:
-            slots = plan.slots(k)
-            for m, slot in enumerate(slots):
-                text, best = plan.segments[slot.segment], hyps[slot.segment][0][0]
-                path = _attention_path(self.attention, i, n)
-                if len(slots) > 1:
-                    path = path.with_name(f"{path.stem}.{m + 1}{path.suffix}")
-                try:
-                    path = self.tr.attention(text, ids=best).save(path)
-                except SettingError as e:  # the viewer's bound: a page too big to open
-                    if e.key != "kinds":
-                        raise
-                    raise e.renamed("--attention") from None
-                log.info("attention of %r -> %s", text, path)
+            for k in range(len(plan.texts)):
+                self._draw(self.attention, first + k, plan, hyps, n, k)
+
+    def _draw(self, where: Path, i: int, plan: Any, hyps: list[Any], n: int | None, k: int) -> None:
+        """Draw at ``where`` the attention of text ``k`` of ``plan`` (numbered ``i`` of
+        ``n``), a figure per sentence of it."""
+        slots = plan.slots(k)
+        for m, slot in enumerate(slots):
+            text, best = plan.segments[slot.segment], hyps[slot.segment][0][0]
+            path = _attention_path(where, i, n)
+            if len(slots) > 1:
+                path = path.with_name(f"{path.stem}.{m + 1}{path.suffix}")
+            try:
+                path = self.tr.attention(text, ids=best).save(path)
+            except SettingError as e:  # the viewer's bound: a page too big to open
+                if e.key != "kinds":
+                    raise
+                raise e.renamed("--attention") from None
+            log.info("attention of %r -> %s", text, path)
 
 
 def _split(args: argparse.Namespace) -> dict[str, str]:
@@ -294,8 +298,7 @@ def _translate_lines(tr: Any, args: argparse.Namespace, texts: list[str]) -> Non
     finally:
         progress.close()
     with _output(args.output) as f:
-        for i in range(len(texts)):
-            emit(f, i, plan, res, len(texts), i)
+        emit(f, 0, plan, res, len(texts))
 
 
 def _translate_document(tr: Any, args: argparse.Namespace, fmt: str) -> None:
