@@ -12,6 +12,12 @@ TORCH   = torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 QKV_CHROMIUM ?= /usr/bin/chromium
 export QKV_CHROMIUM
 
+# pytest's processes (pytest-xdist; each test runs on one torch thread, see tests/conftest.py):
+# one per CPU, at most 4, each test file in one process (its fixtures built once);
+# PYTEST_WORKERS=0 runs them all in this one
+PYTEST_WORKERS ?= auto
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile)
+
 .PHONY: demo test test-quick docs docs-check browser fonts lint format bench clean
 
 $(BIN)/python:
@@ -37,13 +43,13 @@ test: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m tools.docs_site check
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
 test-quick: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # The documentation site (MkDocs Material) in site/: English, and Chinese in site/zh/. Every
 # notebook is executed and shown with its outputs; the executed copies are kept in
