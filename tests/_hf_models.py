@@ -108,7 +108,9 @@ def _opus_vocab(*piece_lists: list[str], codes=(), pad_first: bool = False) -> d
     return vocab
 
 
-def build_marian(out: Path, name: str, *, steps: int = 250, seed: int = 0) -> tuple[Path, list[str]]:
+def build_marian(
+    out: Path, name: str, *, steps: int = 250, seed: int = 0
+) -> tuple[Path, list[str]]:
     """A trained MarianMTModel folder of configuration ``KINDS[name]`` in ``out/name``, and its
     test sources (a multi-target model's start with ``>>fra<<`` or ``>>deu<<``)."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
