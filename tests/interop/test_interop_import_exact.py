@@ -74,6 +74,7 @@ def test_an_imported_marian_model_computes_what_transformers_computes(imported, 
     assert (got - want)[seen].abs().max().item() < 1e-4
     # the search: the folder's generation settings (beam 4, max_length, forced EOS, ...)
     greedy = _generated(hf, out)
+    assert len({tuple(ids) for ids in greedy}) > len(sources) // 2  # not one string for all
     assert tr.generate(sources, beam_size=1) == greedy
     beam = _generate(hf, tok, sources)
     assert tr.decoding.beam_size == 4 and tr.generate(sources) == beam
