@@ -540,3 +540,25 @@ def test_the_strict_build_fails_on_a_heading_that_is_not_there(tmp_path):
     )
     with pytest.raises(RuntimeError, match="no-such-heading"):  # the real site: make docs-check
         site.mkdocs_builds([config], strict=True, env={})
+
+
+def test_readme_quotes_the_fine_tuning_figures_of_the_json():
+    """README's fine-tuning table quotes benchmarks/results/finetune.json: each system's
+    updates, BLEU and chrF on the new domain's test set, the foreign model's training, and the
+    load it ran at."""
+    record = json.loads((ROOT / "benchmarks/results/finetune.json").read_text(encoding="utf-8"))
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Fine-tuning an imported model") :]
+    section = section[: section.index("\n## ")]
+    assert record["command"] in section
+    for name, run in record["systems"].items():
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| {name} ")]
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        scores = run["b_test"]
+        assert cells[-2:] == [f"{scores['bleu']:.2f}", f"{scores['chrf']:.2f}"], (name, cells)
+        assert cells[-3] == (f"{run['updates']:,}" if "updates" in run else "none"), (name, cells)
+    foreign = record["foreign"]
+    assert f"{foreign['updates']:,} updates" in section and foreign["transformers"] in section
+    assert f"{record['systems']['import']['a_test']['bleu']:.2f}" in section
+    for key in ("load_average_at_start", "load_average_at_end"):
+        assert f"{record[key][0]:.2f}" in section, key
