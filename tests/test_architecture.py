@@ -21,14 +21,16 @@ import ``functional``, which it re-exports).
     3      qkv.inference                 a saved model loaded, text decoded in       floors 0-2
                                          batches, scored; the device picked
     3      qkv.viz                       heatmaps and the HTML viewer                floors 0-2
-    4      qkv.train, qkv.translate      the training loop; the Translator           floors 0-3
-    4      qkv.export                    exported folders; CTranslate2's and ONNX's  floors 0-3
+    4      qkv.interop                   other frameworks' model folders in and out  floors 0-3
+                                         (qkv import; the tables of the HF export)
+    5      qkv.train, qkv.translate      the training loop; the Translator           floors 0-4
+    5      qkv.export                    exported folders; CTranslate2's and ONNX's  floors 0-4
                                          engines
-    5      qkv.engines                   an engine opened by name for a folder       floors 0-4
-    5      qkv.demos                     ``qkv demo``                                floors 0-4
-    6      qkv.serve                     ``qkv serve``: the HTTP app, batching       floors 0-5
-    7      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-6
-    8      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-7
+    6      qkv.engines                   an engine opened by name for a folder       floors 0-5
+    6      qkv.demos                     ``qkv demo``                                floors 0-5
+    7      qkv.serve                     ``qkv serve``: the HTTP app, batching       floors 0-6
+    8      qkv.cli                       the ``qkv`` command: parses, calls, prints floors 0-7
+    9      qkv.__main__                  ``python -m qkv``: runs qkv.cli             floors 0-8
 
 The modules ``qkv._*`` (:data:`GROUND`) are the ground of floor 0: each imports nothing of qkv
 but another of them, and every part of qkv may import them, its siblings on floor 0 included.
@@ -65,14 +67,15 @@ FLOORS: dict[str, int] = {
     "nn": 1,
     "decoding": 2,
     "inference": 3,
-    "train": 4,
-    "translate": 4,
-    "export": 4,
-    "engines": 5,
-    "demos": 5,
-    "serve": 6,
-    "cli": 7,
-    "__main__": 8,
+    "interop": 4,
+    "train": 5,
+    "translate": 5,
+    "export": 5,
+    "engines": 6,
+    "demos": 6,
+    "serve": 7,
+    "cli": 8,
+    "__main__": 9,
 }
 #: the ground of floor 0: modules that import nothing of qkv but each other, which any part may
 #: import (a part of floor 0 included)
@@ -168,9 +171,10 @@ def test_no_module_imports_a_higher_floor():
 @pytest.mark.parametrize(
     "name, source, expected",
     [
-        ("qkv.inference.decode", "from ..train.loop import train_update", "floor 4"),
+        ("qkv.inference.decode", "from ..train.loop import train_update", "floor 5"),
         ("qkv.nn.attention", "def f():\n    from qkv.decoding import generate", "floor 2"),
-        ("qkv.train.loop", "def f():\n    from ..translate import Translator", "floor 4"),
+        ("qkv.train.loop", "def f():\n    from ..translate import Translator", "floor 5"),
+        ("qkv.interop.marian", "from ..export import ctranslate2", "floor 5"),
         ("qkv.data.readers", "import qkv.viz", "floor 3"),
         ("qkv.inference.saved", "from ..viz import save_attention", "floor 3"),
         ("qkv.functional.masks", "from qkv import nn", "floor 1"),

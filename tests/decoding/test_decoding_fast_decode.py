@@ -52,6 +52,7 @@ def _steps(model, src, lens, fast: bool, n: int = 6, reorder=None):
         {},
         {"norm_first": True},
         {"use_bias": True, "activation": "gelu"},
+        {"use_bias": True, "activation": "swish", "scale_embedding": False},
         {"num_heads": 5, "num_dec_layers": 3},
     ],
 )

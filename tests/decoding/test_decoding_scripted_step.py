@@ -69,6 +69,7 @@ CONFIGS = [
     {},
     {"norm_first": True},
     {"use_bias": True, "activation": "gelu"},
+    {"use_bias": True, "activation": "swish", "scale_embedding": False},
     {"num_heads": 7, "num_dec_layers": 3, "ffn_num_hiddens": 29},
 ]
 
@@ -158,7 +159,7 @@ def test_layers_of_another_kind_keep_the_python_step(ran):
     """A feed-forward activation the scripted step does not run (any module)."""
     model = _model(seed=8)
     for blk in model.decoder.blks:
-        blk.ffn.activation = torch.nn.SiLU()
+        blk.ffn.activation = torch.nn.Mish()
     src, lens = batch(B=3, L=5, seed=8)
     python, _ = _steps(model, src, lens, False)
     script, _ = _steps(model, src, lens, True)

@@ -43,6 +43,7 @@ def _both(enc: TransformerEncoder, X, lens) -> tuple[torch.Tensor, torch.Tensor]
         {"norm_first": True},
         {"pos_encoding": "rotary"},
         {"use_bias": True, "activation": "gelu", "pos_encoding": "learned"},
+        {"use_bias": True, "activation": "swish", "scale_embedding": False},
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

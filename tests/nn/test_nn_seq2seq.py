@@ -29,6 +29,7 @@ def test_book_encoder_decoder_forward():
         dict(kind="bahdanau"),
         dict(pos_encoding="rotary", norm_first=True, tie_embeddings=True, activation="gelu"),
         dict(pos_encoding="learned", share_embeddings=True, use_bias=True),
+        dict(activation="swish", scale_embedding=False, tie_embeddings=True),
         dict(kind="bahdanau", embed_size=32, tie_embeddings=True, share_embeddings=True),
     ],
 )

@@ -1,6 +1,6 @@
 """Opening a model folder with an engine: the one way ``qkv`` commands and ``qkv serve`` do it.
 
-The engines live on floor 4, as siblings that do not know each other: qkv's own
+The engines live on floor 5, as siblings that do not know each other: qkv's own
 (:class:`qkv.translate.Translator`), CTranslate2's (:class:`qkv.export.ctranslate2.
 Ct2Translator`) and ONNX's (:class:`qkv.export.onnx.OnnxTranslator`). This package, one floor
 above them, is where they are found by name (:data:`ENGINES`): :func:`folder_engine` says

@@ -437,9 +437,11 @@ def decoder_step(decoder: nn.Module, X: Tensor, state: object) -> Tensor:
 
 def _act_code(act: nn.Module) -> int | None:
     """The feed-forward activation's code in the scripted step (``qkv.nn._scripted.ACTIVATIONS``:
-    ReLU, GELU, GELU's tanh approximation), or None for any other module."""
+    ReLU, GELU, GELU's tanh approximation, swish), or None for any other module."""
     if type(act) is nn.ReLU:
         return 0
+    if type(act) is nn.SiLU:
+        return 3
     if type(act) is nn.GELU:
         return {"none": 1, "tanh": 2}.get(act.approximate)
     return None
@@ -514,7 +516,7 @@ class StepPlan:
         if len(pre) != 1:
             return "pre-norm and post-norm blocks mixed"
         if len(acts) != 1 or None in acts:
-            return "a feed-forward activation other than ReLU or GELU"
+            return "a feed-forward activation other than ReLU, GELU or swish"
         if any(type(p) is not Linear for p in products):
             return "a linear layer that is not a plain nn.Linear or a dynamically quantized one"
         if any(n.shape != (decoder.num_hiddens,) for n in norms):

@@ -14,8 +14,8 @@ cross-attention keys (:class:`CrossKeys`) and what every block shares (:class:`L
 It runs a step that needs nothing else (:meth:`qkv.nn._fast_decode.StepPlan.scripted`
 decides): one new token per row and no beams; every
 linear layer's product of a kind it knows (:class:`qkv.nn._inference.Linear`: oneDNN-packed
-or transposed float weights, a dynamically quantized int8 layer); a ReLU or GELU feed-forward
-network; each cross-attention planned for the three small products
+or transposed float weights, a dynamically quantized int8 layer); a ReLU, GELU or swish
+feed-forward network; each cross-attention planned for the three small products
 (:func:`qkv.functional.decode.plan_keys`); room in every self-attention cache, whose keys and
 values are all finite.  The step checks what the Python step checks: when a self-attention's
 new query, key or value, or a cross-attention's query, holds a NaN or an infinity, it returns
@@ -46,8 +46,9 @@ __all__ = [
     "scripted_step",
 ]
 
-#: the feed-forward activations the step runs, by code: ReLU, GELU, GELU's tanh approximation
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+#: the feed-forward activations the step runs, by code: ReLU, GELU, GELU's tanh approximation,
+#: swish (SiLU)
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
 
 
 class Products(NamedTuple):
@@ -138,6 +139,8 @@ def _activate(hidden: Tensor, code: int) -> Tensor:
         return torch.relu(hidden)
     if code == 1:
         return torch.nn.functional.gelu(hidden)
+    if code == 3:
+        return torch.nn.functional.silu(hidden)
     return torch.nn.functional.gelu(hidden, approximate="tanh")
 
 

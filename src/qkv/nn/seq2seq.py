@@ -228,10 +228,13 @@ class Seq2SeqConfig:
         use_bias: biases in the attention projections (Transformer; the book has none).
         pos_encoding: ``"sinusoidal"``, ``"learned"``, ``"rotary"`` or ``"none"`` (Transformer).
         norm_first: pre-norm blocks (Transformer).
-        activation: ``"relu"`` or ``"gelu"`` (Transformer FFN).
+        activation: ``"relu"``, ``"gelu"`` or ``"swish"`` (Transformer FFN).
         max_len: positional table length (sinusoidal and rotary extend beyond it).
         tie_embeddings: the target embedding is the output projection's weight.
         share_embeddings: the source and target embeddings are one (needs equal vocabularies).
+        scale_embedding: token embeddings multiplied by ``sqrt(num_hiddens)`` before the
+            positions are added (the book, Marian's OPUS-MT models); False: added as they are
+            (Transformer).
     """
 
     src_vocab_size: int
@@ -251,6 +254,7 @@ class Seq2SeqConfig:
     max_len: int = 1024
     tie_embeddings: bool = False
     share_embeddings: bool = False
+    scale_embedding: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in MODEL_KINDS:
@@ -270,7 +274,13 @@ class Seq2SeqConfig:
         d = self.dropout
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
             raise ValueError(f"dropout: expected a probability in [0, 1), got {d!r}")
-        for name in ("use_bias", "norm_first", "tie_embeddings", "share_embeddings"):
+        for name in (
+            "use_bias",
+            "norm_first",
+            "tie_embeddings",
+            "share_embeddings",
+            "scale_embedding",
+        ):
             _check_bool(name, getattr(self, name))
         if self.pos_encoding not in POSITIONAL_ENCODINGS:
             raise ValueError(
@@ -342,6 +352,7 @@ def build_model(config: Seq2SeqConfig | dict[str, Any]) -> EncoderDecoder:
             norm_first=c.norm_first,
             max_len=c.max_len,
             activation=c.activation,
+            scale_embedding=c.scale_embedding,
         )
         encoder = TransformerEncoder(
             c.src_vocab_size,

@@ -17,7 +17,9 @@ from ._checks import positive_int as _positive_int
 
 __all__ = ["ACTIVATIONS", "AddNorm", "PositionWiseFFN"]
 
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
+#: the feed-forward activations by name: ReLU, GELU (exact, erf) and swish (SiLU,
+#: ``x * sigmoid(x)``, what OPUS-MT's Marian models use)
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "swish")
 
 
 def _activation(name: str) -> nn.Module:
@@ -25,6 +27,8 @@ def _activation(name: str) -> nn.Module:
         return nn.ReLU()
     if name == "gelu":
         return nn.GELU()
+    if name == "swish":
+        return nn.SiLU()
     raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
 
 

@@ -122,6 +122,7 @@ class _Stack(nn.Module):
         dropout: float,
         pos_encoding: str,
         max_len: int,
+        scale_embedding: bool = True,
     ) -> RotaryEmbedding | None:
         _positive_int("vocab_size", vocab_size)
         _positive_int("num_hiddens", num_hiddens)
@@ -139,6 +140,8 @@ class _Stack(nn.Module):
                 f"pos_encoding: expected one of {POSITIONAL_ENCODINGS}, got {pos_encoding!r}"
             )
         self.num_hiddens, self.num_blks = num_hiddens, num_blks
+        self.scale_embedding = boolean("scale_embedding", scale_embedding)
+        self.embed_scale = math.sqrt(num_hiddens) if scale_embedding else 1.0
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
         # N(0, 1/D): after the book's sqrt(D) scaling the embeddings have unit variance, like the
         # positional encoding they are added to
@@ -149,8 +152,9 @@ class _Stack(nn.Module):
         return RotaryEmbedding(num_hiddens // num_heads, max_len=max_len)
 
     def _embed(self, X: Tensor, offset: int = 0) -> Tensor:
-        # the book: embeddings are scaled by sqrt(num_hiddens), then the positions are added
-        return self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset)
+        # the book: embeddings are scaled by sqrt(num_hiddens) (embed_scale; 1 with
+        # scale_embedding=False), then the positions are added
+        return self.pos_encoding(self.embedding(X) * self.embed_scale, offset)
 
 
 class TransformerEncoder(_Stack):
@@ -163,7 +167,9 @@ class TransformerEncoder(_Stack):
 
     Keyword-only options: ``pos_encoding`` (``"sinusoidal"`` (the book), ``"learned"``,
     ``"rotary"``, ``"none"``), ``norm_first`` (pre-norm, with a final LayerNorm), ``max_len`` (the
-    positional table), ``activation`` (``"relu"``, ``"gelu"``).
+    positional table), ``activation`` (``"relu"``, ``"gelu"``, ``"swish"``),
+    ``scale_embedding`` (the embeddings multiplied by ``sqrt(num_hiddens)`` before the
+    positions are added, as the book; False: as they are).
 
     ``forward(..., skip_padding=True)`` in inference (no grad, eval mode, the CPU, no weights
     asked for) skips the padding: the valid positions get the same outputs and the padded ones
@@ -188,6 +194,7 @@ class TransformerEncoder(_Stack):
         norm_first: bool = False,
         max_len: int = 1000,
         activation: str = "relu",
+        scale_embedding: bool = True,
     ) -> None:
         super().__init__()
         rotary = self._setup(
@@ -199,6 +206,7 @@ class TransformerEncoder(_Stack):
             dropout,
             pos_encoding,
             max_len,
+            scale_embedding,
         )
         self.blks = nn.Sequential()
         for i in range(num_blks):
@@ -432,6 +440,7 @@ class TransformerDecoder(_Stack):
         max_len: int = 1000,
         activation: str = "relu",
         tie_embeddings: bool = False,
+        scale_embedding: bool = True,
     ) -> None:
         super().__init__()
         rotary = self._setup(
@@ -443,6 +452,7 @@ class TransformerDecoder(_Stack):
             dropout,
             pos_encoding,
             max_len,
+            scale_embedding,
         )
         self.blks = nn.Sequential()
         for i in range(num_blks):
