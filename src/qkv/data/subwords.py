@@ -74,6 +74,31 @@ def proto_fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
             raise ValueError(f"model: not a SentencePiece model (protobuf wire type {wire})")
 
 
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        out.append(b | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def proto_message(fields: Sequence[tuple[int, int, int | bytes]]) -> bytes:
+    """A protobuf message of ``(number, wire type, value)`` fields, as :func:`proto_fields`
+    reads them (their bytes written back as read)."""
+    out = bytearray()
+    for number, wire, value in fields:
+        out += _varint_bytes(number << 3 | wire)
+        if wire == 0:
+            out += _varint_bytes(value)  # type: ignore[arg-type]
+        elif wire == 2:
+            out += _varint_bytes(len(value)) + value  # type: ignore[arg-type, operator]
+        else:
+            out += value  # type: ignore[operator]
+    return bytes(out)
+
+
 def model_type(model: bytes) -> str:
     """The model type a SentencePiece ``ModelProto`` records (``trainer_spec.model_type``;
     protobuf's default, unigram, when absent), read without the protobuf package."""
