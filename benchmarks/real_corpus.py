@@ -131,6 +131,7 @@ __all__ = [
     "entry_reason",
     "keep_pair",
     "normalize_space",
+    "pairs_by_source",
     "parse_mo",
     "parse_po",
     "split_key",
@@ -802,8 +803,21 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
     tmp.replace(path)
 
 
-def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths:
-    t0 = time.perf_counter()
+@dataclass
+class _Kept:
+    """What the filters keep of a corpus's catalogs: the pairs with their package, in order,
+    and the counts the manifest records."""
+
+    pairs: list[tuple[str, str, str]]  # (source, target, package)
+    filters: Counter[str]
+    per_source_rules: dict[str, Counter[str]]
+    per_source_pairs: Counter[str]
+    source_meta: list[dict]
+
+
+def _kept(root: Path, verbose: bool, corpus: Corpus) -> _Kept:
+    """Every catalog of ``corpus`` read (downloaded into ``root/downloads`` first when
+    missing) and filtered: the pairs kept, each with its package."""
     downloads = root / "downloads"
     # package, catalog, msgid, msgctxt, msgstr, the entry rule that drops it ("" if none), source
     rows: list[tuple[str, str, str, str, str, str, Source]] = []
@@ -835,7 +849,7 @@ def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusP
     per_source_rules: dict[str, Counter[str]] = {s.package: Counter() for s in corpus.sources}
     per_source_pairs: Counter[str] = Counter()
     seen: set[str] = set()
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str, str]] = []
     for package, _name, msgid, _ctx, msgstr, entry_rule, src in rows:
         reason: str | None = entry_rule or None
         if reason is None:
@@ -849,8 +863,31 @@ def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusP
             per_source_rules[package][reason] += 1
             continue
         seen.add(msgid)
-        pairs.append((msgid, msgstr))
+        pairs.append((msgid, msgstr, package))
         per_source_pairs[package] += 1
+    return _Kept(pairs, filters, per_source_rules, per_source_pairs, source_meta)
+
+
+def pairs_by_source(
+    cache: Path | None = None, *, lang: str = "fr", verbose: bool = True
+) -> dict[str, list[tuple[str, str]]]:
+    """The corpus's pairs (every pair the filters keep, before the split), by the package
+    they come from, each in the corpus's order: what a benchmark of one domain against another
+    reads (the desktop's LibreOffice and Cinnamon, the Python web packages). Reads the
+    downloads of ``cache`` (see :func:`default_cache`), fetching what is missing."""
+    root = Path(cache).expanduser() if cache is not None else default_cache(lang)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for src, tgt, package in _kept(root, verbose, CORPORA[lang]).pairs:
+        out.setdefault(package, []).append((src, tgt))
+    return out
+
+
+def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths:
+    t0 = time.perf_counter()
+    kept = _kept(root, verbose, corpus)
+    filters, per_source_rules = kept.filters, kept.per_source_rules
+    per_source_pairs, source_meta = kept.per_source_pairs, kept.source_meta
+    pairs = [(s, t) for s, t, _ in kept.pairs]
 
     # the control rule guarantees one pair per line and one tab per pair
     assert not any(c in s + t for s, t in pairs for c in "\t\n\r")

@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 #: folders whose tests run tiny models on one thread
 ONE_THREAD = ("nn", "decoding", "serve")
 #: fixtures that train models for the run: a test needing one is slow
-TRAINING_FIXTURES = frozenset({"trained"})
+TRAINING_FIXTURES = frozenset({"trained", "marian_trained"})
 #: tests that train for many seconds by design (a budget in minutes, a run killed and resumed in
 #: subprocesses, the whole demo): the top of `pytest -m "not slow" --durations=20`, 4 to 25 s
 #: each on 2 cores. Per file (relative to tests/); a name no longer in its file is an error.
@@ -95,3 +95,25 @@ def trained(tmp_path_factory, corpus_file) -> dict[str, Path]:
         train(tiny_config(kind, data=str(corpus_file)), out, progress=False)
         runs[kind] = out
     return runs
+
+
+@pytest.fixture(scope="session")
+def marian_folder(tmp_path_factory) -> Path:
+    """An untrained MarianMTModel folder made by transformers (OPUS-MT's layout, swish, tied
+    embeddings; tests/_hf_models.py), for what needs a folder and not its translations."""
+    pytest.importorskip("transformers")
+    from _hf_models import build_marian
+
+    folder, _ = build_marian(tmp_path_factory.mktemp("marian"), "swish-tied", steps=0)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def marian_trained(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
+    """Every configuration of tests/_hf_models.py's KINDS as a MarianMTModel folder trained
+    briefly by transformers, with its test sources: ``{name: (folder, sources)}``."""
+    pytest.importorskip("transformers")
+    from _hf_models import KINDS, build_marian
+
+    root = tmp_path_factory.mktemp("marian-trained")
+    return {name: build_marian(root, name) for name in KINDS}

@@ -29,10 +29,14 @@ def _subparsers() -> dict:
 
 
 def test_every_command_module_is_a_command():
-    names = {p.stem for p in CLI.glob("*.py")} - NOT_COMMANDS
+    """A command's module is named by the word the user types (``import_`` where the word is a
+    Python keyword)."""
+    stems = {p.stem for p in CLI.glob("*.py")} - NOT_COMMANDS
+    names = {s.rstrip("_") for s in stems}
     assert names == set(COMMANDS) == set(_subparsers())
-    for name in names:
-        module = importlib.import_module(f"qkv.cli.{name}")
+    for stem in stems:
+        module = importlib.import_module(f"qkv.cli.{stem}")
+        name = stem.rstrip("_")
         assert COMMANDS[name] is module
         assert name == module.NAME
         assert list(inspect.signature(module.add_parser).parameters) == ["subparsers"]

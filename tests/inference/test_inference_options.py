@@ -27,6 +27,12 @@ from qkv.inference import CANDIDATES, Decoding, default_max_len, default_output_
         ({"output_len_cap": -3}, "output_len_cap", "got -3"),
         ({"max_tokens": 0}, "max_tokens", "got 0"),
         ({"chosen_on": 3}, "chosen_on", "got 3"),
+        ({"early_stopping": 1}, "early_stopping", "got 1"),
+        ({"early_stopping": "always"}, "early_stopping", "got 'always'"),
+        ({"forced_eos": 1}, "forced_eos", "got 1"),
+        ({"renormalize": "yes"}, "renormalize", "got 'yes'"),
+        ({"suppress": 3}, "suppress", "got 3"),
+        ({"suppress": [2, -1]}, "suppress", "got -1"),
     ],
 )
 def test_every_option_is_checked_and_named(options, key, got):
@@ -93,6 +99,11 @@ def test_decoding_json_round_trip_keeps_every_option():
     assert Decoding.from_dict(data) == d
     odd = Decoding(beam_size=2, n_best=2, max_output_len=9, max_tokens=100, output_len_cap=4)
     assert Decoding.from_dict(json.loads(json.dumps(odd.to_dict()))) == odd
+    hf = Decoding(beam_size=4, early_stopping="never", forced_eos=True, renormalize=True,
+                  suppress=(7, 1))  # fmt: skip
+    data = json.loads(json.dumps(hf.to_dict()))
+    assert data["suppress"] == [1, 7] and data["early_stopping"] == "never"
+    assert Decoding.from_dict(data) == hf and hash(Decoding.from_dict(data)) == hash(hf)
     assert Decoding.from_dict(None) == Decoding() == Decoding.coerce(None)
     assert Decoding.from_dict({"beam_size": 3}) == Decoding(beam_size=3)  # an older file
 
@@ -113,9 +124,15 @@ def test_search_options_and_what_a_greedy_engine_must_refuse():
         "length_penalty": 0.5,
         "n_best": 2,
         "no_repeat_ngram": 2,
+        "early_stopping": True,
+        "forced_eos": False,
+        "renormalize": False,
+        "suppress": (),
     }
     assert d.beyond_greedy() == {"beam_size": 3, "n_best": 2, "no_repeat_ngram": 2}
     assert Decoding(length_penalty=0.2, max_output_len=4).beyond_greedy() == {}
+    hf = Decoding(early_stopping=False, renormalize=True, forced_eos=True, suppress=[5, 3])
+    assert hf.beyond_greedy() == {"forced_eos": True, "suppress": (3, 5)}
     assert Decoding().greedy and not Decoding(beam_size=2).greedy
 
 

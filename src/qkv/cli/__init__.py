@@ -1,5 +1,6 @@
 """The ``qkv`` command: ``prepare``, ``train``, ``translate``, ``evaluate``, ``average``,
-``export``, ``serve`` and ``demo``, one module each.
+``export``, ``import``, ``serve`` and ``demo``, one module each (``import_``: ``import`` is a
+Python keyword).
 
 A command module gives ``NAME``, ``add_parser(subparsers)`` (its sub-parser: flags, help) and
 ``run(args) -> int`` (checks the packages it needs before any work, then parses, calls the
@@ -23,13 +24,15 @@ from collections.abc import Sequence
 from .. import __version__
 from .._deps import MissingDependency
 from ..runtime import LOOK_S, ThreadChoice, configure_threads
-from . import average, demo, evaluate, export, prepare, serve, train, translate
+from . import average, demo, evaluate, export, import_, prepare, serve, train, translate
 from ._common import logging_to_stderr
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: the commands, in the order ``qkv --help`` lists them
-COMMANDS = {m.NAME: m for m in (prepare, train, translate, evaluate, average, export, serve, demo)}
+COMMANDS = {
+    m.NAME: m for m in (prepare, train, translate, evaluate, average, export, import_, serve, demo)
+}
 #: the commands whose threads are chosen from the machine's state, and the level their choice
 #: is logged at (``translate`` prints translations: its line is for --verbose readers)
 THREADED = {

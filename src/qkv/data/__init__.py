@@ -1,7 +1,8 @@
 """Parallel text, from a file on disk to padded token batches.
 
 Readers (:func:`read_pairs`), normalisation (:class:`Normalizer`), vocabulary (:class:`Vocab`),
-tokenizers (:class:`WordTokenizer`, :class:`SentencePieceTokenizer`), seeded splits
+tokenizers (:class:`WordTokenizer`, :class:`SentencePieceTokenizer`, an imported model's
+:class:`VocabSentencePieceTokenizer`), seeded splits
 (:func:`split_pairs`), token-budget batching (:class:`TokenBatcher`), the bundled
 English-French corpus (:func:`bundled_pairs`) and languages (:mod:`qkv.data.languages`: the
 code table, :func:`check_language`, :func:`detect_language`). See ``docs/data.md``.
@@ -23,6 +24,7 @@ from .splits import Split, fingerprint, normalized_source, split_pairs
 from .tokenizers import (
     SentencePieceTokenizer,
     Tokenizer,
+    VocabSentencePieceTokenizer,
     WordTokenizer,
     build_tokenizers,
     encode_pairs,
@@ -48,6 +50,7 @@ __all__ = [
     "TokenBatcher",
     "Tokenizer",
     "Vocab",
+    "VocabSentencePieceTokenizer",
     "WordTokenizer",
     "build_tokenizers",
     "bundled_corpus_path",

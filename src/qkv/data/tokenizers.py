@@ -1,8 +1,11 @@
-"""Tokenizers: word-level (the book's) and SentencePiece (BPE or unigram).
+"""Tokenizers: word-level (the book's) and SentencePiece (BPE or unigram), and an imported
+model's SentencePiece with its own vocabulary.
 
-Every tokenizer has the same surface and the special ids of :mod:`qkv.data.vocab`
-(``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3; a SentencePiece model trained elsewhere
-keeps its pieces and segmentation, its special pieces mapped to those ids):
+Every tokenizer has the same surface and says its special ids (``pad_id``, ``bos_id``,
+``eos_id``, ``unk_id``): qkv's own those of :mod:`qkv.data.vocab` (``<pad>``=0, ``<bos>``=1,
+``<eos>``=2, ``<unk>``=3; a SentencePiece model trained elsewhere keeps its pieces and
+segmentation, its special pieces mapped to those ids), an imported model's
+(:class:`VocabSentencePieceTokenizer`) its vocabulary's:
 
 * ``encode(text) -> list[int]`` normalises ``text`` with the tokenizer's :class:`Normalizer`
   (if any) and maps it to ids, without ``<bos>``/``<eos>`` (batching adds those);
@@ -17,6 +20,7 @@ it), so validation and test text never shapes the vocabulary.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
@@ -28,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import SettingError
+from .languages import language_code
 from .normalize import Normalizer
 from .subwords import SubwordSampler, model_type
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
@@ -37,6 +42,7 @@ _SPECIAL_SET = frozenset(SPECIALS)
 __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
+    "VocabSentencePieceTokenizer",
     "WordTokenizer",
     "build_tokenizers",
     "encode_pairs",
@@ -518,37 +524,11 @@ class SentencePieceTokenizer(Tokenizer):
     def _from_config(
         cls, d: Path, cfg: dict, normalizer: Normalizer | None
     ) -> SentencePieceTokenizer:
-        name = cfg.get("model_file", cls.model_file)
-        # a file name beside tokenizer.json, nothing else: never an absolute path, a path out
-        # of the folder (../), or a link leading out of it
-        if (
-            not isinstance(name, str)
-            or not name
-            or name in (".", "..")
-            or "/" in name
-            or "\\" in name
-            or "\x00" in name
-            or Path(name).is_absolute()
-        ):
-            raise ValueError(
-                f"directory: {_CONFIG} in {str(d)!r} names the SentencePiece model {name!r}; "
-                "expected a file name in that folder (never a path out of it)"
-            )
-        path = d / name
-        if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(d.resolve())):
-            raise ValueError(
-                f"directory: the SentencePiece model {str(path)!r} is a link; expected the file "
-                "itself (a tokenizer folder reads nothing out of itself)"
-            )
-        if not path.is_file():
-            raise FileNotFoundError(f"directory: the SentencePiece model {str(path)!r} is missing")
+        path = _side_file(d, cfg.get("model_file", cls.model_file), "the SentencePiece model")
         try:
             return cls(path.read_bytes(), normalizer)
         except RuntimeError as e:  # SentencePiece's parser: "could not parse ModelProto"
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ValueError(
-                f"directory: the SentencePiece model {str(path)!r} is corrupt ({first})"
-            ) from None
+            raise _corrupt(path, e) from None
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
@@ -578,9 +558,270 @@ def _special_ids_mapped(sp) -> tuple[list[int] | None, list[int] | None]:
     return to_qkv, to_spm
 
 
+def _side_file(d: Path, name: object, what: str) -> Path:
+    """The file ``name`` beside ``tokenizer.json`` in ``d``, nothing else: never an absolute
+    path, a path out of the folder (``../``), or a link leading out of it."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+        or Path(name).is_absolute()
+    ):
+        raise ValueError(
+            f"directory: {_CONFIG} in {str(d)!r} names {what} {name!r}; expected a file name "
+            "in that folder (never a path out of it)"
+        )
+    path = d / name
+    if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(d.resolve())):
+        raise ValueError(
+            f"directory: {what} {str(path)!r} is a link; expected the file itself (a tokenizer "
+            "folder reads nothing out of itself)"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"directory: {what} {str(path)!r} is missing")
+    return path
+
+
+def _corrupt(path: Path, e: Exception) -> ValueError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ValueError(f"directory: the SentencePiece model {str(path)!r} is corrupt ({first})")
+
+
+class VocabSentencePieceTokenizer(Tokenizer):
+    """A SentencePiece model whose pieces are numbered by a vocabulary of its own (Marian's and
+    M2M100's ``vocab.json``), with that vocabulary's special ids: an imported model's
+    tokenizer (``qkv import``).
+
+    ``encode`` splits the text with the SentencePiece model (its own normalisation, e.g.
+    ``nmt_nfkc``; no qkv :class:`Normalizer`) and maps each piece through ``vocab``, a piece the
+    vocabulary lacks to ``unk_id``, as ``transformers``' ``MarianTokenizer`` does; with
+    ``language_codes`` a text that starts with a target-language token (``>>fra<<``, the first
+    ``>>`` up to the first ``<<``) gives that token's id first, as Marian's rule has it, and a
+    text that starts with none gives ``target_token``'s (a multi-target model's chosen target,
+    :meth:`with_target`; None: none). ``prefix`` ids come first in every encoding (M2M100's
+    source language). The text of a
+    special token (``"</s>"``) is text, as with every qkv tokenizer: it never encodes to the
+    special id (``transformers``' tokenizer splits it out; a documented difference).
+
+    ``decode`` drops ``<pad>``, the decoder's start, ``<eos>`` and ``<unk>`` (what
+    ``transformers``' ``decode(..., skip_special_tokens=True)`` drops), joins the pieces with
+    ``decode_model`` (the SentencePiece model that joins them: Marian's source one, unless its
+    vocabularies are separate) and strips the ends.
+
+    Args:
+        model: the serialized SentencePiece model that splits the text.
+        vocab: piece -> id, every id once (``vocab_size`` is the largest id plus one).
+        pad_id, bos_id, eos_id, unk_id: the vocabulary's special ids; ``bos_id`` is the token
+            the decoder starts from (Marian's ``<pad>``, M2M100's ``</s>``).
+        decode_model: the SentencePiece model that joins pieces (None: ``model``).
+        language_codes: read a leading ``>>xxx<<`` as one token.
+        target_token: with ``language_codes``, the target-language token given to a text
+            that names none (a token of ``vocab``).
+        prefix: ids put before every encoding.
+    """
+
+    kind = "sentencepiece-vocab"
+    model_file = "spm.model"
+    vocab_file = "vocab.json"
+    decode_file = "decode.model"
+
+    def __init__(
+        self,
+        model: bytes,
+        vocab: dict[str, int],
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int,
+        decode_model: bytes | None = None,
+        language_codes: bool = False,
+        target_token: str | None = None,
+        prefix: Sequence[int] = (),
+    ) -> None:
+        super().__init__(None)
+        spm = _spm()
+        self.model = bytes(model)
+        self._sp = spm.SentencePieceProcessor(model_proto=self.model)
+        self.decode_model = None if decode_model is None else bytes(decode_model)
+        self._joiner = (
+            self._sp
+            if decode_model is None
+            else spm.SentencePieceProcessor(model_proto=self.decode_model)
+        )
+        if not isinstance(vocab, dict) or not vocab:
+            raise ValueError("vocab: expected a non-empty dict of piece -> id")
+        ids = list(vocab.values())
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise ValueError("vocab: expected non-negative int ids")
+        if len(set(ids)) != len(ids):
+            raise ValueError("vocab: two pieces share an id")
+        self.vocab = dict(vocab)
+        self._itos = {i: p for p, i in vocab.items()}
+        n = max(ids) + 1
+        for name, i in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id),
+                        ("unk_id", unk_id)):  # fmt: skip
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+                raise ValueError(f"{name}: expected an id of the vocabulary [0, {n}), got {i!r}")
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
+        self.language_codes = bool(language_codes)
+        self.prefix = [int(i) for i in prefix]
+        if any(not 0 <= i < n for i in self.prefix):
+            raise ValueError(f"prefix: expected ids of the vocabulary [0, {n}), got {prefix!r}")
+        if target_token is not None and target_token not in self.vocab:
+            raise ValueError(
+                f"target_token: expected a token of the vocabulary, got {target_token!r}"
+            )
+        self.target_token = target_token
+
+    #: transformers never keeps an imported model from emitting ``<unk>``
+    byte_fallback = False
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """A multi-target model's target languages (with ``language_codes``): each
+        ``>>xxx<<`` token of the vocabulary whose ``xxx`` names a language qkv knows, by that
+        language's code (``{"fr": ">>fra<<", "zh-Hans": ">>cmn_Hans<<"}``; the first token of a
+        code kept); empty for a model of one target. Tokens of other codes are reached by
+        starting the text with them."""
+        if not self.language_codes:
+            return {}
+        out: dict[str, str] = {}
+        for token in sorted(self.vocab, key=self.vocab.__getitem__):
+            if token.startswith(">>") and token.endswith("<<") and len(token) > 4:
+                code = language_code(token[2:-2])
+                if code is not None:
+                    out.setdefault(code, token)
+        return out
+
+    def with_target(self, token: str | None) -> VocabSentencePieceTokenizer:
+        """This tokenizer giving ``token`` (``>>fra<<``; None: no token) to a text that names
+        no target; the model files shared, not copied."""
+        new = copy.copy(self)
+        if token is not None and token not in self.vocab:
+            raise ValueError(
+                f"token: expected a target-language token of the vocabulary, got {token!r}"
+            )
+        new.target_token = token
+        return new
+
+    def _pieces(self, text: str) -> list[str]:
+        code: list[str] = []
+        if self.language_codes and text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        elif self.language_codes and self.target_token is not None:
+            code = [self.target_token]
+        return code + self._sp.encode(text, out_type=str)
+
+    def encode_normalized(self, text: str) -> list[int]:
+        get, unk = self.vocab.get, self.unk_id
+        return self.prefix + [get(p, unk) for p in self._pieces(text)]
+
+    def tokens(self) -> list[str]:
+        return [self._itos.get(i, f"<unused{i}>") for i in range(self.vocab_size)]
+
+    def to_tokens(self, text: str) -> list[str]:
+        unk = self._itos[self.unk_id]
+        pre = [self._itos.get(i, f"<unused{i}>") for i in self.prefix]
+        return pre + [p if p in self.vocab else unk for p in self._pieces(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        n = self.vocab_size
+        skip = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
+        pieces = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < n:
+                raise ValueError(f"ids must lie in [0, {n}), got {i}")
+            if i in skip:
+                continue
+            piece = self._itos.get(i)
+            if piece is None and i < self._joiner.get_piece_size():
+                piece = self._joiner.id_to_piece(i)
+            if piece:
+                pieces.append(piece)
+        return self._joiner.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    @property
+    def vocab_size(self) -> int:
+        return max(self._itos) + 1
+
+    def _config(self, directory: Path) -> dict:
+        (directory / self.model_file).write_bytes(self.model)
+        vocab = json.dumps(self.vocab, ensure_ascii=False, indent=0)
+        (directory / self.vocab_file).write_text(vocab, encoding="utf-8")
+        cfg = {
+            "model_file": self.model_file,
+            "vocab_file": self.vocab_file,
+            "vocab_size": self.vocab_size,
+            "special_ids": {
+                "pad": self.pad_id,
+                "bos": self.bos_id,
+                "eos": self.eos_id,
+                "unk": self.unk_id,
+            },
+            "language_codes": self.language_codes,
+            "target_token": self.target_token,
+            "prefix": self.prefix,
+        }
+        if self.decode_model is not None:
+            (directory / self.decode_file).write_bytes(self.decode_model)
+            cfg["decode_model_file"] = self.decode_file
+        return cfg
+
+    @classmethod
+    def _from_config(
+        cls, d: Path, cfg: dict, normalizer: Normalizer | None
+    ) -> VocabSentencePieceTokenizer:
+        if normalizer is not None:
+            raise ValueError(
+                f"directory: {_CONFIG} in {str(d)!r} gives a {cls.kind!r} tokenizer a "
+                "normaliser; its SentencePiece model normalises"
+            )
+        model = _side_file(d, cfg.get("model_file"), "the SentencePiece model")
+        vocab = _side_file(d, cfg.get("vocab_file"), "the vocabulary")
+        joiner = cfg.get("decode_model_file")
+        joiner = None if joiner is None else _side_file(d, joiner, "the SentencePiece model")
+        try:
+            pieces = json.loads(vocab.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"directory: {str(vocab)!r} is not valid JSON ({e})") from None
+        special = cfg.get("special_ids")
+        if not isinstance(special, dict) or set(special) != {"pad", "bos", "eos", "unk"}:
+            raise ValueError(
+                f"directory: {_CONFIG} in {str(d)!r} has no special_ids "
+                '{"pad": ID, "bos": ID, "eos": ID, "unk": ID}'
+            )
+        try:
+            return cls(
+                model.read_bytes(),
+                pieces,
+                pad_id=special["pad"],
+                bos_id=special["bos"],
+                eos_id=special["eos"],
+                unk_id=special["unk"],
+                decode_model=None if joiner is None else joiner.read_bytes(),
+                language_codes=bool(cfg.get("language_codes", False)),
+                target_token=cfg.get("target_token"),
+                prefix=cfg.get("prefix") or (),
+            )
+        except RuntimeError as e:  # SentencePiece's parser
+            raise _corrupt(model, e) from None
+
+    def __repr__(self) -> str:
+        return (
+            f"VocabSentencePieceTokenizer(vocab_size={self.vocab_size}, pad={self.pad_id}, "
+            f"bos={self.bos_id}, eos={self.eos_id}, unk={self.unk_id})"
+        )
+
+
 _KINDS: dict[str, type[Tokenizer]] = {
     WordTokenizer.kind: WordTokenizer,
     SentencePieceTokenizer.kind: SentencePieceTokenizer,
+    VocabSentencePieceTokenizer.kind: VocabSentencePieceTokenizer,
 }
 
 

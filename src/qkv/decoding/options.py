@@ -35,7 +35,10 @@ from typing import Any
 
 from .._errors import SettingError
 
-__all__ = ["Decoding", "default_max_len", "default_output_len"]
+__all__ = ["EARLY_STOPPING", "Decoding", "default_max_len", "default_output_len"]
+
+#: the values of :attr:`Decoding.early_stopping`
+EARLY_STOPPING: tuple[bool | str, ...] = (True, False, "never")
 
 
 def default_output_len(src_len: int) -> int:
@@ -75,6 +78,19 @@ class Decoding:
             the beam. Batching never changes a translation, only the speed.
         chosen_on: where a trained run chose this decoding (``"1000 validation sentences,
             BLEU 39.06"``), recorded in ``decoding.json``; None for any other.
+        early_stopping: when a beam search ends a sentence, as ``transformers`` names it:
+            True (qkv's rule, fairseq's and CTranslate2's) once it has ``beam_size`` finished
+            translations; False (``transformers``' default) once its best live hypothesis,
+            scored at its current length, can no longer beat the worst of its
+            ``beam_size`` best finished ones; ``"never"``: the same, scored at the decode
+            length when ``length_penalty > 0``.
+        forced_eos: the last token a translation may have (its decode length) is ``<eos>``,
+            scored 0 (``transformers``' ``forced_eos_token_id``): a translation cut at the
+            limit ends with ``<eos>`` and has one token less; False: it stops as it is.
+        renormalize: the log-probabilities normalised again after the tokens never generated
+            are removed (``transformers``' ``renormalize_logits``); changes beam scores only.
+        suppress: more token ids never generated (a model's bad words), besides ``<pad>``
+            and the decoder's start token.
 
     Raises:
         SettingError: (a ``ValueError``) a value out of range, named by its field.
@@ -88,6 +104,10 @@ class Decoding:
     output_len_cap: int | None = None
     max_tokens: int = 4096
     chosen_on: str | None = None
+    early_stopping: bool | str = True
+    forced_eos: bool = False
+    renormalize: bool = False
+    suppress: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _int("beam_size", self.beam_size, 1)
@@ -106,6 +126,21 @@ class Decoding:
         _int("max_tokens", self.max_tokens, 1)
         if self.chosen_on is not None and not isinstance(self.chosen_on, str):
             raise SettingError("chosen_on", f"expected a str or None, got {self.chosen_on!r}")
+        if self.early_stopping not in EARLY_STOPPING or not isinstance(
+            self.early_stopping, (bool, str)
+        ):
+            raise SettingError(
+                "early_stopping", f"expected True, False or 'never', got {self.early_stopping!r}"
+            )
+        for key in ("forced_eos", "renormalize"):
+            if not isinstance(getattr(self, key), bool):
+                raise SettingError(key, f"expected a bool, got {getattr(self, key)!r}")
+        ids = self.suppress
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (tuple, list)):
+            raise SettingError("suppress", f"expected a list of token ids, got {ids!r}")
+        for i in ids:
+            _int("suppress", i, 0)
+        object.__setattr__(self, "suppress", tuple(sorted(set(ids))))
 
     # -------------------------------------------------------------- changed copies
     def replace(self, **overrides: Any) -> Decoding:
@@ -168,16 +203,21 @@ class Decoding:
             "length_penalty": self.length_penalty,
             "n_best": self.n_best,
             "no_repeat_ngram": self.no_repeat_ngram,
+            "early_stopping": self.early_stopping,
+            "forced_eos": self.forced_eos,
+            "renormalize": self.renormalize,
+            "suppress": self.suppress,
         }
 
     def beyond_greedy(self) -> dict[str, Any]:
-        """The options set past plain greedy search (a beam, n-best, blocked n-grams), with
-        their values: what an engine that decodes greedily must refuse."""
+        """The options set past plain greedy search (a beam, n-best, blocked n-grams, forced
+        ``<eos>``, suppressed ids), with their values: what an engine that decodes greedily
+        must refuse. The options of the beam's score and end (``length_penalty``,
+        ``early_stopping``, ``renormalize``) change nothing in greedy search."""
         plain = Decoding().search_options()
+        beam_only = ("length_penalty", "early_stopping", "renormalize")
         return {
-            k: v
-            for k, v in self.search_options().items()
-            if k != "length_penalty" and v != plain[k]
+            k: v for k, v in self.search_options().items() if k not in beam_only and v != plain[k]
         }
 
     @property
@@ -186,9 +226,12 @@ class Decoding:
         return self.beam_size == 1 and self.n_best == 1
 
     def describe(self) -> str:
-        """``"greedy"`` or ``"beam 4, length penalty 0.6"`` (and ``", no 3-gram repeated"``)."""
+        """``"greedy"`` or ``"beam 4, length penalty 0.6"`` (and ``", no 3-gram repeated"``,
+        ``", early stopping False"`` when it is not qkv's rule)."""
         how = "greedy" if self.beam_size == 1 else f"beam {self.beam_size}, length penalty "
         how += "" if self.beam_size == 1 else f"{self.length_penalty:g}"
+        if self.beam_size > 1 and self.early_stopping is not True:
+            how += f", early stopping {self.early_stopping}"
         if self.no_repeat_ngram:
             how += f", no {self.no_repeat_ngram}-gram repeated"
         return how
@@ -200,7 +243,7 @@ class Decoding:
         default = Decoding()
         keep = ("beam_size", "length_penalty", "no_repeat_ngram")
         return {
-            f.name: getattr(self, f.name)
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
             for f in dataclasses.fields(self)
             if f.name in keep or getattr(self, f.name) != getattr(default, f.name)
         }

@@ -15,6 +15,12 @@ beams (until then a finished sentence's beams are dead, -inf).
 The padding and begin-of-sequence tokens (``pad_id``, default 0, and ``bos_id``) are never
 generated: their log-probabilities are set to -inf at every step, after the softmax, so the
 scores stay the model's own log-probabilities (as Hugging Face's suppressed tokens).
+
+Three options give ``transformers``' ``generate`` rules, for the models ``qkv import`` reads
+(:class:`~qkv.decoding.Decoding`'s ``early_stopping``, ``forced_eos``, ``renormalize``; their
+defaults are qkv's own rules): when a beam search ends a sentence, ``<eos>`` forced as the last
+token a translation may have (scored 0), and the log-probabilities normalised again after the
+suppressed tokens are removed.
 """
 
 from __future__ import annotations
@@ -164,6 +170,16 @@ def _suppress(scores: Tensor, banned: _Banned) -> Tensor:
     return scores.index_fill_(1, banned.index, float("-inf"))
 
 
+def _force_eos(scores: Tensor, last: Tensor, eos_id: int) -> Tensor:
+    """``scores`` ``(rows, V)`` where the rows ``last`` ``(rows,)`` (bool) give every token
+    -inf but ``<eos>``, which gets 0 (``transformers``' forced EOS: not its log-probability),
+    in place; the others as they are."""
+    if bool(last.any()):
+        scores[last] = float("-inf")
+        scores[last, eos_id] = 0.0
+    return scores
+
+
 _ARGMAX_BLOCK = 64
 
 
@@ -278,6 +294,7 @@ def greedy_search(
     use_cache: bool = True,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    forced_eos: bool = False,
     max_len: OutputLen | None = None,
 ) -> list[list[int]]:
     """The most likely next token at every step, for each sentence of the batch.
@@ -285,7 +302,8 @@ def greedy_search(
     Shapes: src ``(B, Ls)`` token ids, src_valid_lens ``(B,)`` or None, max_output_len an int
     or ``(B,)`` (each sentence's own limit).  Returns, per sentence, at most its
     ``max_output_len`` token
-    ids, without BOS and EOS.  ``pad_id`` (None: none) and ``bos_id`` are never chosen, nor
+    ids, without BOS and EOS (with ``forced_eos``, the last token allowed is EOS: at most
+    ``max_output_len - 1``).  ``pad_id`` (None: none) and ``bos_id`` are never chosen, nor
     (``no_repeat_ngram=n > 0``) a token that would repeat an n-gram.
     """
     src, vl = _check_inputs(model, src, src_valid_lens)
@@ -308,6 +326,8 @@ def greedy_search(
             logits, state = _step(model, rows, t, state, state0, use_cache)
             logits = _block_repeats(_suppress(logits, banned), rows, t, no_repeat_ngram)
             nxt = _argmax(logits).masked_fill(finished, eos_id)
+            if forced_eos:
+                nxt = nxt.masked_fill(lim == t + 1, eos_id)
             rows[:, t + 1] = nxt
             finished |= (nxt == eos_id) | (lim <= t + 1)  # EOS, or the row's own limit
             n_done = int(finished.sum())
@@ -353,6 +373,9 @@ def beam_search(
     use_cache: bool = True,
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
+    early_stopping: bool | str = True,
+    forced_eos: bool = False,
+    renormalize: bool = False,
     max_len: OutputLen | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences.
@@ -361,8 +384,11 @@ def beam_search(
     extensions are ranked; those ending in EOS among the first ``beam_size`` are finished with the
     score ``sum(log p) / length ** length_penalty`` (``length`` counts the EOS), and the best
     ``beam_size`` others live on.  A sentence is done when it has ``beam_size`` finished
-    hypotheses (fairseq's rule); at its ``max_output_len`` (an int, or one per sentence ``(B,)``) its
-    live hypotheses are finished as they are.
+    hypotheses (fairseq's rule, ``early_stopping=True``; False and ``"never"`` are
+    ``transformers``' rules, see :class:`~qkv.decoding.Decoding`); at its ``max_output_len``
+    (an int, or one per sentence ``(B,)``) its live hypotheses are finished as they are, or,
+    with ``forced_eos``, its last token is EOS, scored 0.  ``renormalize`` normalises the
+    log-probabilities again once the tokens never generated are removed.
 
     ``pad_id`` (None: none) and ``bos_id`` are never generated: their log-probabilities are -inf
     after the softmax, so scores remain the model's log-probabilities; with
@@ -377,10 +403,17 @@ def beam_search(
     _int("eos_id", eos_id, 0)
     banned = _Banned(_banned(pad_id, bos_id, eos_id, suppress), src.device)
     # the options checked as every decoding is: one value, one set of rules
-    options = Decoding(beam_size=beam_size, length_penalty=length_penalty, n_best=n_best)
+    options = Decoding(
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        n_best=n_best,
+        early_stopping=early_stopping,
+        forced_eos=forced_eos,
+        renormalize=renormalize,
+    )
     K, alpha = options.beam_size, options.length_penalty
     B, dev = src.shape[0], src.device
-    finished = _Finished(B, alpha)
+    finished = _Finished(B, K, alpha, options.early_stopping)
     with _EvalMode(model):
         state = model.init_state(_encode(model, src, vl), vl, use_cache=use_cache, capacity=T)
         # every sentence's row repeated K times: rows b*K .. b*K+K-1 are its beams; with a
@@ -404,6 +437,10 @@ def beam_search(
             if rows_now is not tokens:  # one row per sentence: its log-probabilities K times
                 state, logp = _expand_first_step(model, state, logp, K, repeat)
             logp = _block_repeats(logp, tokens, t, no_repeat_ngram)
+            if renormalize:
+                logp = logp.log_softmax(dim=-1)
+            if forced_eos:
+                logp = _force_eos(logp, (limits == t + 1).repeat_interleave(K), eos_id)
             V = logp.shape[-1]
             Bt = len(ids)  # sentences still in the batch
             # the 2K best of scores + logp over (K, V), best first
@@ -416,6 +453,8 @@ def beam_search(
                 finished.ending_in_eos(fin, top_v, top_beam, tokens, t, ids, done)
             # the K best extensions that are not EOS live on
             live_v, live_j = top_v.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
+            if options.early_stopping is not True:  # transformers' rule: can they do better?
+                finished.settled(live_v[:, 0], t, limits, ids, done)
             scores = live_v.masked_fill(done.unsqueeze(1), float("-inf"))
             if bool(done.all()):
                 break
@@ -458,11 +497,28 @@ def _expand_first_step(
 
 class _Finished:
     """Every sentence's finished hypotheses while searching, as ``(length-normalised score,
-    order finished, token ids)``, and the length penalty ``alpha`` they are scored with."""
+    order finished, token ids)``; the beam ``K``, the length penalty ``alpha`` they are scored
+    with, and when a sentence is done (``early``: :attr:`~qkv.decoding.Decoding.
+    early_stopping`)."""
 
-    def __init__(self, B: int, alpha: float) -> None:
+    def __init__(self, B: int, K: int, alpha: float, early: bool | str = True) -> None:
         self.hyps: list[list[tuple[float, int, list[int]]]] = [[] for _ in range(B)]
-        self.alpha = alpha
+        self.K, self.alpha, self.early = K, alpha, early
+
+    def settled(self, best: Tensor, t: int, limits: Tensor, ids: list[int], done: Tensor) -> None:
+        """``transformers``' end of a sentence (``early_stopping`` False or ``"never"``): a
+        sentence with ``K`` finished hypotheses is ``done`` (set in place) when its best live
+        one (``best`` ``(Bt,)``: the sum of its ``t + 1`` log-probabilities), scored at its
+        length (with ``"never"`` and ``alpha > 0``: at the sentence's limit), is no better than
+        the worst of its ``K`` best finished ones."""
+        for b in (~done).nonzero().flatten().tolist():
+            hyps = self.hyps[ids[b]]
+            if len(hyps) < self.K:
+                continue
+            worst = sorted((h[0] for h in hyps), reverse=True)[self.K - 1]
+            length = int(limits[b]) if self.early == "never" and self.alpha > 0 else t + 1
+            if _penalised(float(best[b]), length, self.alpha) <= worst:
+                done[b] = True
 
     def ending_in_eos(
         self,
@@ -483,7 +539,7 @@ class _Finished:
             score = _penalised(float(top_v[b, j]), t + 1, self.alpha)
             hyps = self.hyps[ids[b]]
             hyps.append((score, len(hyps), tokens[row, 1 : t + 1].tolist()))
-            if len(hyps) >= K:
+            if len(hyps) >= self.K and self.early is True:
                 done[b] = True
 
     def at_limit(
@@ -555,7 +611,8 @@ def search_hypotheses(
         eos_id=eos_id,
         pad_id=pad_id,
         no_repeat_ngram=decoding.no_repeat_ngram,
-        suppress=tuple(suppress),
+        suppress=(*suppress, *decoding.suppress),
+        forced_eos=decoding.forced_eos,
         use_cache=use_cache,
     )
     if decoding.greedy:
@@ -567,6 +624,8 @@ def search_hypotheses(
         beam_size=decoding.beam_size,
         length_penalty=decoding.length_penalty,
         n_best=decoding.n_best,
+        early_stopping=decoding.early_stopping,
+        renormalize=decoding.renormalize,
         **common,
     )
 
@@ -587,6 +646,9 @@ def generate(
     no_repeat_ngram: int = 0,
     suppress: Sequence[int] = (),
     decoding: Decoding | None = None,
+    early_stopping: bool | str = True,
+    forced_eos: bool = False,
+    renormalize: bool = False,
     max_len: OutputLen | None = None,
 ) -> list[list[int]] | list[list[Hypothesis]]:
     """Translate a batch: greedy (``beam_size=1``) or beam search.
@@ -611,8 +673,15 @@ def generate(
             Face's ``no_repeat_ngram_size``); a guard against loops of an undertrained model.
         suppress: more ids never generated, like ``pad_id`` (e.g. ``<unk>`` for a tokenizer
             with byte fallback, which never needs it).
-        decoding: the four search options above as one :class:`Decoding` (then the keywords
-            ``beam_size``, ``length_penalty``, ``n_best`` and ``no_repeat_ngram`` stay unset).
+        decoding: the search options as one :class:`Decoding` (then the keywords
+            ``beam_size``, ``length_penalty``, ``n_best``, ``no_repeat_ngram``,
+            ``early_stopping``, ``forced_eos`` and ``renormalize`` stay unset).
+        early_stopping: when a beam search ends a sentence: True (qkv's rule: ``beam_size``
+            finished), False or ``"never"`` (``transformers``' rules; see :class:`Decoding`).
+        forced_eos: the last token a translation may have is EOS, scored 0 (``transformers``'
+            ``forced_eos_token_id``).
+        renormalize: log-probabilities normalised again after the suppressed tokens are
+            removed (``transformers``' ``renormalize_logits``).
         max_len: the old name of ``max_output_len`` (a ``DeprecationWarning``).
 
     Returns:
@@ -624,7 +693,8 @@ def generate(
         TypeError: ``decoding`` given with search keywords too; no ``max_output_len``.
     """
     given = {"beam_size": beam_size, "length_penalty": length_penalty, "n_best": n_best}
-    given["no_repeat_ngram"] = no_repeat_ngram
+    given |= {"no_repeat_ngram": no_repeat_ngram, "early_stopping": early_stopping}
+    given |= {"forced_eos": forced_eos, "renormalize": renormalize}
     if decoding is None:
         decoding = Decoding(**given)
     else:

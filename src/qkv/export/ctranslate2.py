@@ -89,7 +89,8 @@ def _norm(spec: Any, ln: nn.LayerNorm) -> None:
 def _inputs(spec: Any, stack: nn.Module, rows: int, kind: str) -> None:
     emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     emb.weight = _np(stack.embedding.weight)
-    spec.scale_embeddings = True  # qkv: embedding * sqrt(D), then + positions
+    # qkv: embedding * sqrt(D) (scale_embedding, the default), then + positions
+    spec.scale_embeddings = bool(getattr(stack, "scale_embedding", True))
     if not hasattr(spec, "position_encodings"):  # a rotary decoder spec has no table
         return
     if kind == "sinusoidal":  # interleaved: sin at 2j, cos at 2j+1 (not CTranslate2's own)
@@ -125,7 +126,11 @@ def to_spec(model: nn.Module) -> Any:
             f"model: CTranslate2 takes a Transformer; this is a {kind!r} model (the Bahdanau "
             "GRU model has no CTranslate2 spec): translate it with qkv itself"
         )
-    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    act = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }
     kw: dict[str, Any] = {"pre_norm": c.norm_first, "activation": act[c.activation]}
     if c.pos_encoding == "rotary":  # qkv rotates halves ("rotate half"), self-attention only
         rotary = model.decoder.blks[0].attention1.rotary
@@ -162,7 +167,6 @@ def to_spec(model: nn.Module) -> Any:
         _norm(spec.encoder.layer_norm, enc.norm)
         _norm(spec.decoder.layer_norm, dec.norm)
     _linear(spec.decoder.projection, dec.dense)
-    # qkv's specials keep their strings: <pad>=0 <bos>=1 <eos>=2 <unk>=3
     cfg = spec.config
     cfg.unk_token, cfg.bos_token, cfg.eos_token = "<unk>", "<bos>", "<eos>"
     cfg.decoder_start_token = "<bos>"
@@ -171,8 +175,41 @@ def to_spec(model: nn.Module) -> Any:
     return spec
 
 
+def _special_tokens(spec: Any, src: Tokenizer, tgt: Tokenizer) -> None:
+    """The special tokens' strings CTranslate2 reads, from the tokenizers' own ids (qkv's
+    ``<unk>``, ``<bos>``, ``<eos>``; an imported Marian model's ``<unk>``, ``</s>``, and
+    ``<pad>`` as the decoder's start, with its own embedding row)."""
+    tokens = tgt.tokens()
+    cfg = spec.config
+    cfg.unk_token, cfg.eos_token = tokens[tgt.unk_id], tokens[tgt.eos_id]
+    cfg.bos_token = cfg.decoder_start_token = tokens[tgt.bos_id]
+    if src.tokens()[src.eos_id] != cfg.eos_token:
+        raise ValueError(
+            f"tokenizers: the source's end token {src.tokens()[src.eos_id]!r} is not the "
+            f"target's {cfg.eos_token!r}, which CTranslate2 appends to every source"
+        )
+
+
+def ct2_decoding(decoding: Decoding) -> Decoding:
+    """``decoding`` as the CTranslate2 model's default: its beam search ends a sentence at
+    ``beam_size`` finished translations (``early_stopping=True``, qkv's rule), so a model
+    whose decoding said otherwise (an imported one: ``transformers``' rule) gets that, said
+    once in the log; its beam translations may then differ from ``transformers``' on a few
+    sentences (greedy ones do not)."""
+    if decoding.early_stopping is True:
+        return decoding
+    log.warning(
+        "CTranslate2 ends a beam search at %d finished translations (early_stopping=True); "
+        "the model's early_stopping=%r is not kept in its CTranslate2 export",
+        decoding.beam_size,
+        decoding.early_stopping,
+    )
+    return decoding.replace(early_stopping=True)
+
+
 def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
     spec = to_spec(saved.model)
+    _special_tokens(spec, saved.src_tokenizer, saved.tgt_tokenizer)
     spec.register_source_vocabulary(saved.src_tokenizer.tokens())
     spec.register_target_vocabulary(saved.tgt_tokenizer.tokens())
     spec.validate()
@@ -185,7 +222,7 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
         "version": 1,
         "quantize": quantize,
         "positions": positions_of(saved.model.config),
-        "decoding": Decoding.coerce(saved.decoding).to_dict(),
+        "decoding": ct2_decoding(Decoding.coerce(saved.decoding)).to_dict(),
         "disable_unk": bool(never_generated(saved.tgt_tokenizer)),
     }
     if saved.languages is not None:  # the languages travel with the CTranslate2 model too
@@ -402,26 +439,43 @@ class Ct2Translator(TranslatorBase, CardDisplay):
                 f"n_best: the ctranslate2 engine gives one translation per text, got "
                 f"{decoding.n_best}"
             )
+        if decoding.beam_size > 1 and decoding.early_stopping is not True:
+            raise SettingError(
+                "early_stopping",
+                "the ctranslate2 engine ends a beam search at beam_size finished translations "
+                f"(True), got {decoding.early_stopping!r}",
+            )
+
+    def _suppressed(self, decoding: Decoding) -> list[list[str]]:
+        """The tokens never generated, as CTranslate2's ``suppress_sequences``: the target's
+        padding and start tokens (qkv never generates them) and ``decoding.suppress``."""
+        tok = self.tgt_tokenizer
+        tokens = tok.tokens()
+        ids = {tok.pad_id, tok.bos_id, *decoding.suppress} - {tok.eos_id}
+        return [[tokens[i]] for i in sorted(ids)]
 
     def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Any]]:
         """One ``translate_batch`` call: the sources as qkv's token strings (CTranslate2 adds
         ``<eos>``), ``decoding``'s options, the batch's longest limit (a greedy row is cut to its
-        own, which a shorter limit only cuts); one hypothesis per source, unscored (NaN)."""
+        own, which a shorter limit only cuts); one hypothesis per source, unscored (NaN).
+        ``forced_eos`` (``<eos>`` the last token a translation may have) is a limit one token
+        shorter: the same tokens in greedy search."""
         vocab = self._src_tokens
+        cut = 1 if decoding.forced_eos else 0
         res = self.translator.translate_batch(
             [[vocab[i] for i in row[:-1]] for row in batch.rows],
             beam_size=decoding.beam_size,
             length_penalty=decoding.length_penalty,
-            max_decoding_length=max(batch.limits),
+            max_decoding_length=max(max(batch.limits) - cut, 1),
             min_decoding_length=0,
             max_input_length=0,
             no_repeat_ngram_size=decoding.no_repeat_ngram,
-            suppress_sequences=[["<pad>"], ["<bos>"]],
+            suppress_sequences=self._suppressed(decoding),
             disable_unk=bool(self.options.get("disable_unk")),
             return_scores=False,
         )
         return [
-            [([self._tgt_ids[t] for t in r.hypotheses[0]][:limit], math.nan)]
+            [([self._tgt_ids[t] for t in r.hypotheses[0]][: limit - cut], math.nan)]
             for r, limit in zip(res, batch.limits)
         ]
 

@@ -409,6 +409,8 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
 
     def _check_decoding(self, decoding: Decoding) -> None:
         beyond = decoding.beyond_greedy()
+        for done_here in ("forced_eos", "suppress"):  # what the greedy loop applies itself
+            beyond.pop(done_here, None)
         if beyond:
             raise ValueError(
                 f"{', '.join(beyond)}: the onnx engine decodes greedily (beam 1, one "
@@ -422,7 +424,10 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         import numpy as np
 
         limits = np.array(batch.limits, dtype=np.int64)
-        rows = self._greedy(batch.ids.numpy(), batch.lengths.numpy(), limits)
+        banned = sorted(set(self._banned) | (set(decoding.suppress) - {self.meta["eos_id"]}))
+        rows = self._greedy(
+            batch.ids.numpy(), batch.lengths.numpy(), limits, banned, decoding.forced_eos
+        )
         return [[(ids, math.nan)] for ids in rows]
 
     def generate_ids(
@@ -462,8 +467,11 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
         )
         return one_best_or_all(hyps, 1)
 
-    def _greedy(self, src: Any, src_len: Any, limits: Any) -> list[list[int]]:
-        """qkv's greedy search (:func:`qkv.decoding.greedy_search`) on one padded batch; a
+    def _greedy(
+        self, src: Any, src_len: Any, limits: Any, banned: list[int], forced_eos: bool = False
+    ) -> list[list[int]]:
+        """qkv's greedy search (:func:`qkv.decoding.greedy_search`) on one padded batch, the
+        ``banned`` ids never chosen (and, with ``forced_eos``, EOS the last token allowed); a
         sentence leaves the batch when it ends (its EOS or its limit)."""
         import numpy as np
 
@@ -489,9 +497,11 @@ class OnnxTranslator(TranslatorBase, CardDisplay):
                     "cross_v": cross_v,
                 },
             )
-            if self._banned:
-                logits[:, self._banned] = -np.inf
+            if banned:
+                logits[:, banned] = -np.inf
             nxt = logits.argmax(-1)
+            if forced_eos:
+                nxt[limits[rows] == t + 1] = eos
             t += 1
             ended = nxt == eos
             for r, i in zip(rows[~ended].tolist(), nxt[~ended].tolist()):

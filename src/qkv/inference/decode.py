@@ -45,10 +45,10 @@ def never_generated(tok: Tokenizer) -> list[int]:
 
 
 def _search_batch(
-    model: nn.Module, bos_id: int, eos_id: int, suppress: Sequence[int]
+    model: nn.Module, bos_id: int, eos_id: int, suppress: Sequence[int], pad_id: int | None = 0
 ) -> Callable[[SourceBatch, Decoding], list[list[Hypothesis]]]:
     """``decode_batch(batch, decoding)``: one batch through :func:`qkv.decoding.search_hypotheses`, each
-    sentence stopped at its own limit."""
+    sentence stopped at its own limit; ``pad_id`` is the target's padding (never generated)."""
 
     def decode_batch(batch: SourceBatch, decoding: Decoding) -> list[list[Hypothesis]]:
         return search_hypotheses(
@@ -58,6 +58,7 @@ def _search_batch(
             max_output_len=batch.limits,
             bos_id=bos_id,
             eos_id=eos_id,
+            pad_id=pad_id,
             decoding=decoding,
             suppress=suppress,
         )
@@ -114,7 +115,7 @@ class ModelEngine(TranslatorBase):
 
     def _decode_batch(self, batch: SourceBatch, decoding: Decoding) -> list[list[Hypothesis]]:
         tgt = self.tgt_tokenizer
-        decode = _search_batch(self.model, tgt.bos_id, tgt.eos_id, never_generated(tgt))
+        decode = _search_batch(self.model, tgt.bos_id, tgt.eos_id, never_generated(tgt), tgt.pad_id)
         return decode(batch, decoding)
 
 
@@ -129,13 +130,15 @@ def generate_ids(
     positions: int | None = None,
     suppress: Sequence[int] = (),
     progress: Callable[[int], None] | None = None,
+    pad_id: int | None = 0,
 ) -> list[Any]:
     """Decode many sources, batched by length, returned in input order.
 
     Args:
         model: an :class:`~qkv.nn.seq2seq.EncoderDecoder`.
         src_ids: one id list per sentence, ``<eos>`` already appended.
-        bos_id, eos_id: the target's special ids.
+        bos_id, eos_id: the target's special ids (``pad_id``: its padding, never generated;
+            qkv's 0 by default).
         decoding: how (default: greedy); its ``max_tokens`` sizes the batches (source
             positions times the beam) and :meth:`~qkv.inference.Decoding.output_limit` each
             sentence's length, so a translation never depends on the sentences batched with it.
@@ -155,7 +158,7 @@ def generate_ids(
         src_ids,
         limits,
         dec,
-        _search_batch(model, bos_id, eos_id, suppress),
+        _search_batch(model, bos_id, eos_id, suppress, pad_id),
         device=device,
         eos_id=eos_id,
         progress=progress,

@@ -417,24 +417,27 @@ def model_card(
             name), ``"scores"`` (``{name: value or text}``, e.g. ``{"valid BLEU": 31.2}``),
             ``"signatures"`` (``{name: sacreBLEU signature}``), ``"settings"`` (``{name: value}``,
             the training settings), ``"notes"`` (a list of lines), ``"languages"``
-            (``[source, target]`` codes); every key optional.
+            (``[source, target]`` codes), ``"source"`` (where the weights came from: an
+            imported model's Hub name or folder), ``"license"`` (its license, as the source
+            states it; never made up); every key optional.
         model: the model (its architecture is listed from its config).
         decoding: the default decoding, or None.
         use: the lines of its "Use" section (Markdown; ``THIS_FOLDER`` for the folder); None:
             ``qkv translate`` and ``qkv evaluate`` of a qkv model folder.
 
-    When the languages or scores are known, the card starts with Hugging Face's model-card
-    front matter (YAML between ``---`` lines): ``language:`` (source and target),
-    ``metrics:`` (bleu, chrf, as scored), ``library_name: qkv``, ``pipeline_tag:
-    translation``.
+    When the languages, scores or license are known, the card starts with Hugging Face's
+    model-card front matter (YAML between ``---`` lines): ``language:`` (source and target),
+    ``license:``, ``metrics:`` (bleu, chrf, as scored), ``library_name: qkv``,
+    ``pipeline_tag: translation``.
     """
     card = dict(card or {})
-    known = {"title", "data", "scores", "signatures", "settings", "notes", "step", "languages"}
+    known = {"title", "data", "scores", "signatures", "settings", "notes", "step", "languages",
+             "source", "license"}  # fmt: skip
     unknown = set(card) - known
     if unknown:
         raise ValueError(
             f"card: unknown keys {sorted(unknown)}; expected title, data, scores, signatures, "
-            "settings, notes, step, languages"
+            "settings, notes, step, languages, source, license"
         )
     langs = card.get("languages")
     if langs is not None:
@@ -444,14 +447,17 @@ def model_card(
     front = ["---"]
     if langs:
         front += ["language:", *(f"- {c}" for c in dict.fromkeys(langs))]
+    license_ = card.get("license")
+    if license_:
+        front.append(f"license: {license_}")
     metrics = [
         m for m in ("bleu", "chrf") if any(m in str(k).lower() for k in card.get("scores") or {})
     ]
     if metrics:
         front += ["metrics:", *(f"- {m}" for m in metrics)]
     front += ["library_name: qkv", "pipeline_tag: translation", "tags:", "- translation", "---"]
-    # the front matter when it says something of this model (its languages, its metrics)
-    lines = [*front, ""] if (langs or metrics) else []
+    # the front matter when it says something of this model (its languages, license, metrics)
+    lines = [*front, ""] if (langs or metrics or license_) else []
     lines += [f"# {card.get('title') or 'qkv translation model'}", ""]
     lines.append(
         f"A {cfg.get('kind', 'transformer')} translation model saved by qkv {__version__} on "
@@ -463,6 +469,9 @@ def model_card(
             f"Translates {language_name(langs[0])} into {language_name(langs[1])}: "
             f"`{langs[0]}` \u2192 `{langs[1]}`.",
         ]
+    if card.get("source"):
+        lines += ["", "## Source", "", f"Imported from {card['source']}"]
+        lines.append(f"(license: {license_})." if license_ else "(its license is not stated).")
     lines += ["", "## Training data", "", str(card.get("data") or "not recorded")]
     if card.get("step") is not None:
         lines += ["", f"Trained for {card['step']} updates."]

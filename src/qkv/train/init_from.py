@@ -3,7 +3,10 @@
 :func:`load_init` reads the model (:func:`qkv.inference.load_model`, verified) into an
 :class:`InitModel`: its weights, architecture and tokenizers. The run keeps the architecture and
 the vocabulary (:meth:`InitModel.settings` refuses settings that contradict them, before any data
-is read) and starts at update 0 with a fresh optimizer and schedule.
+is read) and starts at update 0 with a fresh optimizer and a fine-tuning schedule
+(:func:`qkv.train.presets.resolve_config` with ``fine_tuning``); the loop validates the
+starting weights as update 0. A model ``qkv import`` wrote is such a model: its tokenizers
+(SentencePiece with its own vocabulary and special ids) and its architecture are kept.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 from torch import nn
 
 from .._errors import SettingError, keyed
-from ..data import Normalizer, Tokenizer
+from ..data import Normalizer, Tokenizer, VocabSentencePieceTokenizer
 from ..inference import CheckpointError, load_model
 from ..inference.saved import MANIFEST
 from .config import TrainConfig
@@ -59,6 +62,8 @@ class InitModel:
         own = {k: v for k, v in mc.items() if k not in ("src_vocab_size", "tgt_vocab_size", "kind")}
         joint = src is tgt
         norm = {Normalizer.book(): "book", Normalizer(): "plain"}.get(src.normalizer)
+        # an imported model's SentencePiece (with its own vocabulary) is a SentencePiece one
+        kind = "sentencepiece" if src.kind == VocabSentencePieceTokenizer.kind else src.kind
         conflicts = []
         # TrainConfig's default kind cannot be told from a choice: only another kind conflicts
         default_kind = TrainConfig.__dataclass_fields__["model"].default
@@ -70,7 +75,7 @@ class InitModel:
             if k not in INIT_MAY_CHANGE and own.get(k) != v
         ]
         for key, given, theirs, unset in (
-            ("tokenizer", config.tokenizer, src.kind, "auto"),
+            ("tokenizer", config.tokenizer, kind, "auto"),
             ("normalizer", config.normalizer, norm, "auto"),
             ("joint_vocab", config.joint_vocab, joint, None),
             ("vocab_size", config.vocab_size, tgt.vocab_size, None),
@@ -92,7 +97,7 @@ class InitModel:
         changes: dict[str, Any] = {
             "model": mc["kind"],
             "model_options": options,
-            "tokenizer": src.kind,
+            "tokenizer": kind,
             "joint_vocab": joint,
         }
         if norm is not None:

@@ -36,7 +36,7 @@ from torch import nn
 
 from .._deps import require
 from .._errors import SettingError
-from ..data import Batch, TokenBatcher
+from ..data import Batch, TokenBatcher, Tokenizer, VocabSentencePieceTokenizer
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
 from ..inference.saved import MANIFEST
@@ -259,6 +259,14 @@ def _subwords(config: TrainConfig) -> str:
     return text
 
 
+def _text_kind(config: TrainConfig, tok: Tokenizer) -> str:
+    """How the run's text is normalised, for its first line: the config's normaliser, or the
+    tokenizer's own SentencePiece normalisation (an imported model's)."""
+    if tok.normalizer is None and tok.kind == VocabSentencePieceTokenizer.kind:
+        return "raw (its SentencePiece normalises)"
+    return config.normalizer
+
+
 def _infinite(batcher: TokenBatcher) -> Iterator[Batch]:
     while True:
         yield from batcher
@@ -349,6 +357,7 @@ class _Run:
         if self.signals is not None:
             self.signals.graceful = True
         state = self.setup.state
+        self._evaluate_start()
         while state.step < self.limit and not self.already_stopped:
             stats = self._step()
             elapsed = time.monotonic() - self.t_start
@@ -391,7 +400,7 @@ class _Run:
             f"{len(data.valid)} valid, {len(data.test)} test, "
             f"{config.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
             f"{' (joint)' if src_tok is tgt_tok else ''}{_subwords(config)}, "
-            f"{config.normalizer} text; "
+            f"{_text_kind(config, src_tok)} text; "
             f"device {self.device}"
             + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
             + f", {torch.get_num_threads()} threads"
@@ -523,6 +532,21 @@ class _Run:
         if over > 0 and step < self.limit:
             self.stopped = state.stopped = "max_minutes"
         return step >= self.limit or self.stopped != "max_steps"
+
+    def _evaluate_start(self) -> None:
+        """A new run from a trained model's weights (``init_from``) validates them first, as
+        update 0, and keeps them as checkpoint 0: the starting point is what fine-tuning must
+        beat, and the final model may be it (not counted against patience)."""
+        setup, state = self.setup, self.setup.state
+        if setup.init is None or setup.resumed_from is not None or state.step != 0:
+            return
+        if self.already_stopped:
+            return
+        if self.info.is_main:
+            self._evaluate(0, scheduled=False)
+            self.window_t0 = time.monotonic()
+        state.last_eval = 0
+        self._checkpoint_if_due(True, False)
 
     def _evaluate_if_due(self, final: bool) -> tuple[bool, bool]:
         """Validate when the cadence or the end says so (rank 0), and stop early when patience

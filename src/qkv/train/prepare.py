@@ -22,7 +22,7 @@ from torch import nn
 from .._deps import require
 from .._errors import SettingError
 from .._folder import MODEL_CONFIG, TOKENIZERS
-from ..data import Split, TokenBatcher, encode_pairs, load_tokenizers, save_tokenizers
+from ..data import Split, TokenBatcher, Tokenizer, encode_pairs, load_tokenizers, save_tokenizers
 from ..data.languages import language_name
 from ..data.prepared import PreparedSplit, is_prepared
 from ..inference import Decoding, position_limits
@@ -271,15 +271,20 @@ def _new_run_data(
             f"read); expected more data, or smaller valid/test sizes",
         )
     run_cfg, preset = resolve_config(
-        config, n_train, device=info.device.type, world_size=info.world_size
+        config,
+        n_train,
+        device=info.device.type,
+        world_size=info.world_size,
+        fine_tuning=init is not None,
     )
     preset_info = preset.to_dict() if preset is not None else None
     if init is not None and preset_info is not None:  # the model is not the preset's
         preset_info["reason"] = (
-            f"preset {preset.name} for the batches and the learning rate: "
-            f"{run_cfg.max_tokens} tokens per batch, peak lr {run_cfg.lr:g}"
+            f"fine-tuning {init.describe()}: its architecture and vocabulary kept; preset "
+            f"{preset.name} for the batches ({run_cfg.max_tokens} tokens), peak lr "
+            f"{run_cfg.lr:g} (a fine-tuning rate), the starting weights validated as update 0"
         )
-        preset_info["notes"] = []
+        preset_info.update(notes=[], model={}, lr=run_cfg.lr)  # the model is the saved one
     toks = init.tokenizers if init is not None else None
     data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks)
     return run_cfg, preset_info, data
@@ -393,6 +398,24 @@ def _model(
     return model_config, model
 
 
+def _special_ids(src: Tokenizer, tgt: Tokenizer) -> dict[str, int]:
+    """The batches' padding, start and end ids: the target tokenizer's (qkv's 0, 1, 2; an
+    imported Marian model's ``<pad>`` as padding and start, ``</s>`` as end). The source's end
+    token is appended to every source: it must be the target's id.
+
+    Raises:
+        SettingError: the two tokenizers end a sentence with different ids (keyed
+            ``init_from``: only an imported model's vocabularies can).
+    """
+    if src.eos_id != tgt.eos_id:
+        raise SettingError(
+            "init_from",
+            f"the source vocabulary ends a sentence with id {src.eos_id} and the target's with "
+            f"{tgt.eos_id}; qkv trains with one end id for both",
+        )
+    return {"pad_id": tgt.pad_id, "bos_id": tgt.bos_id, "eos_id": tgt.eos_id}
+
+
 def _batches(
     config: TrainConfig, data: RunData, model: nn.Module, info: D.DistInfo
 ) -> tuple[TokenBatcher, TokenBatcher]:
@@ -422,6 +445,7 @@ def _batches(
             f"({'--set max_pair_len=N' if limit == config.max_pair_len else '--set ' + POSITION_SETTING + '=N, or another pos_encoding'}) "
             "or check the data"
         )  # fmt: skip
+    ids = _special_ids(src_tok, tgt_tok)
     batcher = TokenBatcher(
         src_ids,
         tgt_ids,
@@ -432,6 +456,7 @@ def _batches(
         rank=info.rank,
         world_size=info.world_size,
         resample=epoch_sampler(config, data),
+        **ids,
     )
     vs, vt = encode_pairs(data.valid, src_tok, tgt_tok, pre_normalized=True)
     valid_batches = TokenBatcher(
@@ -443,6 +468,7 @@ def _batches(
         world_size=1,
         max_pair_len=max(limit, 2),
         truncate=True,
+        **ids,
     )
     return batcher, valid_batches
 

@@ -22,7 +22,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TIERS", "Preset", "choose_preset", "vocab_size_for"]
+__all__ = ["FINE_TUNING_LR", "TIERS", "Preset", "choose_preset", "vocab_size_for"]
+
+#: the peak learning rate of a run that starts from a trained model's weights (``init_from``,
+#: an imported model): an order of magnitude under a from-scratch run's, so the model moves
+#: towards the new data without forgetting what it knew (``benchmarks/finetune.py`` measured
+#: it against 3e-5 and 3e-4 on an imported Marian model)
+FINE_TUNING_LR = 1e-4
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,12 @@ def choose_preset(
 
 
 def resolve_config(
-    config: Any, n_pairs: int, *, device: str = "cpu", world_size: int = 1
+    config: Any,
+    n_pairs: int,
+    *,
+    device: str = "cpu",
+    world_size: int = 1,
+    fine_tuning: bool = False,
 ) -> tuple[Any, Preset | None]:
     """``config`` (a :class:`qkv.train.TrainConfig`) with its automatic settings decided.
 
@@ -195,6 +206,8 @@ def resolve_config(
     options the user did not give come from :func:`choose_preset` (Transformer runs only);
     ``schedule="auto"`` becomes ``"linear"``. ``warmup_steps``, ``eval_every`` and
     ``save_every`` stay None when not given: the loop sets them from the run's planned length.
+    ``fine_tuning`` (a run from a trained model's weights, whose model options are set
+    already): the peak learning rate is :data:`FINE_TUNING_LR` unless given.
 
     Returns:
         ``(resolved config, the preset or None)``.
@@ -244,7 +257,7 @@ def resolve_config(
         if config.max_tokens is None:
             changes["max_tokens"] = preset.max_tokens
         if config.lr is None:
-            changes["lr"] = preset.lr
+            changes["lr"] = FINE_TUNING_LR if fine_tuning else preset.lr
         if config.model == "transformer":
             for key, value in preset.model.items():
                 options.setdefault(key, value)

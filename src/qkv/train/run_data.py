@@ -24,6 +24,7 @@ from ..data import (
     SentencePieceTokenizer,
     Split,
     Tokenizer,
+    VocabSentencePieceTokenizer,
     build_tokenizers,
     bundled_pairs,
     fingerprint,
@@ -451,11 +452,15 @@ def tokenizer_sample_indices(n: int, seed: int, limit: int = TOKENIZER_SAMPLE) -
 def run_normalizer(
     config: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None
 ) -> Normalizer:
-    """The run's normaliser: the one saved with its tokenizers when given, else the one
-    ``config.normalizer`` names (``auto``: the book's for the bundled corpus, else plain)."""
+    """The run's normaliser: the one saved with its tokenizers when given (none for an
+    imported model's, whose SentencePiece models normalise: the text goes to them as it is),
+    else the one ``config.normalizer`` names (``auto``: the book's for the bundled corpus, else
+    plain)."""
     saved = tokenizers[0].normalizer if tokenizers is not None else None
     if saved is not None:
         return saved
+    if tokenizers is not None and tokenizers[0].kind == VocabSentencePieceTokenizer.kind:
+        return Normalizer(unicode_form=None, collapse_whitespace=False)
     bundled = config.data is None
     name = config.normalizer if config.normalizer != "auto" else ("book" if bundled else "plain")
     return _normalizer(name)

@@ -1,0 +1,220 @@
+"""Small MarianMTModel folders made by transformers itself, laid out as OPUS-MT's.
+
+Each folder holds what ``save_pretrained`` writes (``config.json``, ``generation_config.json``,
+``model.safetensors``) and MarianTokenizer's files (``source.spm``, ``target.spm``,
+``vocab.json``, with ``separate_vocabs`` a ``target_vocab.json`` too,
+``tokenizer_config.json``). The SentencePiece models are trained on the spot (unigram,
+SentencePiece's own ``nmt_nfkc`` normalisation, as OPUS-MT's) on pairs of the bundled corpus,
+and each model is trained briefly with transformers' own forward pass and loss, so that it ends
+its sentences and a beam has real choices to make. No network.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from qkv.data import bundled_pairs
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One MarianMTModel configuration."""
+
+    activation: str = "swish"
+    share: bool = True  # share_encoder_decoder_embeddings
+    tie: bool = True  # tie_word_embeddings
+    separate_vocabs: bool = False
+    multi_target: bool = False
+    scale_embedding: bool = True
+
+
+KINDS = {
+    "swish-tied": Kind(),
+    "gelu-untied": Kind(activation="gelu", tie=False),
+    "relu-separate": Kind(activation="relu", share=False),
+    "swish-multi": Kind(multi_target=True),
+    "gelu-noscale-vocabs": Kind(
+        activation="gelu", share=False, separate_vocabs=True, scale_embedding=False
+    ),
+}
+
+MAX_LENGTH = 40  # generation_config.json's max_length (OPUS-MT: 512)
+
+
+def corpus(n_train: int = 600, n_test: int = 80, seed: int = 0):
+    """``(train pairs, test pairs)`` from the bundled English-French corpus, with capitals and
+    punctuation put back the way people write (the corpus is lower-cased and spaced)."""
+    rows = bundled_pairs()
+    rng = random.Random(seed)
+    rows = rng.sample(rows, n_train + n_test)
+
+    def written(text: str) -> str:
+        text = text.replace(" .", ".").replace(" ?", "?").replace(" !", "!").replace(" ,", ",")
+        return text[:1].upper() + text[1:]
+
+    rows = [(written(s), written(t)) for s, t in rows]
+    return rows[:n_train], rows[n_train:]
+
+
+def second_target(text: str) -> str:
+    """A made-up second target language for the multi-target model: the words reversed."""
+    return " ".join(reversed(text.split()))
+
+
+def _spm(texts: list[str], size: int) -> bytes:
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=buf,
+        vocab_size=size,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )  # Marian's: <unk>=0 <s>=1 </s>=2, nmt_nfkc
+    return buf.getvalue()
+
+
+def _pieces(model: bytes) -> list[str]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def _opus_vocab(*piece_lists: list[str], codes=(), pad_first: bool = False) -> dict[str, int]:
+    """OPUS-MT's vocab.json: ``</s>``=0, ``<unk>``=1, the language tokens, every model's
+    pieces (first seen first), ``<pad>`` last (``pad_first``: at 2, so that two separate
+    vocabularies put it at one id, as Marian's one pad_token_id needs)."""
+    vocab = {"</s>": 0, "<unk>": 1}
+    if pad_first:
+        vocab["<pad>"] = 2
+    for t in codes:
+        vocab.setdefault(t, len(vocab))
+    for pieces in piece_lists:
+        for p in pieces:
+            if p not in ("<s>", "</s>", "<unk>"):
+                vocab.setdefault(p, len(vocab))
+    vocab.setdefault("<pad>", len(vocab))
+    return vocab
+
+
+def build_marian(
+    out: Path, name: str, *, steps: int = 250, seed: int = 0
+) -> tuple[Path, list[str]]:
+    """A trained MarianMTModel folder of configuration ``KINDS[name]`` in ``out/name``, and its
+    test sources (a multi-target model's start with ``>>fra<<`` or ``>>deu<<``)."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+    k = KINDS[name]
+    train, test = corpus(seed=seed)
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = [">>fra<<", ">>deu<<"] if k.multi_target else []
+    if k.multi_target:
+        pairs = [(f">>fra<< {s}", t) for s, t in train]
+        pairs += [(f">>deu<< {s}", second_target(t)) for s, t in train]
+    else:
+        pairs = list(train)
+    src_model = _spm([s for s, _ in train], 300)
+    tgt_model = _spm([t for _, t in pairs], 400)
+    (folder / "source.spm").write_bytes(src_model)
+    (folder / "target.spm").write_bytes(tgt_model)
+    if k.separate_vocabs:
+        vocab = _opus_vocab(_pieces(src_model), pad_first=True)
+        tvocab = _opus_vocab(_pieces(tgt_model), pad_first=True)
+        (folder / "target_vocab.json").write_text(json.dumps(tvocab, ensure_ascii=False))
+    else:
+        vocab = tvocab = _opus_vocab(_pieces(src_model), _pieces(tgt_model), codes=codes)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    extra = {"target_vocab_file": str(folder / "target_vocab.json")} if k.separate_vocabs else {}
+    tok = MarianTokenizer(
+        str(folder / "source.spm"),
+        str(folder / "target.spm"),
+        str(folder / "vocab.json"),
+        source_lang="en",
+        target_lang="fr",
+        separate_vocabs=k.separate_vocabs,
+        **extra,
+    )
+    pad = tvocab["<pad>"]
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(tvocab),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        activation_function=k.activation,
+        max_position_embeddings=256,
+        scale_embedding=k.scale_embedding,
+        share_encoder_decoder_embeddings=k.share,
+        tie_word_embeddings=k.tie,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        dropout=0.1,
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed + len(name))
+        model = MarianMTModel(config)
+        with torch.no_grad():  # a final_logits_bias that matters, norms that are not 1 and 0
+            model.final_logits_bias.normal_(0, 0.5)
+            for n, p in model.named_parameters():
+                if "layer_norm" in n:
+                    p.add_(torch.randn_like(p) * 0.1)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        model.train()
+        rng = random.Random(seed)
+        for _ in range(steps):
+            batch = rng.sample(pairs, 32)
+            enc = tok(
+                [s for s, _ in batch],
+                text_target=[t for _, t in batch],
+                padding=True,
+                return_tensors="pt",
+            )
+            labels = enc["labels"].masked_fill(enc["labels"] == pad, -100)
+            loss = model(
+                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=labels
+            ).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    model.generation_config = GenerationConfig(
+        bad_words_ids=[[pad]],
+        bos_token_id=0,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        max_length=MAX_LENGTH,
+        num_beams=4,
+        pad_token_id=pad,
+    )  # OPUS-MT's generation_config.json, with a short max_length
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "README.md").write_text(
+        "---\nlanguage:\n- en\n- fr\nlicense: cc-by-4.0\ntags:\n- translation\n---\n\n# test\n"
+    )
+    sources = [s for s, _ in test]
+    if k.multi_target:
+        sources = [f">>{'fra' if i % 2 else 'deu'}<< {s}" for i, s in enumerate(sources)]
+    return folder, sources

@@ -1,0 +1,153 @@
+"""qkv import against transformers itself: MarianMTModel folders trained briefly by
+transformers (tests/_hf_models.py: swish/gelu/relu, tied and untied, shared and separate
+embeddings and vocabularies, no embedding scale, a multi-target model with >>xxx<< tokens),
+imported, give transformers' source ids, logits (fp32, within 1e-4) and the tokens of
+``model.generate`` with the folder's generation settings, greedy and beam 4, on 80 held-out
+sentences each; exported to CTranslate2 by qkv, the same tokens again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from _hf_models import KINDS
+
+from qkv.interop.importer import import_model
+from qkv.translate import Translator
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def imported(marian_trained, tmp_path_factory) -> dict[str, tuple[Path, Path, list[str]]]:
+    """``{name: (transformers folder, imported qkv folder, test sources)}``."""
+    root = tmp_path_factory.mktemp("imported")
+    out = {}
+    for name, (folder, sources) in marian_trained.items():
+        out[name] = (folder, import_model(folder, root / name).path, sources)
+    return out
+
+
+def _hf(folder: Path):
+    model = transformers.MarianMTModel.from_pretrained(folder).eval()
+    return model, transformers.MarianTokenizer.from_pretrained(folder)
+
+
+def _generated(model, rows: torch.Tensor) -> list[list[int]]:
+    """generate's rows without the start token, <pad> and what follows <eos>."""
+    cfg = model.generation_config
+    out = []
+    for row in rows.tolist()[:]:
+        ids = []
+        for t in row[1:]:
+            if t == cfg.eos_token_id:
+                break
+            if t != cfg.pad_token_id:
+                ids.append(t)
+        out.append(ids)
+    return out
+
+
+def _generate(model, tok, sources: list[str], **options) -> list[list[int]]:
+    enc = tok(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return _generated(model, model.generate(**enc, **options))
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_an_imported_marian_model_computes_what_transformers_computes(imported, name):
+    folder, qkv_folder, sources = imported[name]
+    hf, tok = _hf(folder)
+    tr = Translator.load(qkv_folder)
+    assert len(sources) >= 50
+    # the tokenizer: MarianTokenizer's ids (a multi-target text starts with its >>xxx<<)
+    assert [tr.encode(s) for s in sources] == [tok(s)["input_ids"] for s in sources]
+    # the model: transformers' logits along its own greedy translations
+    enc = tok(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = hf.generate(**enc, num_beams=1)
+        want = hf(**enc, decoder_input_ids=out).logits
+        got = tr.model(enc["input_ids"], out, enc["attention_mask"].sum(1))
+    seen = out != hf.config.pad_token_id
+    seen[:, 0] = True  # the start token is <pad>: its row is compared too
+    assert (got - want)[seen].abs().max().item() < 1e-4
+    # the search: the folder's generation settings (beam 4, max_length, forced EOS, ...)
+    greedy = _generated(hf, out)
+    assert tr.generate(sources, beam_size=1) == greedy
+    beam = _generate(hf, tok, sources)
+    assert tr.decoding.beam_size == 4 and tr.generate(sources) == beam
+    # and the text transformers' pipeline would print
+    texts = tok.batch_decode(hf.generate(**enc), skip_special_tokens=True)
+    assert tr.translate(sources) == texts
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(length_penalty=0.6),
+        dict(length_penalty=2.0),
+        dict(early_stopping=True),
+        dict(early_stopping="never"),
+        dict(num_beams=3, early_stopping="never", length_penalty=-0.5),
+        dict(num_beams=5, max_length=12),
+        dict(num_beams=4, no_repeat_ngram_size=2),
+    ],
+)
+def test_beam_search_ends_as_transformers_ends_it(imported, options):
+    folder, qkv_folder, sources = imported["swish-tied"]
+    hf, tok = _hf(folder)
+    tr = Translator.load(qkv_folder)
+    ours = {
+        "beam_size": options.get("num_beams", 4),
+        "length_penalty": options.get("length_penalty"),
+        "early_stopping": options.get("early_stopping"),
+        "no_repeat_ngram": options.get("no_repeat_ngram_size"),
+        "max_output_len": options["max_length"] - 1 if "max_length" in options else None,
+    }
+    want = _generate(hf, tok, sources, **options)
+    assert tr.generate(sources, **ours) == want
+    if "max_length" in options:  # translations cut at the limit: <eos> forced there
+        assert sum(len(ids) == options["max_length"] - 2 for ids in want) >= 10
+
+
+def test_qkv_own_rule_differs_where_transformers_default_keeps_searching(imported):
+    """The test above can fail: qkv's default end of a beam search (K finished) gives other
+    translations than transformers' early_stopping=False on some of these sentences."""
+    folder, qkv_folder, sources = imported["swish-multi"]
+    hf, tok = _hf(folder)
+    tr = Translator.load(qkv_folder)
+    assert tr.generate(sources, early_stopping=True) != _generate(hf, tok, sources)
+
+
+@pytest.mark.parametrize("name", ["swish-tied", "swish-multi", "gelu-noscale-vocabs"])
+def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, name, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
+
+    folder, qkv_folder, sources = imported[name]
+    hf, tok = _hf(folder)
+    export_ctranslate2(qkv_folder, tmp_path / "ct2")
+    ct2 = Ct2Translator(tmp_path / "ct2")
+    enc = tok(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        greedy = _generated(hf, hf.generate(**enc, num_beams=1))
+    assert ct2.generate(sources, beam_size=1) == greedy
+    # CTranslate2's beam ends at K finished translations: qkv's own rule, which it matches
+    assert ct2.decoding.early_stopping is True and ct2.decoding.beam_size == 4
+    tr = Translator.load(qkv_folder)
+    assert ct2.generate(sources) == tr.generate(sources, early_stopping=True)
+
+
+def test_an_import_decodes_on_the_fast_path(imported):
+    _, qkv_folder, sources = imported["swish-tied"]
+    tr = Translator.load(qkv_folder)
+    ids = torch.tensor([tr.encode(sources[0])])
+    with torch.inference_mode():
+        enc = tr.model.encoder
+        assert enc.why_not_fast_path(ids, torch.tensor([ids.shape[1]])) is None
+        state = tr.model.init_state(tr.model.encode(ids), None, use_cache=True)
+        step = torch.tensor([[tr.tgt_tokenizer.bos_id]])
+        assert tr.model.decoder.why_not_fast_path(step, state) is None
+        tr.model.decode(step, state)
+        assert state.step_plan.unscripted is None  # swish runs in the scripted step too
