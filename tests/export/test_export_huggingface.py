@@ -288,3 +288,34 @@ def test_the_default_decoding_length_is_the_models_limit(runs, tmp_path):
     gen = json.loads((folder / "generation_config.json").read_text())
     assert gen["max_length"] == saved.model.config.max_len
     assert gen["early_stopping"] is True and math.isclose(gen["length_penalty"], 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["swish-tied", "gelu-noscale-vocabs", "swish-multi"])
+def test_an_imported_marian_exports_to_its_own_weights(tmp_path, name):
+    """qkv import then qkv export --format huggingface: the same tensors as the MarianMTModel
+    folder (bit for bit), the same tokenizer ids and the same generated tokens."""
+    from _hf_models import build_marian
+    from safetensors.torch import load_file
+
+    from qkv.interop.importer import import_model
+
+    folder, sources = build_marian(tmp_path, name, steps=60)
+    imported = import_model(folder, tmp_path / "qkv")
+    out = tmp_path / "hf"
+    export_huggingface(imported.path, out)
+    theirs, ours = (load_file(str(f / "model.safetensors")) for f in (folder, out))
+    assert set(ours) == set(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert (
+        json.loads((out / "tokenizer_config.json").read_text())["separate_vocabs"]
+        == (config["separate_vocabs"])
+    )
+    (model, tok), original = _load(out), transformers.MarianTokenizer.from_pretrained(folder)
+    reference = transformers.MarianMTModel.from_pretrained(folder).eval()
+    assert [tok(s).input_ids for s in sources] == [original(s).input_ids for s in sources]
+    with torch.no_grad():
+        for s in sources[:20]:
+            ids = original([s], return_tensors="pt")
+            assert model.generate(**ids).tolist() == reference.generate(**ids).tolist(), s

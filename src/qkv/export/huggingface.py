@@ -245,8 +245,8 @@ def _tokenizer_files(
 ) -> dict[str, bytes]:
     """MarianTokenizer's files for the two tokenizers (one vocabulary when they are one)."""
     source, target = _check_tokenizer("source", src), _check_tokenizer("target", tgt)
-    separate = src is not tgt
     names = src.tokens()
+    separate = src is not tgt and names != tgt.tokens()
     if tgt.tokens()[tgt.unk_id] != names[src.unk_id] or tgt.pad_id != src.pad_id:
         raise _refuse("its two tokenizers name their unknown or padding token differently")
     config: dict[str, Any] = {
