@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.real_corpus import pairs_by_source, split_key
+from benchmarks.real_corpus import pairs_by_source, split_by_groups
 
 A_SOURCES = ("libreoffice-l10n-fr", "cinnamon-l10n")
 B_TEST, A_TEST = 800, 1000
@@ -74,27 +74,6 @@ PEAK_LR, WARMUP = 7e-4, 500
 
 
 # ---------------------------------------------------------------------------- data
-def _split(pairs: list[tuple[str, str]], n_test: int) -> tuple[list, list]:
-    """Near-duplicate groups (:func:`benchmarks.real_corpus.split_key`) shuffled with a fixed
-    seed and taken whole for the test set; the rest shuffled for training."""
-    groups: dict[str, list[int]] = {}
-    for i, (src, _) in enumerate(pairs):
-        groups.setdefault(split_key(src), []).append(i)
-    keys = sorted(groups)
-    rng = random.Random(SEED)
-    rng.shuffle(keys)
-    test: list[int] = []
-    for key in keys:
-        if len(test) + len(groups[key]) <= n_test:
-            test.extend(groups[key])
-        if len(test) == n_test:
-            break
-    taken = set(test)
-    train = [p for i, p in enumerate(pairs) if i not in taken]
-    rng.shuffle(train)
-    return train, [pairs[i] for i in test]
-
-
 def _write_tsv(path: Path, pairs: list[tuple[str, str]]) -> None:
     path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
 
@@ -104,8 +83,8 @@ def domains(work: Path) -> dict[str, Path]:
     by_source = pairs_by_source(verbose=False)
     a = [p for name in A_SOURCES for p in by_source[name]]
     b = [p for name, pairs in sorted(by_source.items()) if name not in A_SOURCES for p in pairs]
-    a_train, a_test = _split(a, A_TEST)
-    b_train, b_test = _split(b, B_TEST)
+    a_train, a_test = split_by_groups(a, A_TEST)
+    b_train, b_test = split_by_groups(b, B_TEST)
     files = {}
     for name, pairs in (
         ("a_train", a_train),

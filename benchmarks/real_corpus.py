@@ -134,6 +134,7 @@ __all__ = [
     "pairs_by_source",
     "parse_mo",
     "parse_po",
+    "split_by_groups",
     "split_key",
     "strip_accelerators",
 ]
@@ -770,9 +771,15 @@ def _load_cached(root: Path, corpus: Corpus = CORPORA["fr"]) -> CorpusPaths | No
     return _paths(root, manifest, corpus)
 
 
-def _split(
-    pairs: list[tuple[str, str]],
+def split_by_groups(
+    pairs: list[tuple[str, str]], n_test: int
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(train, test)``: near-duplicate groups (:func:`split_key`) shuffled with a fixed seed
+    and taken whole for a test set of ``n_test`` pairs; the rest shuffled for training.
+
+    Raises:
+        RuntimeError: the groups cannot fill ``n_test`` pairs exactly.
+    """
     groups: dict[str, list[int]] = {}
     for i, (src, _) in enumerate(pairs):
         groups.setdefault(split_key(src), []).append(i)
@@ -783,13 +790,13 @@ def _split(
     in_test: set[int] = set()
     for key in keys:
         members = groups[key]
-        if len(test_idx) + len(members) <= TEST_SIZE:
+        if len(test_idx) + len(members) <= n_test:
             test_idx.extend(members)
             in_test.update(members)
-        if len(test_idx) == TEST_SIZE:
+        if len(test_idx) == n_test:
             break
-    if len(test_idx) != TEST_SIZE:
-        raise RuntimeError(f"only {len(test_idx)} pairs for a test set of {TEST_SIZE}")
+    if len(test_idx) != n_test:
+        raise RuntimeError(f"only {len(test_idx)} pairs for a test set of {n_test}")
     train = [p for i, p in enumerate(pairs) if i not in in_test]
     rng.shuffle(train)
     return train, [pairs[i] for i in test_idx]
@@ -891,7 +898,7 @@ def _build(root: Path, verbose: bool, corpus: Corpus = CORPORA["fr"]) -> CorpusP
 
     # the control rule guarantees one pair per line and one tab per pair
     assert not any(c in s + t for s, t in pairs for c in "\t\n\r")
-    train, test = _split(pairs)
+    train, test = split_by_groups(pairs, TEST_SIZE)
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "manifest.json").unlink(missing_ok=True)

@@ -35,6 +35,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "starlette": ("starlette", "serve"),
     "uvicorn": ("uvicorn", "serve"),
     "py3langid": ("py3langid", "langid"),
+    "huggingface_hub": ("huggingface_hub", "hf"),
+    "transformers": ("transformers", "hf"),
     "MeCab": ("mecab-python3", "ja"),
     "ipadic": ("ipadic", "ja"),
     "mecab_ko": ("mecab-ko", "ko"),

@@ -88,6 +88,7 @@ def test_a_tensor_larger_than_the_config_allows_is_refused_before_it_is_read(fol
     "change, says",
     [
         ({"model_type": "bart"}, "a 'bart' model; qkv imports Marian"),
+        ({"model_type": "m2m_100"}, "an M2M100/NLLB model needs a fixed position table"),
         ({"activation_function": "gelu_new"}, "activation_function: expected one of"),
         ({"decoder_attention_heads": 2}, "decoder_attention_heads: expected the same value"),
         ({"eos_token_id": 5}, "eos_token_id is 5, and the tokenizer's eos token is id 0"),

@@ -151,3 +151,28 @@ def test_an_import_decodes_on_the_fast_path(imported):
         assert tr.model.decoder.why_not_fast_path(step, state) is None
         tr.model.decode(step, state)
         assert state.step_plan.unscripted is None  # swish runs in the scripted step too
+
+
+def test_an_import_is_served_and_shows_its_attention(imported, tmp_path):
+    """The server and the viewer take the imported folder as it is: LibreTranslate's
+    /translate answers the translator's own translations, /attention the weights."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from qkv.cli import main
+    from qkv.serve import ServeConfig, create_app
+
+    _, qkv_folder, sources = imported["swish-tied"]
+    tr = Translator.load(qkv_folder)
+    app = create_app(tr, ServeConfig(model_dir=str(qkv_folder)))
+    with TestClient(app) as client:
+        langs = client.get("/languages").json()
+        assert {x["code"] for x in langs} == {"en", "fr"}
+        r = client.post("/translate", json={"q": sources[:4], "source": "en", "target": "fr"})
+        assert r.json() == {"translatedText": tr.translate(sources[:4])}
+        a = client.post("/attention", json={"q": sources[0], "source": "en", "target": "fr"})
+        assert a.status_code == 200 and a.json()["attention"]["kinds"]
+    page = tmp_path / "attention.html"
+    assert main(["translate", "--model-dir", str(qkv_folder), "--attention", str(page),
+                 sources[0]]) == 0  # fmt: skip
+    assert page.stat().st_size > 1000
