@@ -333,3 +333,35 @@ def test_a_resampled_batcher_resumes_mid_epoch_exactly():
     assert first != second
     with pytest.raises(ValueError, match="resampled"):
         TokenBatcher(src, tgt, **{**kw, "resample": None}).load_state_dict(state)
+
+
+def test_an_imported_models_tokenizer_samples_through_its_own_vocabulary():
+    """Subword regularisation of an imported (Marian-style) tokenizer: sampled pieces mapped
+    through its vocab.json (</s> 0, <pad> last, a >>xxx<< target token kept whole), the same
+    text back, reproducible per seed, and at times another segmentation than encode's."""
+    from qkv.data import VocabSentencePieceTokenizer
+
+    model = _spm_model(unk_id=1, bos_id=-1, eos_id=0, pad_id=-1, unk_piece="<unk>",
+                       eos_piece="</s>")  # fmt: skip
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    vocab = {"</s>": 0, "<unk>": 1, ">>fra<<": 2, ">>deu<<": 3}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    pad = vocab["<pad>"]
+    tok = VocabSentencePieceTokenizer(
+        model, vocab, pad_id=pad, bos_id=pad, eos_id=0, unk_id=1, language_codes=True,
+        target_token=">>fra<<",
+    )  # fmt: skip
+    texts = _random_texts(200, seed=3) + [">>deu<< " + t for t in _random_texts(50, seed=4)]
+    a = tok.sample_encode(texts, alpha=0.1, seed=7)
+    assert a == tok.sample_encode(texts, alpha=0.1, seed=7)
+    assert a != tok.sample_encode(texts, alpha=0.1, seed=8)
+    plain = [tok.encode_normalized(t) for t in texts]
+    assert sum(x != y for x, y in zip(a, plain)) > 20
+    for text, ids, want in zip(texts, a, plain):
+        assert ids[0] == want[0] == vocab[">>deu<<" if text.startswith(">>deu<<") else ">>fra<<"]
+        assert tok.decode(ids) == tok.decode(want)
+        assert pad not in ids and 0 not in ids
+    with pytest.raises(SettingError, match="subword_alpha"):
+        tok.sample_encode(texts, alpha=0, seed=0)

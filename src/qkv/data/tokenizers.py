@@ -430,29 +430,9 @@ class SentencePieceTokenizer(Tokenizer):
         Returns:
             one id list per text, without ``<bos>``/``<eos>``.
         """
-        kind = self.model_type
-        if kind not in ("unigram", "bpe"):
-            raise SettingError(
-                "subword_alpha",
-                f"SentencePiece samples unigram and BPE models only; this model is {kind!r}",
-            )
-        if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
-            0 < alpha < (1 if kind == "bpe" else math.inf)
-        ):
-            what = "a dropout probability in (0, 1)" if kind == "bpe" else "a number > 0"
-            raise SettingError(
-                "subword_alpha", f"expected {what} for a {kind} model, got {alpha!r}"
-            )
-        if not isinstance(nbest_size, int) or not (nbest_size == -1 or nbest_size >= 2):
-            raise SettingError(
-                "subword_nbest_size", f"expected -1 (all) or an int >= 2, got {nbest_size!r}"
-            )
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         if self._sampler is None:
             self._sampler = SubwordSampler(self._sp, self.model)
-        rng = np.random.default_rng(seed)
-        out = self._sampler.sample(texts, alpha=alpha, nbest_size=nbest_size, rng=rng)
+        out = _sampled(self._sampler, model_type(self.model), texts, alpha, nbest_size, seed)
         if self._to_qkv is not None:
             table = self._to_qkv
             out = [[table[i] for i in ids] for ids in out]
@@ -532,6 +512,36 @@ class SentencePieceTokenizer(Tokenizer):
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
+
+
+def _sampled(
+    sampler: SubwordSampler,
+    kind: str,
+    texts: Sequence[str],
+    alpha: float,
+    nbest_size: int,
+    seed: int,
+) -> list[list[int]]:
+    """``texts`` sampled by ``sampler`` (a SentencePiece model of type ``kind``) with
+    ``alpha``, ``nbest_size`` and ``seed`` checked: the model's own ids."""
+    if kind not in ("unigram", "bpe"):
+        raise SettingError(
+            "subword_alpha",
+            f"SentencePiece samples unigram and BPE models only; this model is {kind!r}",
+        )
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
+        0 < alpha < (1 if kind == "bpe" else math.inf)
+    ):
+        what = "a dropout probability in (0, 1)" if kind == "bpe" else "a number > 0"
+        raise SettingError("subword_alpha", f"expected {what} for a {kind} model, got {alpha!r}")
+    if not isinstance(nbest_size, int) or not (nbest_size == -1 or nbest_size >= 2):
+        raise SettingError(
+            "subword_nbest_size", f"expected -1 (all) or an int >= 2, got {nbest_size!r}"
+        )
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    rng = np.random.default_rng(seed)
+    return sampler.sample(texts, alpha=alpha, nbest_size=nbest_size, rng=rng)
 
 
 def _special_ids_mapped(sp) -> tuple[list[int] | None, list[int] | None]:
@@ -676,6 +686,7 @@ class VocabSentencePieceTokenizer(Tokenizer):
                 f"target_token: expected a token of the vocabulary, got {target_token!r}"
             )
         self.target_token = target_token
+        self._sampler: SubwordSampler | None = None
 
     #: transformers never keeps an imported model from emitting ``<unk>``
     byte_fallback = False
@@ -719,6 +730,29 @@ class VocabSentencePieceTokenizer(Tokenizer):
     def encode_normalized(self, text: str) -> list[int]:
         get, unk = self.vocab.get, self.unk_id
         return self.prefix + [get(p, unk) for p in self._pieces(text)]
+
+    def sample_encode(
+        self, texts: Sequence[str], *, alpha: float, nbest_size: int = -1, seed: int
+    ) -> list[list[int]]:
+        """``texts`` encoded as :meth:`encode_normalized` does with the SentencePiece model's
+        segmentation sampled (as :meth:`SentencePieceTokenizer.sample_encode`): each sampled
+        piece through the vocabulary, a leading ``>>xxx<<`` and the prefix kept as they are."""
+        if self._sampler is None:
+            self._sampler = SubwordSampler(self._sp, self.model)
+        heads, rests = [], []
+        for text in texts:
+            pieces = self._pieces(text[:0])  # the target token a text naming none gets
+            if self.language_codes and text.startswith(">>") and (end := text.find("<<")) != -1:
+                pieces, text = [text[: end + 2]], text[end + 2 :]
+            heads.append(pieces)
+            rests.append(text)
+        kind = model_type(self.model)
+        sampled = _sampled(self._sampler, kind, rests, alpha, nbest_size, seed)
+        get, unk, piece = self.vocab.get, self.unk_id, self._sp.id_to_piece
+        return [
+            self.prefix + [get(p, unk) for p in head] + [get(piece(i), unk) for i in ids]
+            for head, ids in zip(heads, sampled)
+        ]
 
     def tokens(self) -> list[str]:
         return [self._itos.get(i, f"<unused{i}>") for i in range(self.vocab_size)]
