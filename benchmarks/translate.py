@@ -635,6 +635,18 @@ def print_ratios(results: dict) -> None:
             print(f"{name}: {r['case']}: {r['ratio']:.2f}x{verdict}")
 
 
+def _torch_config() -> dict:
+    """torch's GEMM libraries and the CPU it runs on, recorded beside the figures."""
+    cfg = torch.__config__.show()
+    return {
+        "cpu": platform.processor(),
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "blas": next((ln.strip() for ln in cfg.splitlines() if "BLAS_INFO" in ln), ""),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
@@ -645,20 +657,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", default="2,1", help="thread counts, comma-separated")
     p.add_argument("--only", choices=("greedy", "beam"))
     p.add_argument("--batching", default="32,own", help="32 (batch 32), own, or both")
+    p.add_argument(
+        "--marian",
+        action="store_true",
+        help="an OPUS-MT-sized MarianMTModel converted by CTranslate2's converter and imported "
+        "by qkv import, batch 32 (benchmarks.translate_marian)",
+    )
     args = p.parse_args(argv)
     n, steps, repeats = args.sentences, args.out_len, args.repeats
     if args.quick:
         n, steps, repeats = 48, 8, 1
     threads = [int(t) for t in args.threads.split(",")]
     batchings = [b.strip() == "own" for b in args.batching.split(",")]
+    if args.marian:
+        batchings = [False]
     searches = [s for s in ("greedy", "beam 4") if not args.only or s.startswith(args.only)]
     modes = [Mode(s, t, b) for b in batchings for s in searches for t in threads]
     load_start = os.getloadavg()
-    srcs = make_sources(n, 8000)
     print(f"torch {torch.__version__}, threads {threads}, {platform.machine()}, load {load_start}")
     results = {}
     with tempfile.TemporaryDirectory() as d:
-        setup = Setup(steps, Path(d))
+        if args.marian:
+            from .translate_marian import MarianSetup
+
+            setup: Setup | MarianSetup = MarianSetup(steps, Path(d))
+            srcs = make_sources(n, setup.vocab_size)
+        else:
+            setup, srcs = Setup(steps, Path(d)), make_sources(n, 8000)
         for mode in modes:
             torch.set_num_threads(mode.threads)
             systems = setup.systems(mode)
@@ -670,6 +695,8 @@ def main(argv: list[str] | None = None) -> None:
         meta = {"torch": torch.__version__, "threads": threads, "sentences": n, "out_len": steps}
         meta |= {"batch": 32, "budget_tokens": BUDGET, "repeats": repeats}
         meta |= {"machine": platform.machine(), "load_average_at_start": load_start}
+        meta |= {"model": "marian (benchmarks.translate_marian)" if args.marian else "qkv"}
+        meta |= {"torch_config": _torch_config()}
         meta |= {"load_average_at_end": os.getloadavg()}
         Path(args.json).write_text(json.dumps(meta | {"results": results}, indent=1) + "\n")
 

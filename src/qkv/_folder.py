@@ -18,6 +18,11 @@ what ``qkv export`` writes for another engine. Inside it::
     ctranslate2/        a CTranslate2 model (its model.bin)                   (CT2_DIR)
     encoder.onnx, decoder_step.onnx, onnx.json   ONNX graphs                  (ONNX_FILES)
 
+A Hugging Face export (``qkv export --format huggingface``) holds ``transformers``' files
+instead, beside its manifest: ``config.json``, ``generation_config.json``, the weights and the
+card under the names above, and MarianTokenizer's ``source.spm``, ``target.spm``,
+``vocab.json`` (``target_vocab.json``) and ``tokenizer_config.json`` (:data:`HF_FILES`).
+
 A prepared corpus (:mod:`qkv.data.prepared`) has a :data:`MANIFEST` of that name too. Which
 files a folder of each kind holds, and how they are verified, is :mod:`qkv.inference.saved`'s
 (reading) and :mod:`qkv.inference.writing`'s (writing); the names are spelled here only. The
@@ -37,6 +42,14 @@ __all__ = [
     "CT2_WEIGHTS",
     "DECODING",
     "FOLDER_NAMES",
+    "HF_CONFIG",
+    "HF_FILES",
+    "HF_GENERATION",
+    "HF_SOURCE_SPM",
+    "HF_TARGET_SPM",
+    "HF_TARGET_VOCAB",
+    "HF_TOKENIZER_CONFIG",
+    "HF_VOCAB",
     "MANIFEST",
     "MODEL_CONFIG",
     "MODEL_MARKS",
@@ -78,6 +91,22 @@ CT2_DIR, CT2_WEIGHTS, CT2_OPTIONS = "ctranslate2", "model.bin", "qkv.json"
 #: the ONNX graphs and their settings (``qkv export --format onnx``)
 ONNX_CONFIG = "onnx.json"
 ONNX_FILES: tuple[str, ...] = ("encoder.onnx", "decoder_step.onnx", ONNX_CONFIG)
+#: a Hugging Face folder's model config and generation config (``transformers``' names)
+HF_CONFIG, HF_GENERATION = "config.json", "generation_config.json"
+#: MarianTokenizer's files: the SentencePiece models of each side, the vocabulary (the
+#: target's own with separate vocabularies) and the tokenizer's config
+HF_SOURCE_SPM, HF_TARGET_SPM = "source.spm", "target.spm"
+HF_VOCAB, HF_TARGET_VOCAB = "vocab.json", "target_vocab.json"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_FILES: tuple[str, ...] = (
+    HF_CONFIG,
+    HF_GENERATION,
+    HF_SOURCE_SPM,
+    HF_TARGET_SPM,
+    HF_VOCAB,
+    HF_TARGET_VOCAB,
+    HF_TOKENIZER_CONFIG,
+)
 
 #: every name a folder qkv writes may hold (a temporary folder a killed writer left is removed
 #: only when it holds no other)
@@ -96,6 +125,7 @@ FOLDER_NAMES = frozenset(
         CARD_DATA,
         CT2_DIR,
         *ONNX_FILES,
+        *HF_FILES,
     }
 )
 #: what resuming a run reads of a checkpoint (each listed in its manifest)

@@ -109,3 +109,30 @@ def test_the_command_line_fine_tunes_an_import(imported, domain, tmp_path, capsy
 def test_settings_that_contradict_an_import_are_refused(imported, domain, tmp_path):
     with pytest.raises(ValueError, match="tokenizer: the model's 'sentencepiece', given 'word'"):
         train(_config(domain, tokenizer="word"), tmp_path, init_from=imported, progress=False)
+
+
+def test_fine_tuning_an_import_with_subword_sampling(imported, domain, tmp_path, monkeypatch):
+    """--subword-alpha on an import: each epoch's training ids are sampled through the model's
+    own vocabulary (they differ from the plain encoding and stay in the vocabulary), and the
+    run trains."""
+    from qkv.train import prepare
+
+    real, seen = prepare.TokenBatcher, []
+
+    def spy(*args, **kw):
+        if kw.get("resample") is not None:
+            seen.append(kw["resample"](0))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prepare, "TokenBatcher", spy)
+    result = train(_config(domain, subword_alpha=0.1), tmp_path, init_from=imported,
+                   progress=False)  # fmt: skip
+    assert result.final_model.is_dir() and len(seen) == 1
+    start = load_model(imported)
+    src, tgt = start.src_tokenizer, start.tgt_tokenizer
+    sampled_src, sampled_tgt = seen[0]
+    assert all(0 <= i < src.vocab_size for ids in sampled_src for i in ids)
+    assert all(i not in (tgt.pad_id, tgt.eos_id) for ids in sampled_tgt for i in ids)
+    pairs = [line.split("\t") for line in domain.read_text().splitlines()]
+    plain = {tuple(src.encode(s)) for s, _ in pairs}
+    assert sum(tuple(ids) not in plain for ids in sampled_src) > 10

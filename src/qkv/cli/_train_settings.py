@@ -77,6 +77,24 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
         "prepare the data file into OUT/data first (as qkv prepare does) and train from there "
         "with flat memory: auto, always or never",
     ),
+    "--tokenizer": (
+        "tokenizer_model",
+        str,
+        "an existing SentencePiece model used as it is instead of training one: one .model "
+        "file for both sides (one vocabulary), or two (--tokenizer src.model tgt.model)",
+    ),
+    "--subword-alpha": (
+        "subword_alpha",
+        float,
+        "subword regularisation while training: each epoch samples a new segmentation of "
+        "the training text with SentencePiece (unigram: smoothing, 0.1 suggested; BPE: "
+        "BPE-dropout probability); never at validation or translation; 0: off",
+    ),
+    "--subword-nbest-size": (
+        "subword_nbest_size",
+        int,
+        "unigram sampling from the N best segmentations (-1: all); SentencePiece's nbest_size",
+    ),
     "--model": ("model", str, "transformer or bahdanau"),
     "--preset": ("preset", str, "auto, none, or a tier name (docs/train.md)"),
     "--max-steps": ("max_steps", int, "the most optimizer updates"),
@@ -119,6 +137,7 @@ _AUTO_MEANS: dict[str, str] = {
     "prepare_data": "a file above {prepare_mib} MiB of text (times the torchrun processes)",
     "src_column": "src or source",
     "tgt_column": "tgt or target",
+    "tokenizer_model": "one trained on the data",
     "preset": "from the corpus, budget and device",
     "max_steps": "{max_steps}; with --max-minutes, no limit but the clock",
     "max_minutes": "no time limit",
@@ -218,6 +237,14 @@ def _files_and_pair(flags: dict[str, Any], pair: str | None) -> None:
         langs = (src, tgt)
         flags.setdefault("src_lang", src)
         flags.setdefault("tgt_lang", tgt)
+    models = flags.get("tokenizer_model")
+    if isinstance(models, list):  # one SentencePiece model, or one per side
+        if len(models) > 2:
+            raise SettingError(
+                "tokenizer_model",
+                f"expected one SentencePiece model, or two (source, target), got {len(models)}",
+            )
+        flags["tokenizer_model"] = models[0] if len(models) == 1 else models
     for key in ("data", "valid_data", "test_data"):
         files = flags.get(key)
         if not isinstance(files, list):

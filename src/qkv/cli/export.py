@@ -17,21 +17,46 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """``qkv export``'s sub-parser."""
     p = subparsers.add_parser(
         NAME,
-        help="write a trained model for deployment: inference-only, CTranslate2 or ONNX",
+        help="write a trained model for deployment: inference-only, CTranslate2, ONNX or "
+        "Hugging Face transformers",
         description="Write a saved model (a qkv train --out folder: its final model, else its "
         "best checkpoint; or a checkpoint folder) to --out: weights, config, tokenizers, its "
         "decoding and a README.md model card, no training state (--format qkv; every qkv "
         "command reads it), plus a CTranslate2 model in OUT/ctranslate2 (--format "
-        "ctranslate2, the ct2 extra), or ONNX graphs (--format onnx).",
+        "ctranslate2, the ct2 extra), or ONNX graphs (--format onnx); or a Hugging Face "
+        "folder (--format huggingface) that transformers' AutoModelForSeq2SeqLM, "
+        "AutoTokenizer and pipeline('translation') load, generating the tokens qkv translate "
+        "does with the model's decoding: a post-norm Transformer as a MarianMTModel, a "
+        "pre-norm one as a PegasusForConditionalGeneration (both with sinusoidal positions), "
+        "its SentencePiece models as a MarianTokenizer (source.spm, target.spm, vocab.json), "
+        "and a model card ready for the Hub (--license, --metrics); writing it needs no "
+        "transformers.",
     )
     p.add_argument("--model-dir", required=True, help="a qkv train --out folder or a model folder")
     p.add_argument("--out", required=True, help="the folder to write (new or empty)")
     p.add_argument(
         "--format",
-        choices=("qkv", "ctranslate2", "onnx"),
+        choices=("qkv", "ctranslate2", "onnx", "huggingface"),
         default="qkv",
         help="qkv (default): an inference-only model folder; ctranslate2: also a CTranslate2 "
-        "model; onnx: the encoder and one decoder step as ONNX graphs",
+        "model; onnx: the encoder and one decoder step as ONNX graphs; huggingface: a "
+        "transformers folder (MarianMTModel or PegasusForConditionalGeneration, "
+        "MarianTokenizer, generation_config.json from the model's decoding, a Hub model card)",
+    )
+    p.add_argument(
+        "--license",
+        metavar="ID",
+        help="with --format huggingface: the license of the weights for the card's front "
+        "matter, as the Hub names them (apache-2.0, mit, cc-by-4.0, other); qkv never "
+        "invents one: without it the card has none",
+    )
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="FILE",
+        help="with --format huggingface: scores for the card (its metrics and model-index), "
+        "each file the output of qkv evaluate --json (qkv evaluate --model-dir M --data "
+        "test.tsv --json > test.json); data files are named, never shown by path",
     )
     p.add_argument(
         "--quantize",
@@ -56,6 +81,11 @@ def _check_out(args: argparse.Namespace) -> Path:
 
     if args.quantize is not None and args.format != "ctranslate2":
         raise ValueError(f"--quantize: only for --format ctranslate2 (got --format {args.format})")
+    for flag in ("license", "metrics"):
+        if getattr(args, flag) is not None and args.format != "huggingface":
+            raise ValueError(
+                f"--{flag}: only for --format huggingface (got --format {args.format})"
+            )
     return check_out(args.out, args.force, (Path(args.model_dir),))
 
 
@@ -76,12 +106,19 @@ def run(args: argparse.Namespace) -> int:
             from ..export.onnx import export_onnx
 
             path = export_onnx(saved, out, force=args.force)
+        elif args.format == "huggingface":
+            from ..export.huggingface import export_huggingface
+
+            path = export_huggingface(
+                saved, out, license=args.license, metrics=args.metrics or (), force=args.force
+            )
         else:
             from ..export import export_model
 
             path = export_model(saved, out, force=args.force)
     except user_errors() as e:
-        return fail(NAME, named_by_flag(e, {"out": "--out"}))
+        flags = {k: f"--{k}" for k in ("out", "license", "metrics", "format")}
+        return fail(NAME, named_by_flag(e, flags))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
     return 0

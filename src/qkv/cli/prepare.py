@@ -35,6 +35,7 @@ PREPARE_FLAGS = (
     "--src-column",
     "--tgt-column",
     "--max-skipped",
+    "--tokenizer",
 )
 
 
@@ -56,7 +57,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         key, typ, text = TRAIN_FLAGS[name]
         shown = with_default(text, lambda k=key: train_flag_default(k))
         kw: dict[str, Any] = {"type": typ, "default": argparse.SUPPRESS, "help": shown}
-        if name in ("--data", "--valid", "--test"):
+        if name in ("--data", "--valid", "--test", "--tokenizer"):
             kw |= {"nargs": "+", "metavar": "FILE"}
         p.add_argument(name, **kw)
     p.add_argument("--pair", metavar="SRC-TGT", help="the language pair (as qkv train --pair)")

@@ -30,7 +30,7 @@ NAME = "train"
 
 MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
 #: the flags that take one file or two aligned files
-_FILES = ("--data", "--valid", "--test")
+_FILES = ("--data", "--valid", "--test", "--tokenizer")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

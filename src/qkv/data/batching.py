@@ -11,6 +11,11 @@
 * **Resumable.** ``state_dict()`` is the data position ``{"epoch", "batch_index", ...}`` (the
   number of batches already handed out in that epoch); a checkpoint stores it and
   ``load_state_dict`` makes the next iteration yield exactly the batches that remained.
+* **Resampled.** With ``resample`` (subword sampling while training), every epoch's batches
+  are cut from that epoch's ids, ``resample(epoch)``; an example whose resampled side would not
+  fit (``max_pair_len``, ``max_tokens``) keeps its own ids that epoch, so the examples kept are
+  the same every epoch. A resumed epoch asks for its ids again: a ``resample`` that draws from
+  its epoch alone (a seed made of it) resumes exactly.
 * **Sharded.** With ``rank``/``world_size`` (default: the ``RANK``/``WORLD_SIZE`` that torchrun
   sets) every rank builds the same epoch plan and takes every ``world_size``-th batch. Like
   ``DistributedSampler``, the plan is padded to a multiple of ``world_size`` by repeating its
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -111,6 +116,10 @@ class TokenBatcher:
         pad_id, bos_id, eos_id: special ids (qkv's vocabularies use 0, 1, 2).
         max_len: the old name of ``max_pair_len`` (a ``DeprecationWarning``; ``max_len`` is a
             model's position table everywhere else in qkv).
+        resample: ``fn(epoch) -> (src_ids, tgt_ids)``, the ids of every input example for that
+            epoch (aligned with ``src_ids``/``tgt_ids``, as subword sampling gives them), or None:
+            the same ids every epoch. Which examples are kept is decided from ``src_ids`` and
+            ``tgt_ids``; a resampled side that would not fit keeps its own ids that epoch.
 
     Raises:
         ValueError: an example alone exceeds ``max_tokens`` (raise it, or set
@@ -135,6 +144,8 @@ class TokenBatcher:
         bos_id: int = Vocab.bos_id,
         eos_id: int = Vocab.eos_id,
         max_len: int | None = None,
+        resample: Callable[[int], tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]]
+        | None = None,
     ) -> None:
         if max_len is not None:
             if max_pair_len is not None:
@@ -159,6 +170,8 @@ class TokenBatcher:
         self.src_eos, self.truncate = src_eos, truncate
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self._src, self._tgt = src_ids, tgt_ids
+        self._resample, self._own = resample, (src_ids, tgt_ids)
+        self._ids_epoch: int | None = None  # the epoch whose resampled ids are loaded
         n_in = len(src_ids)
         ls, lt, dropped = self._kept_lengths()
         self._n = n_kept = len(ls)
@@ -251,6 +264,8 @@ class TokenBatcher:
         if self._batches_cache is not None and self._batches_cache[0] == epoch:
             return self._batches_cache[1]
         self._batches_cache = None  # the old plan's arrays freed before the new one is built
+        if self._resample is not None and self._ids_epoch != epoch:
+            self._load_epoch_ids(epoch)
         plan = self._all_batches(epoch)
         if self.world_size > 1:
             if len(plan) < self.world_size:
@@ -265,6 +280,30 @@ class TokenBatcher:
             plan = _EpochBatches(plan.order, plan.bounds, visit[self.rank :: self.world_size])
         self._batches_cache = (epoch, plan)
         return plan
+
+    def _load_epoch_ids(self, epoch: int) -> None:
+        """Take ``resample(epoch)``'s ids (a side too long for ``max_pair_len`` or
+        ``max_tokens`` keeps its own) and the lengths the epoch's plan is cut from."""
+        src, tgt = self._resample(epoch)  # type: ignore[misc]
+        own_src, own_tgt = self._own
+        if len(src) != len(own_src) or len(tgt) != len(own_tgt):
+            raise ValueError(
+                f"resample({epoch}) gave {len(src)} and {len(tgt)} examples; expected "
+                f"{len(own_src)} of each, aligned with src_ids and tgt_ids"
+            )
+        extra = 1 if self.src_eos else 0
+        top = min(self.max_pair_len or self.max_tokens, self.max_tokens)
+        room_s, room_t = top - extra, top - 1
+        src = [s if len(s) <= room_s else own_src[i] for i, s in enumerate(src)]
+        tgt = [t if len(t) <= room_t else own_tgt[i] for i, t in enumerate(tgt)]
+        kept = self._original(np.arange(self._n, dtype=np.int64)).tolist()
+        ls = np.fromiter((len(src[i]) + extra for i in kept), dtype=np.int32, count=len(kept))
+        lt = np.fromiter((len(tgt[i]) + 1 for i in kept), dtype=np.int32, count=len(kept))
+        np.minimum(ls, top, out=ls)  # truncate=True: own ids longer than that are cut
+        np.minimum(lt, top, out=lt)
+        self._src, self._tgt = src, tgt
+        self._ls, self._lt = _compact(ls, lt)
+        self._ids_epoch = epoch
 
     def __len__(self) -> int:
         """Batches of this rank in the current epoch."""
@@ -305,6 +344,7 @@ class TokenBatcher:
             "max_pair_len": self.max_pair_len,
             "truncate": self.truncate,
             "src_eos": self.src_eos,
+            "resampled": self._resample is not None,
         }
 
     def state_dict(self) -> dict:

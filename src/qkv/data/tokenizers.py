@@ -3,8 +3,9 @@ model's SentencePiece with its own vocabulary.
 
 Every tokenizer has the same surface and says its special ids (``pad_id``, ``bos_id``,
 ``eos_id``, ``unk_id``): qkv's own those of :mod:`qkv.data.vocab` (``<pad>``=0, ``<bos>``=1,
-``<eos>``=2, ``<unk>``=3), an imported model's (:class:`VocabSentencePieceTokenizer`) its
-vocabulary's:
+``<eos>``=2, ``<unk>``=3; a SentencePiece model trained elsewhere keeps its pieces and
+segmentation, its special pieces mapped to those ids), an imported model's
+(:class:`VocabSentencePieceTokenizer`) its vocabulary's:
 
 * ``encode(text) -> list[int]`` normalises ``text`` with the tokenizer's :class:`Normalizer`
   (if any) and maps it to ids, without ``<bos>``/``<eos>`` (batching adds those);
@@ -22,13 +23,18 @@ from __future__ import annotations
 import copy
 import io
 import json
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
+
+from .._errors import SettingError
 from .languages import language_code
 from .normalize import Normalizer
+from .subwords import SubwordSampler, model_type
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
 _SPECIAL_SET = frozenset(SPECIALS)
@@ -102,6 +108,18 @@ class Tokenizer(ABC):
         :meth:`encode` (a word the vocabulary lacks, or the text of a special token, is
         ``"<unk>"``), so that ``[tokens().index(t) for t in to_tokens(x)] == encode(x)``."""
         raise NotImplementedError(f"{type(self).__name__} does not split text into tokens")
+
+    def sample_encode(
+        self, texts: Sequence[str], *, alpha: float, nbest_size: int = -1, seed: int
+    ) -> list[list[int]]:
+        """Encode normalised ``texts`` with subword sampling (subword regularisation while
+        training); only a subword tokenizer samples (see
+        :meth:`SentencePieceTokenizer.sample_encode`)."""
+        raise SettingError(
+            "subword_alpha",
+            f"a {self.kind} tokenizer does not sample its segmentation; subword regularisation "
+            "needs a SentencePiece tokenizer",
+        )
 
     @abstractmethod
     def _config(self, directory: Path) -> dict:
@@ -266,6 +284,12 @@ class SentencePieceTokenizer(Tokenizer):
     seen in training decode as `` ⁇ ``; with ``byte_fallback=True`` they are spelled in bytes
     instead and every string round-trips.
 
+    A model trained elsewhere (:meth:`from_file`) is used as it is, its own normalisation rule
+    included; if its special pieces are not qkv's ``<pad> <bos> <eos> <unk>`` at ids 0-3 (as
+    ``spm_train``'s defaults: ``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, no pad), its pad, bos, eos and
+    unk pieces take ids 0-3 (a role it lacks gets its id all the same, never produced) and its
+    other pieces follow in its order: the same segmentation, renumbered.
+
     Args:
         model: the serialized SentencePiece model (the bytes of a ``.model`` file).
         normalizer: applied by :meth:`encode`; saved with the tokenizer.
@@ -281,9 +305,8 @@ class SentencePieceTokenizer(Tokenizer):
         spm = _spm()
         self.model = bytes(model)
         self._sp = spm.SentencePieceProcessor(model_proto=self.model)
-        got = [self._sp.id_to_piece(i) for i in range(4)]
-        if got != list(SPECIALS):
-            raise ValueError(f"model must have pieces {list(SPECIALS)} at ids 0-3, got {got}")
+        self._to_qkv, self._to_spm = _special_ids_mapped(self._sp)
+        self._sampler: SubwordSampler | None = None
 
     @classmethod
     def train(
@@ -378,20 +401,57 @@ class SentencePieceTokenizer(Tokenizer):
     @property
     def byte_fallback(self) -> bool:
         """Does the model spell unknown characters in UTF-8 byte pieces (``<0x41>``)?"""
-        return self._sp.piece_to_id("<0x00>") != self.unk_id
+        return self._sp.piece_to_id("<0x00>") != self._sp.unk_id()
+
+    @property
+    def model_type(self) -> str:
+        """SentencePiece's model type: ``"unigram"``, ``"bpe"``, ``"word"`` or ``"char"``."""
+        return model_type(self.model)
 
     def encode_normalized(self, text: str) -> list[int]:
-        return self._sp.encode(text, out_type=int)
+        ids = self._sp.encode(text, out_type=int)
+        return ids if self._to_qkv is None else [self._to_qkv[i] for i in ids]
+
+    def sample_encode(
+        self, texts: Sequence[str], *, alpha: float, nbest_size: int = -1, seed: int
+    ) -> list[list[int]]:
+        """Encode normalised ``texts`` with SentencePiece's subword sampling (subword
+        regularisation), the same segmentations for the same ``seed``.
+
+        Args:
+            texts: strings already normalised by this tokenizer's normaliser.
+            alpha: unigram: the smoothing of the segmentations' probabilities (Kudo, 2018;
+                SentencePiece suggests 0.1); BPE: the probability of dropping a merge
+                (BPE-dropout, Provilkov et al., 2020), in ``(0, 1)``.
+            nbest_size: unigram: sample from the ``nbest_size`` best segmentations, or from all
+                of them with -1; BPE ignores it.
+            seed: seeds SentencePiece's generator for this call.
+
+        Returns:
+            one id list per text, without ``<bos>``/``<eos>``.
+        """
+        if self._sampler is None:
+            self._sampler = SubwordSampler(self._sp, self.model)
+        out = _sampled(self._sampler, model_type(self.model), texts, alpha, nbest_size, seed)
+        if self._to_qkv is not None:
+            table = self._to_qkv
+            out = [[table[i] for i in ids] for ids in out]
+        return out
 
     def pieces(self, text: str) -> list[str]:
         """Normalise and split into subword pieces (for inspection)."""
         return self._sp.encode(self.normalize(text), out_type=str)
 
     def tokens(self) -> list[str]:
-        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+        if self._to_spm is None:
+            return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+        return [*SPECIALS, *(self._sp.id_to_piece(i) for i in self._to_spm[len(SPECIALS) :])]
 
     def to_tokens(self, text: str) -> list[str]:
-        return self.pieces(text)
+        if self._to_spm is None:
+            return self.pieces(text)
+        names = self.tokens()
+        return [names[i] for i in self.encode(text)]
 
     def decode(self, ids: Iterable[int]) -> str:
         n = self.vocab_size
@@ -402,11 +462,39 @@ class SentencePieceTokenizer(Tokenizer):
                 raise ValueError(f"ids must lie in [0, {n}), got {i}")
             if i not in (self.pad_id, self.bos_id, self.eos_id):
                 out.append(i)
+        if self._to_spm is not None:
+            out = [self._to_spm[i] for i in out]
         return self._sp.decode(out)
 
     @property
     def vocab_size(self) -> int:
+        if self._to_spm is not None:
+            return len(self._to_spm)
         return self._sp.get_piece_size()
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path, normalizer: Normalizer | None = None, *, key: str = "tokenizer_model"
+    ) -> SentencePieceTokenizer:
+        """An existing SentencePiece model (a ``.model`` file trained by ``spm_train`` or
+        another toolkit) used as it is: its pieces, its segmentation and its own normalisation
+        rule; its special pieces take qkv's roles (see :func:`_special_ids_mapped`).
+
+        Raises:
+            SettingError: (named ``key``) no such file, or not a SentencePiece model.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise SettingError(
+                key, f"expected a SentencePiece .model file, got {str(p)!r} (no such file)"
+            )
+        try:
+            return cls(p.read_bytes(), normalizer)
+        except RuntimeError as e:  # SentencePiece's parser: "could not parse ModelProto"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SettingError(
+                key, f"expected a SentencePiece .model file, got {str(p)!r} ({first})"
+            ) from None
 
     def _config(self, directory: Path) -> dict:
         (directory / self.model_file).write_bytes(self.model)
@@ -424,6 +512,60 @@ class SentencePieceTokenizer(Tokenizer):
 
     def __repr__(self) -> str:
         return f"SentencePieceTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
+
+
+def _sampled(
+    sampler: SubwordSampler,
+    kind: str,
+    texts: Sequence[str],
+    alpha: float,
+    nbest_size: int,
+    seed: int,
+) -> list[list[int]]:
+    """``texts`` sampled by ``sampler`` (a SentencePiece model of type ``kind``) with
+    ``alpha``, ``nbest_size`` and ``seed`` checked: the model's own ids."""
+    if kind not in ("unigram", "bpe"):
+        raise SettingError(
+            "subword_alpha",
+            f"SentencePiece samples unigram and BPE models only; this model is {kind!r}",
+        )
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
+        0 < alpha < (1 if kind == "bpe" else math.inf)
+    ):
+        what = "a dropout probability in (0, 1)" if kind == "bpe" else "a number > 0"
+        raise SettingError("subword_alpha", f"expected {what} for a {kind} model, got {alpha!r}")
+    if not isinstance(nbest_size, int) or not (nbest_size == -1 or nbest_size >= 2):
+        raise SettingError(
+            "subword_nbest_size", f"expected -1 (all) or an int >= 2, got {nbest_size!r}"
+        )
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    rng = np.random.default_rng(seed)
+    return sampler.sample(texts, alpha=alpha, nbest_size=nbest_size, rng=rng)
+
+
+def _special_ids_mapped(sp) -> tuple[list[int] | None, list[int] | None]:
+    """How a SentencePiece model's ids map onto qkv's, as ``(spm id -> qkv id, qkv id -> spm
+    id)``; ``(None, None)`` when they are qkv's already (a model qkv trained).
+
+    qkv's ids put ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` at 0-3: the model's own pad, bos,
+    eos and unk pieces (whatever their ids and strings, e.g. ``spm_train``'s default ``<unk>``
+    0, ``<s>`` 1, ``</s>`` 2) take those ids, the other pieces follow in the model's order. A
+    role the model has no piece for (``spm_train`` makes no pad piece by default) gets its id all
+    the same, which SentencePiece never produces (-1 in the qkv -> spm table).
+    """
+    roles = [sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()]
+    if roles == [0, 1, 2, 3]:
+        return None, None
+    n = sp.get_piece_size()
+    taken = {r for r in roles if 0 <= r < n}
+    others = [i for i in range(n) if i not in taken]
+    to_spm = [r if 0 <= r < n else -1 for r in roles] + others
+    to_qkv = [0] * n
+    for q, i in enumerate(to_spm):
+        if i >= 0:
+            to_qkv[i] = q
+    return to_qkv, to_spm
 
 
 def _side_file(d: Path, name: object, what: str) -> Path:
@@ -544,6 +686,7 @@ class VocabSentencePieceTokenizer(Tokenizer):
                 f"target_token: expected a token of the vocabulary, got {target_token!r}"
             )
         self.target_token = target_token
+        self._sampler: SubwordSampler | None = None
 
     #: transformers never keeps an imported model from emitting ``<unk>``
     byte_fallback = False
@@ -587,6 +730,29 @@ class VocabSentencePieceTokenizer(Tokenizer):
     def encode_normalized(self, text: str) -> list[int]:
         get, unk = self.vocab.get, self.unk_id
         return self.prefix + [get(p, unk) for p in self._pieces(text)]
+
+    def sample_encode(
+        self, texts: Sequence[str], *, alpha: float, nbest_size: int = -1, seed: int
+    ) -> list[list[int]]:
+        """``texts`` encoded as :meth:`encode_normalized` does with the SentencePiece model's
+        segmentation sampled (as :meth:`SentencePieceTokenizer.sample_encode`): each sampled
+        piece through the vocabulary, a leading ``>>xxx<<`` and the prefix kept as they are."""
+        if self._sampler is None:
+            self._sampler = SubwordSampler(self._sp, self.model)
+        heads, rests = [], []
+        for text in texts:
+            pieces = self._pieces(text[:0])  # the target token a text naming none gets
+            if self.language_codes and text.startswith(">>") and (end := text.find("<<")) != -1:
+                pieces, text = [text[: end + 2]], text[end + 2 :]
+            heads.append(pieces)
+            rests.append(text)
+        kind = model_type(self.model)
+        sampled = _sampled(self._sampler, kind, rests, alpha, nbest_size, seed)
+        get, unk, piece = self.vocab.get, self.unk_id, self._sp.id_to_piece
+        return [
+            self.prefix + [get(p, unk) for p in head] + [get(piece(i), unk) for i in ids]
+            for head, ids in zip(heads, sampled)
+        ]
 
     def tokens(self) -> list[str]:
         return [self._itos.get(i, f"<unused{i}>") for i in range(self.vocab_size)]

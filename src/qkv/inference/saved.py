@@ -71,6 +71,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
     "CT2_FOLDER_FORMAT",
+    "HF_FOLDER_FORMAT",
     "MANIFEST",
     "ONNX_FOLDER_FORMAT",
     "RESUME_FILES",
@@ -100,6 +101,9 @@ ONNX_FOLDER_FORMAT = "qkv.onnx"
 #: the manifest format of a CTranslate2 model folder (``OUT/ctranslate2`` of ``qkv export
 #: --format ctranslate2``, which the manifest of ``OUT`` lists too)
 CT2_FOLDER_FORMAT = "qkv.ctranslate2"
+#: the manifest format of a Hugging Face folder (``qkv export --format huggingface``), which
+#: ``transformers`` reads and qkv's own engine does not
+HF_FOLDER_FORMAT = "qkv.huggingface"
 
 
 class CheckpointError(ValueError):

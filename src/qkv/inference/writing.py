@@ -71,6 +71,7 @@ from .saved import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CT2_FOLDER_FORMAT,
+    HF_FOLDER_FORMAT,
     ONNX_FOLDER_FORMAT,
     VerifiedFolder,
     languages_record,
@@ -395,7 +396,7 @@ def is_model_folder(folder: Path) -> bool:
     except (OSError, ValueError, AttributeError):
         names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
         return ONNX_CONFIG in names and names <= _OLD_ONNX_NAMES
-    return fmt in (CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT)
+    return fmt in (CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT, HF_FOLDER_FORMAT)
 
 
 def _number(x: Any) -> str:

@@ -137,6 +137,16 @@ class TrainConfig:
         subword_model: ``"unigram"`` or ``"bpe"`` (sentencepiece).
         byte_fallback: unknown characters are spelled in bytes (sentencepiece), so no
             translation ever prints ``<unk>`` or `` ⁇ ``.
+        tokenizer_model: an existing SentencePiece model used as it is instead of training one:
+            a ``.model`` file for both sides (one vocabulary, shared and tied embeddings), or
+            ``[source, target]`` two files; its special pieces are mapped onto qkv's ids
+            (:class:`qkv.data.SentencePieceTokenizer`). None: trained on the data.
+        subword_alpha: subword regularisation while training: every epoch draws a new
+            segmentation of each training sentence, both sides, with SentencePiece's sampling
+            (unigram: the smoothing ``alpha``, 0.1 is SentencePiece's suggestion; BPE: the
+            BPE-dropout probability). 0: off. Never at validation, evaluation or translation.
+        subword_nbest_size: unigram sampling draws from the ``nbest_size`` best segmentations,
+            or from all with -1 (SentencePiece's ``nbest_size``); BPE ignores it.
         max_pair_len: training examples longer than this (in tokens, with ``<eos>``) are dropped;
             translations during validation stop there too.
 
@@ -216,6 +226,9 @@ class TrainConfig:
     joint_vocab: bool | None = None
     subword_model: str = "unigram"
     byte_fallback: bool = True
+    tokenizer_model: str | list[str] | None = None
+    subword_alpha: float = 0.0
+    subword_nbest_size: int = -1
     max_pair_len: int = 64
     model: str = "transformer"
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -290,6 +303,7 @@ class TrainConfig:
         for name in ("src_lang", "tgt_lang"):
             if getattr(self, name) is not None:
                 check_language(getattr(self, name), name)
+        self._check_subwords()
         if self.tokenize is not None and self.tokenize not in BLEU_TOKENIZERS:
             raise SettingError(
                 "tokenize", f"expected one of {', '.join(BLEU_TOKENIZERS)}, got {self.tokenize!r}"
@@ -343,6 +357,64 @@ class TrainConfig:
             "'auto', 'word' or 'sentencepiece'",
         )
         need(self.subword_model in ("unigram", "bpe"), "subword_model", "'unigram' or 'bpe'")
+
+    def _check_subwords(self) -> None:
+        """A SentencePiece model of the user's and subword sampling, against the tokenizer
+        settings they override or need."""
+        need, model = self._need, self.tokenizer_model
+        need(
+            model is None
+            or (isinstance(model, str) and bool(model))
+            or (
+                isinstance(model, list)
+                and len(model) == 2
+                and all(isinstance(p, str) and p for p in model)
+            ),
+            "tokenizer_model",
+            "a SentencePiece .model file, two files [source, target], or None",
+        )
+        if model is not None:
+            one = isinstance(model, str)
+            for name, ok, why in (
+                (
+                    "tokenizer",
+                    self.tokenizer in ("auto", "sentencepiece"),
+                    "'auto' or 'sentencepiece'",
+                ),
+                ("vocab_size", self.vocab_size is None, "None: the model's vocabulary is used"),
+                (
+                    "joint_vocab",
+                    self.joint_vocab in (None, one),
+                    f"None or {one} ({'one model: one vocabulary' if one else 'two models: two vocabularies'})",
+                ),
+            ):
+                if not ok:
+                    raise SettingError(
+                        name,
+                        f"expected {why} with tokenizer_model={model!r}, got {getattr(self, name)!r}",
+                    )
+        alpha = self.subword_alpha
+        need(
+            _is_num(alpha) and 0 <= alpha < math.inf,
+            "subword_alpha",
+            "a number >= 0 (0: no subword sampling)",
+        )
+        nbest = self.subword_nbest_size
+        need(
+            _is_int(nbest) and (nbest == -1 or nbest >= 2),
+            "subword_nbest_size",
+            "-1 (all segmentations) or an int >= 2",
+        )
+        words = self.tokenizer == "word" or (
+            self.tokenizer == "auto" and self.data is None and model is None
+        )
+        if _is_num(alpha) and alpha > 0 and words:
+            raise SettingError(
+                "subword_alpha",
+                f"expected 0 with the word tokenizer (tokenizer={self.tokenizer!r}"
+                f"{', the bundled corpus' if self.data is None else ''}: words have one "
+                f"segmentation), got {alpha!r}; sampling needs tokenizer='sentencepiece'",
+            )
 
     def _check_choices(self) -> None:
         """The names chosen from a list: model kind, preset, schedule."""
@@ -531,6 +603,7 @@ class TrainConfig:
             "clip_norm",
             "dist_timeout_minutes",
             "character_coverage",
+            "subword_alpha",
         ):
             if _is_int(d[name]) and d[name] is not None:  # 1 in a file means 1.0
                 d[name] = float(d[name])
@@ -549,8 +622,10 @@ def required_modules(config: TrainConfig) -> list[str]:
     modules = ["safetensors", "sacrebleu"]
     if config.tokenize is not None or config.tgt_lang is not None:  # MeCab for ja/ko
         modules += tokenizer_modules(config.tokenize or bleu_tokenizer(config.tgt_lang))
-    if config.tokenizer == "sentencepiece" or (
-        config.tokenizer == "auto" and config.data is not None
+    if (
+        config.tokenizer == "sentencepiece"
+        or config.tokenizer_model is not None
+        or (config.tokenizer == "auto" and config.data is not None)
     ):
         modules.append("sentencepiece")
     if config.tensorboard:

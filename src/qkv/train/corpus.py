@@ -116,11 +116,19 @@ DATA_KEYS = (
     "subword_model",
     "byte_fallback",
     "character_coverage",
+    "tokenizer_model",
     "src_lang",
     "tgt_lang",
 )
 #: the resolved settings the tokenizers were made with; a run's must resolve to the same
-TOKENIZER_KEYS = ("normalizer", "tokenizer", "joint_vocab", "vocab_size", "min_freq")
+TOKENIZER_KEYS = (
+    "normalizer",
+    "tokenizer",
+    "joint_vocab",
+    "vocab_size",
+    "min_freq",
+    "tokenizer_model",
+)
 #: pairs one worker encodes at a time (one file of ``OUT/.work`` each)
 CHUNK = 20_000
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -130,7 +138,7 @@ Say = Callable[[str], None]
 
 def _absolute(config: TrainConfig) -> TrainConfig:
     changes: dict[str, Any] = {}
-    for key in ("data", "valid_data", "test_data"):
+    for key in ("data", "valid_data", "test_data", "tokenizer_model"):
         v = getattr(config, key)
         if isinstance(v, str):
             changes[key] = str(Path(v).resolve())
@@ -675,6 +683,8 @@ def prepare_reason(config: TrainConfig, world_size: int = 1) -> str | None:
     never prepared."""
     if config.data is None or is_prepared(config.data) or config.prepare_data == "never":
         return None
+    if config.subword_alpha and config.prepare_data == "auto":
+        return None  # sampling needs the text in memory (prepare_data=always is refused)
     if config.prepare_data == "always":
         return "prepare_data=always"
     try:
@@ -705,6 +715,7 @@ def prepared_settings(config: TrainConfig, corpus: PreparedCorpus) -> TrainConfi
     m = corpus.manifest
     made = {**m["settings"], "src_lang": m["resolved"]["src_lang"],
             "tgt_lang": m["resolved"]["tgt_lang"]}  # fmt: skip
+    made = {k: made.get(k, _DEFAULTS[k]) for k in DATA_KEYS}  # a key it predates: the default
     for key in DATA_KEYS:
         given = getattr(config, key)
         if given != _DEFAULTS[key] and given != made[key] and made[key] is not None:
@@ -730,11 +741,11 @@ def prepared_run_data(
     """
     resolved = corpus.manifest["resolved"]
     for key in TOKENIZER_KEYS:
-        if getattr(config, key) != resolved[key]:
+        if getattr(config, key) != resolved.get(key):  # a key it predates: None
             raise SettingError(
                 key,
                 f"the prepared corpus {str(corpus.folder)!r} was made with "
-                f"{resolved[key]!r}, the run resolves it to {getattr(config, key)!r}; prepare "
+                f"{resolved.get(key)!r}, the run resolves it to {getattr(config, key)!r}; prepare "
                 f"again with the run's settings",
             )
     toks = tokenizers if tokenizers is not None else load_tokenizers(corpus.folder / "tokenizers")

@@ -82,6 +82,10 @@ class InitModel:
         ):
             if given != unset and theirs is not None and given != theirs:
                 conflicts.append(f"{key}: the model's {theirs!r}, given {given!r}")
+        if config.tokenizer_model is not None:
+            conflicts.append(
+                f"tokenizer_model: the model's own tokenizers, given {config.tokenizer_model!r}"
+            )
         if conflicts:
             raise SettingError(
                 "init_from",

@@ -249,6 +249,16 @@ class _Preparing:
         )
 
 
+def _subwords(config: TrainConfig) -> str:
+    """What the greeting says of a user's SentencePiece model and of subword sampling."""
+    text = f" from {config.tokenizer_model}" if config.tokenizer_model else ""
+    if config.subword_alpha:
+        nbest = config.subword_nbest_size
+        text += f", subword sampling alpha {config.subword_alpha:g}"
+        text += f" nbest {nbest}" if nbest != -1 else ""
+    return text
+
+
 def _text_kind(config: TrainConfig, tok: Tokenizer) -> str:
     """How the run's text is normalised, for its first line: the config's normaliser, or the
     tokenizer's own SentencePiece normalisation (an imported model's)."""
@@ -389,7 +399,8 @@ class _Run:
             f"{length_limit(setup.model, config.max_pair_len)[1]} dropped), "
             f"{len(data.valid)} valid, {len(data.test)} test, "
             f"{config.tokenizer} vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}"
-            f"{' (joint)' if src_tok is tgt_tok else ''}, {_text_kind(config, src_tok)} text; "
+            f"{' (joint)' if src_tok is tgt_tok else ''}{_subwords(config)}, "
+            f"{_text_kind(config, src_tok)} text; "
             f"device {self.device}"
             + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
             + f", {torch.get_num_threads()} threads"

@@ -67,6 +67,7 @@ from .run_data import (
 )
 from .schedules import Schedule
 from .state import RunState
+from .subwords import epoch_sampler
 from .update import make_optimizer
 from .validation import ValidationSet
 
@@ -183,7 +184,7 @@ def open_run(
         CheckpointError: the checkpoint cannot be resumed, or its ``train.json`` is invalid.
     """
     absolute = {}
-    for key in ("data", "valid_data", "test_data"):
+    for key in ("data", "valid_data", "test_data", "tokenizer_model"):
         v = getattr(config, key)
         if isinstance(v, str):
             absolute[key] = str(Path(v).resolve())
@@ -418,8 +419,9 @@ def _special_ids(src: Tokenizer, tgt: Tokenizer) -> dict[str, int]:
 def _batches(
     config: TrainConfig, data: RunData, model: nn.Module, info: D.DistInfo
 ) -> tuple[TokenBatcher, TokenBatcher]:
-    """This rank's training batches (pairs longer than :func:`length_limit` dropped) and the
-    validation split's batches.
+    """This rank's training batches (pairs longer than :func:`length_limit` dropped; each
+    epoch's segmentation sampled with ``subword_alpha``) and the validation split's batches
+    (never sampled).
 
     Raises:
         ValueError: every training pair is too long.
@@ -453,6 +455,7 @@ def _batches(
         seed=config.seed,
         rank=info.rank,
         world_size=info.world_size,
+        resample=epoch_sampler(config, data),
         **ids,
     )
     vs, vt = encode_pairs(data.valid, src_tok, tgt_tok, pre_normalized=True)

@@ -216,11 +216,16 @@ def resolve_config(
     bundled = config.data is None
     if config.normalizer == "auto":
         changes["normalizer"] = "book" if bundled else "plain"
+    user_model = (
+        config.tokenizer_model
+    )  # a SentencePiece model of the user's (one, or one per side)
     if config.tokenizer == "auto":
-        changes["tokenizer"] = "word" if bundled else "sentencepiece"
+        changes["tokenizer"] = "word" if bundled and user_model is None else "sentencepiece"
     tokenizer = changes.get("tokenizer", config.tokenizer)
     if config.joint_vocab is None:
-        changes["joint_vocab"] = tokenizer == "sentencepiece"
+        changes["joint_vocab"] = isinstance(user_model, str) or (
+            user_model is None and tokenizer == "sentencepiece"
+        )
     joint = changes.get("joint_vocab", config.joint_vocab)
     if config.schedule == "auto":
         changes["schedule"] = "linear"
@@ -265,6 +270,8 @@ def resolve_config(
     for key, value in defaults.items():  # preset "none": the plain defaults
         if getattr(config, key) is None and key not in changes:
             changes[key] = value
+    if user_model is not None:  # the user's SentencePiece model has its vocabulary
+        changes.pop("vocab_size", None)
     resolved = config.updated(changes)
     # updated() merges model options, so the explicit ones are still there
     return resolved, preset

@@ -21,6 +21,7 @@ from .._errors import SettingError, keyed, setting_of
 from ..data import (
     Normalizer,
     ReadReport,
+    SentencePieceTokenizer,
     Split,
     Tokenizer,
     VocabSentencePieceTokenizer,
@@ -468,7 +469,17 @@ def run_normalizer(
 def run_tokenizers(
     config: TrainConfig, norm: Normalizer, train: list[tuple[str, str]]
 ) -> tuple[Tokenizer, Tokenizer]:
-    """The run's tokenizers trained on ``train`` (normalised pairs) as ``config`` says."""
+    """The run's tokenizers trained on ``train`` (normalised pairs) as ``config`` says, or the
+    SentencePiece model(s) it names (``tokenizer_model``), used as they are."""
+    model = config.tokenizer_model
+    if model is not None:
+        if isinstance(model, str):
+            tok = SentencePieceTokenizer.from_file(model, norm)
+            return tok, tok
+        return (
+            SentencePieceTokenizer.from_file(model[0], norm),
+            SentencePieceTokenizer.from_file(model[1], norm),
+        )
     kind = config.tokenizer
     if kind == "auto":
         kind = "word" if config.data is None else "sentencepiece"

@@ -1,0 +1,71 @@
+"""Subword regularisation while training: a new segmentation of every training sentence each
+epoch, drawn by SentencePiece's sampling (Kudo, 2018: unigram sampling; Provilkov et al.,
+2020: BPE-dropout).
+
+:func:`epoch_sampler` gives the training batcher (:class:`qkv.data.TokenBatcher`'s
+``resample``) the ids of one epoch: both sides of every training pair sampled with
+``subword_alpha`` and ``subword_nbest_size``, from a seed made of the run's ``seed``, the
+epoch and the side. The draws are thus a function of the data position a checkpoint saves
+(its epoch): a killed and resumed run samples the very segmentations it would have, with no
+generator state of its own to save; every process of a torchrun run draws the same epoch.
+Validation, evaluation and translation encode with the tokenizer's one best segmentation
+(``encode``): nothing but the training batches is sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._errors import SettingError
+from .config import TrainConfig
+from .run_data import RunData
+
+__all__ = ["epoch_sampler", "sampling_seed"]
+
+Ids = list[list[int]]
+
+
+def sampling_seed(seed: int, epoch: int, side: int) -> int:
+    """SentencePiece's seed for one side (0 source, 1 target) of one epoch of a run."""
+    return int(np.random.default_rng([seed, 0x5EED, epoch, side]).integers(2**32))
+
+
+def epoch_sampler(config: TrainConfig, data: RunData) -> Callable[[int], tuple[Ids, Ids]] | None:
+    """``fn(epoch) -> (src_ids, tgt_ids)``: every training pair's ids sampled for that epoch,
+    as ``config`` asks (``subword_alpha``, ``subword_nbest_size``); None when it asks for no
+    sampling.
+
+    Raises:
+        SettingError: (``subword_alpha``) a run on a prepared corpus (its training pairs are
+            token arrays, no text to sample from), a tokenizer that cannot sample (words), or a
+            value its model refuses (a BPE-dropout probability of 1 or more).
+    """
+    alpha, nbest = config.subword_alpha, config.subword_nbest_size
+    if not alpha:
+        return None
+    if data.prepared is not None:
+        raise SettingError(
+            "subword_alpha",
+            f"samples the segmentation of the training text each epoch, and the prepared corpus "
+            f"{str(data.prepared.folder)!r} holds its pairs as tokens only; train from the "
+            "file (--data FILE --prepare-data never) or set subword_alpha=0",
+        )
+    src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+    for tok in {id(src_tok): src_tok, id(tgt_tok): tgt_tok}.values():
+        tok.sample_encode([], alpha=alpha, nbest_size=nbest, seed=0)  # refuses before training
+    src_texts = [s for s, _ in data.train]
+    tgt_texts = [t for _, t in data.train]
+
+    def resample(epoch: int) -> tuple[Ids, Ids]:
+        return (
+            src_tok.sample_encode(
+                src_texts, alpha=alpha, nbest_size=nbest, seed=sampling_seed(config.seed, epoch, 0)
+            ),
+            tgt_tok.sample_encode(
+                tgt_texts, alpha=alpha, nbest_size=nbest, seed=sampling_seed(config.seed, epoch, 1)
+            ),
+        )
+
+    return resample
