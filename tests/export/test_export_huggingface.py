@@ -110,11 +110,12 @@ def test_transformers_generates_qkvs_tokens(runs, tmp_path, kind):
         assert got == want, decoding.describe()
         finished += sum(len(ids) < decoding.max_output_len - 1 for ids in want)
         # what pipeline("translation") of transformers 4 ran (5 removed the task): a padded
-        # batch generated and decoded; the same text as qkv translate (MarianTokenizer strips it)
+        # batch generated and decoded; the same text as qkv translate, but for the spaces of a
+        # run of lone ▁ pieces, which qkv shows as one (MarianTokenizer keeps them all)
         with torch.no_grad():
             batch = model.generate(**tok(TEXTS[:10], return_tensors="pt", padding=True))
         texts = tok.batch_decode(batch, skip_special_tokens=True)
-        assert texts == [t.strip() for t in q.translate(TEXTS[:10], decoding)]
+        assert [" ".join(t.split()) for t in texts] == q.translate(TEXTS[:10], decoding)
     assert finished > 0  # some translations ended by <eos>, not only at the limit
 
 
