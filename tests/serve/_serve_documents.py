@@ -4,6 +4,7 @@ own libraries), and the formats the text layer reads today."""
 from __future__ import annotations
 
 import io
+import zipfile
 
 from qkv.text.formats import EXTENSIONS, FORMATS
 
@@ -120,3 +121,11 @@ def readable(name: str) -> bool:
     """Whether the text layer reads the format of ``name`` (by its extension)."""
     ext = "." + name.rsplit(".", 1)[1]
     return ext in EXTENSIONS and EXTENSIONS[ext] in FORMATS
+
+
+def contents(data: bytes) -> bytes | dict[str, bytes]:
+    """A file's bytes; a zip's (.docx, .odt) members, whose stored times are the saving's."""
+    if not data.startswith(b"PK"):
+        return data
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {n: z.read(n) for n in z.namelist()}

@@ -13,7 +13,7 @@ import time
 import urllib.parse
 
 import pytest
-from _serve_documents import SAMPLES, readable
+from _serve_documents import SAMPLES, contents, readable
 from _serve_helpers import live_server, wait_until
 
 from qkv.serve.files import FileStore, disposition, translated_name
@@ -200,7 +200,7 @@ def test_each_format_comes_back_as_the_library_translates_it(live, translator, n
     assert r.status_code == 200, r.text
     got = download(live, r.json()["translatedFileUrl"])
     assert got.status_code == 200
-    assert got.content == translate_document(data, translator, format_of(name))
+    assert contents(got.content) == contents(translate_document(data, translator, format_of(name)))
     assert got.content != data  # its text was translated
     stem, ext = name.rsplit(".", 1)
     assert got.headers["content-disposition"] == f'attachment; filename="{stem}_fr.{ext}"'

@@ -8,12 +8,10 @@ detected and the pivot taken."""
 from __future__ import annotations
 
 import base64
-import io
 import json
-import zipfile
 
 import pytest
-from _serve_documents import SAMPLES, readable
+from _serve_documents import SAMPLES, contents, readable
 from _serve_helpers import PAIRS, SOURCES, live_app, live_server, tiny_model_folder
 
 from qkv.serve import ServeConfig, create_app
@@ -270,15 +268,7 @@ def test_libretranslates_page_request_round_trips_each_format(browser, site, tra
     url = got["body"]["translatedFileUrl"]
     assert url.startswith(site.url + "/download_file/")
     got, want = site.client.get(url).content, translate_document(data, translator, format_of(name))
-    assert _contents(got) == _contents(want)
-
-
-def _contents(data: bytes) -> bytes | dict[str, bytes]:
-    """A file's bytes; a zip's (.docx, .odt) members, whose stored times are the saving's."""
-    if not data.startswith(b"PK"):
-        return data
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        return {n: z.read(n) for n in z.namelist()}
+    assert contents(got) == contents(want)
 
 
 LT_PAGE_TRANSLATE = """new Promise((done) => {
