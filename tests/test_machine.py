@@ -87,3 +87,24 @@ def test_the_umask_is_read_from_procfs_without_changing_it(tmp_path, monkeypatch
     mask = os.umask(0o022)
     os.umask(mask)
     assert _machine.current_umask() == mask
+
+
+def test_the_threads_are_the_kernels_count(tmp_path):
+    """Every thread of the process, a thread Python did not start included; None without
+    procfs."""
+    import threading
+
+    before = _machine.threads_running()
+    assert before is not None and before >= threading.active_count()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert _machine.threads_running() == before + 1
+    finally:
+        stop.set()
+        other.join()
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "status").write_text("Name:\tpython\nThreads:\t7\n")
+    assert _machine.threads_running(tmp_path) == 7
+    assert _machine.threads_running(tmp_path / "none") is None

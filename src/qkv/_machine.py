@@ -45,6 +45,7 @@ __all__ = [
     "physical_cores",
     "read_stat",
     "runs_niced",
+    "threads_running",
 ]
 
 #: procfs
@@ -181,6 +182,12 @@ def runs_niced() -> bool:
         return os.getpriority(os.PRIO_PROCESS, 0) > 0
     except (AttributeError, OSError):  # not Unix
         return False
+
+
+def threads_running(proc: Path = PROC) -> int | None:
+    """The threads of this process as the kernel counts them (every thread: Python's, a
+    library's, OpenMP's), or None where ``/proc/self/status`` cannot be read."""
+    return _int(_field(_read(proc / "self" / "status"), "Threads", ":"))
 
 
 def read_stat(

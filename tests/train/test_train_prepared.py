@@ -389,6 +389,11 @@ def test_workers_fork_only_a_process_of_one_thread(tmp_path, corpus_file, monkey
     from qkv.train import corpus
 
     with monkeypatch.context() as m:
+        m.setattr(corpus, "threads_running", lambda: 1)
+        assert corpus.start_method() == "fork"
+        m.setattr(corpus, "threads_running", lambda: 3)  # a library's threads Python never saw
+        assert corpus.start_method() == "forkserver"
+        m.setattr(corpus, "threads_running", lambda: None)  # no /proc: Python's count
         m.setattr(corpus.threading, "active_count", lambda: 1)
         assert corpus.start_method() == "fork"
     config = tiny_config(data=str(corpus_file), seed=4)

@@ -46,6 +46,7 @@ import numpy as np
 
 from .._atomic import atomic_file, replace
 from .._errors import SettingError, keyed
+from .._machine import threads_running
 from ..data import load_tokenizers, save_tokenizers
 from ..data.languages import detect_languages
 from ..data.prepared import (
@@ -550,11 +551,13 @@ def prepare_corpus(
 
 def start_method() -> str:
     """How the workers start: forked where the system can and this process runs one thread; a
-    fork of a process with other threads (a notebook's kernel, a server, a test runner) copies
-    locks those threads may hold, and a worker can wait on one for ever: then a fork server
-    (started clean), else spawned."""
+    fork of a process with other threads (a notebook's kernel, a server, a test runner, a
+    library's) copies locks those threads may hold, and a worker can wait on one for ever:
+    then a fork server (started clean), else spawned. The threads are the kernel's count
+    (``/proc``), which sees threads Python's ``threading`` does not; else Python's."""
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    alone = (threads_running() or threading.active_count()) == 1
+    if "fork" in methods and alone:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
 
