@@ -463,26 +463,39 @@ def beam_search(
             tokens[:, t + 1] = top_tok.gather(1, live_j).view(-1)
             if use_cache:  # within a sentence: the encoder's part stays as it is
                 state = model.reorder_state(state, rows, include_encoder=False)
-            ending = (
-                limits == t + 1
-            ) & ~done  # its max_output_len reached: the live hypotheses end
+            ending = (limits == t + 1) & ~done  # at max_output_len: the live ones end
             if bool(ending.any()):
                 scores = finished.at_limit(ending, scores, tokens, t, ids, done)
                 if bool(done.all()):
                     break
-            # early exit: finished sentences leave the batch with their K beams (cache, encoder
-            # memory) once a quarter of it is done; every computation is per row, so the others'
-            # results do not change
             n_done = int(done.sum())
-            if use_cache and n_done and 4 * n_done >= len(ids):
-                keep = (~done).nonzero().squeeze(1)  # (B',) sentences of the batch
-                keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=dev)).view(-1)
-                state = model.reorder_state(state, keep_rows)
-                tokens, scores, limits = tokens[keep_rows], scores[keep], limits[keep]
-                done = done[keep]
-                ids = [ids[i] for i in keep.tolist()]
+            if use_cache and n_done and 4 * n_done >= len(ids):  # a quarter done: they leave
+                state, tokens, scores, limits, done, ids = _leave_batch(
+                    model, state, K, tokens, scores, limits, done, ids
+                )
                 base = torch.arange(len(ids), device=dev).unsqueeze(1) * K
     return finished.best_first(n_best)
+
+
+def _leave_batch(
+    model: nn.Module,
+    state: Any,
+    K: int,
+    tokens: Tensor,
+    scores: Tensor,
+    limits: Tensor,
+    done: Tensor,
+    ids: list[int],
+) -> tuple[Any, Tensor, Tensor, Tensor, Tensor, list[int]]:
+    """The early exit: the finished sentences leave the batch with their ``K`` beams (cache,
+    encoder memory); every computation is per row, so the others' results do not change.
+    Shapes: tokens ``(B*K, T+1)``, scores ``(B, K)``, limits and done ``(B,)``; returned for
+    the ``B'`` sentences left, with their ``ids`` (indices in the source batch)."""
+    keep = (~done).nonzero().squeeze(1)  # (B',) sentences of the batch
+    keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=done.device)).view(-1)
+    state = model.reorder_state(state, keep_rows)
+    kept = [ids[i] for i in keep.tolist()]
+    return state, tokens[keep_rows], scores[keep], limits[keep], done[keep], kept
 
 
 def _expand_first_step(
