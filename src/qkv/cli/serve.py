@@ -72,6 +72,8 @@ _FLAGS = {
         *_FIELDS,
         "allowed_hosts",
         "header_timeout",
+        "body_timeout",
+        "min_body_rate",
         "max_connections",
         "shutdown_timeout",
         "host",
@@ -204,7 +206,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _add_connection_flags(p: argparse.ArgumentParser) -> None:
-    """The server's connection flags: shutdown, header timeout, connection cap."""
+    """The server's connection flags: shutdown, header and body timeouts, connection cap."""
     p.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -220,6 +222,23 @@ def _add_connection_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds a connection has to send a request's headers, else it is closed "
         "(slowloris clients; default: 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds a request's body may go without a byte, and the grace before "
+        "--min-body-rate applies; a body later than that gets 408 and the connection is "
+        "closed (slow clients; default: 20)",
+    )
+    p.add_argument(
+        "--min-body-rate",
+        type=float,
+        default=500.0,
+        metavar="BYTES",
+        help="bytes a second a request's body must average after --body-timeout's grace "
+        "(0: no rate; default: 500)",
     )
     p.add_argument(
         "--max-connections",
@@ -337,7 +356,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.model_dir and args.models_dir is None:
             raise ValueError("--model-dir: expected a model folder (or --models-dir DIR)")
         cfg = serve_config(args, api_key)
-        check_limits(args.header_timeout, args.max_connections, args.shutdown_timeout)
+        check_limits(
+            args.header_timeout,
+            args.max_connections,
+            args.shutdown_timeout,
+            body_timeout=args.body_timeout,
+            min_body_rate=args.min_body_rate,
+        )
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
         if args.threads:
@@ -367,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         shutdown_timeout=args.shutdown_timeout,
         header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        min_body_rate=args.min_body_rate,
         max_connections=args.max_connections,
         on_ready=lambda: print(ready, file=sys.stderr, flush=True),
     )

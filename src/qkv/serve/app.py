@@ -332,18 +332,26 @@ class _State:
         )
 
     # -- on the event loop
-    def check_key(self, request: Request, data: dict[str, Any] | None) -> None:
+    def check_key_early(self, request: Request) -> None:
+        """Before the body is read: a key given in a header or the query string is checked
+        now, a wrong one refused (401, the connection closed) without reading the body; a key
+        given nowhere there is the body's (:meth:`check_key`, once it is read)."""
+        if self.cfg.api_key is not None and _key_outside_body(request) is not None:
+            self.check_key(request, None, {"Connection": "close"})
+
+    def check_key(
+        self, request: Request, data: dict[str, Any] | None, more: dict[str, str] | None = None
+    ) -> None:
+        """Refuse (401) a request without the server's API key: given as an ``X-API-Key`` or
+        ``Authorization: Bearer`` header, an ``api_key`` query parameter, or the body's
+        ``api_key`` field (``data``), in that order. ``more``: headers of the refusal."""
         key = self.cfg.api_key
         if key is None:
             return
-        # an empty header says nothing: it must not hide the key given another way
-        given = request.headers.get("x-api-key", "").strip() or None
-        auth = request.headers.get("authorization", "")
-        if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip() or None
+        given: Any = _key_outside_body(request)
         if given is None and data is not None:
             given = data.get("api_key")
-        challenge = {"WWW-Authenticate": 'Bearer realm="qkv"'}
+        challenge = {"WWW-Authenticate": 'Bearer realm="qkv"', **(more or {})}
         if given is None or given == "":
             raise ApiError(
                 401,
@@ -353,7 +361,7 @@ class _State:
             )
         if not isinstance(given, str):
             raise ApiError(401, f"api_key: expected a string, got {describe(given)}", challenge)
-        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8")):
+        if not _same_key(given, key):
             raise ApiError(401, "api_key: wrong API key", challenge)
 
     def check_pair(self, data: dict[str, Any]) -> bool:
@@ -671,6 +679,24 @@ class _State:
         }
 
 
+def _same_key(given: str, key: str) -> bool:
+    """Whether ``given`` is the server's ``key`` (compared in constant time)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8"))
+
+
+def _key_outside_body(request: Request) -> str | None:
+    """The API key a request gives in its headers (``X-API-Key``, ``Authorization: Bearer``)
+    or its query string (``api_key``), else None: an empty one says nothing, so that it does
+    not hide the key given another way."""
+    given = request.headers.get("x-api-key", "").strip() or None
+    auth = request.headers.get("authorization", "")
+    if given is None and auth[:7].lower() == "bearer ":
+        given = auth[7:].strip() or None
+    if given is None:
+        given = request.query_params.get("api_key", "").strip() or None
+    return given
+
+
 def _pair_labels(key: tuple[str, str, str]) -> str:
     esc = [v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') for v in key]
     src, tgt, pivot = esc
@@ -799,6 +825,9 @@ class _Routes:
         ]
 
     async def _body(self, request: Request) -> dict[str, Any]:
+        """The request's fields (JSON, a form or a multipart form), its key checked first
+        where the headers or the query string give it."""
+        self.st.check_key_early(request)
         body = await read_body(request, self.cfg.max_body_bytes)
         ctype = request.headers.get("content-type", "")
         if ctype.split(";")[0].strip().lower() == "multipart/form-data":
@@ -898,6 +927,7 @@ class _Routes:
                 f"Content-Type: expected multipart/form-data (a form with the file), got "
                 f"{ctype[:60]!r}",
             )
+        st.check_key_early(request)
         body = await read_body(request, cfg.max_file_bytes + _FORM_OVERHEAD)
         data, files = await parse_multipart(body, request.headers, max_files=1)
         st.check_key(request, data)

@@ -117,6 +117,8 @@ async def read_body(request: Request, limit: int) -> bytes:
                 raise ApiError(413, f"body: more than {limit:,} bytes, {over}", close)
             chunks.append(chunk)
     except ClientDisconnect:  # the client's doing, not an error of the server's: not logged
+        if request.scope.get("qkv.body_late"):  # the server answered 408 (qkv.serve.server)
+            raise ApiError(408, f"body: arriving too slowly; {size:,} bytes read") from None
         raise ApiError(
             400, f"body: the connection closed after {size:,} bytes, before the end of it"
         ) from None

@@ -14,6 +14,14 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   part of them): slowloris clients cannot hold the server's sockets. An idle kept-alive
   connection is closed by uvicorn's keep-alive timeout (5 s), not this one: a client that
   reuses it at the moment the header timeout ran out would have its request reset;
+* must send a request's body at a steady pace once its headers are in (nginx's
+  ``client_body_timeout``, Apache's ``mod_reqtimeout``): no more than ``body_timeout``
+  seconds between two reads, and on the whole no slower than ``min_body_rate`` bytes a second
+  after a first ``body_timeout`` seconds of grace (the deadline is ``body_timeout +
+  received / min_body_rate`` seconds after the headers). Else the request is answered 408 and
+  the connection closed, whatever the route, before the app sees the rest: a client that
+  trickles a body a byte a second frees its connection within the timeout. The clock stops
+  while the server itself is not reading (its buffer full, or a ``100 Continue`` not sent yet);
 * beyond ``max_connections`` open ones, a new connection is answered 503 and closed, so the
   process never runs out of file descriptors;
 * when the server answers before a request's body has all arrived (a 413 on its
@@ -22,7 +30,7 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   do): a client that writes its whole body before reading (Python's urllib) gets the answer
   rather than a connection reset.
 
-Events that clients cause in numbers (header timeouts, refused connections, malformed
+Events that clients cause in numbers (header and body timeouts, refused connections, malformed
 requests, ``accept()`` out of file descriptors) are logged one line per kind at most once a
 minute, with the count since: never a traceback per socket.
 """
@@ -50,10 +58,12 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from .._errors import SettingError
 
 __all__ = [
+    "BODY_TIMEOUT",
     "HEADER_TIMEOUT",
     "LINGER_BYTES",
     "LINGER_SECONDS",
     "LISTEN_BACKLOG",
+    "MIN_BODY_RATE",
     "Stopped",
     "bind",
     "check_limits",
@@ -68,6 +78,14 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: seconds a connection has to send a request's headers (Go's servers are often given 10 s)
 HEADER_TIMEOUT = 10.0
+#: seconds a request's body may go without a byte, and the grace before its rate is checked
+#: (Apache's mod_reqtimeout gives a body 20 s; nginx's client_body_timeout is 60 s)
+BODY_TIMEOUT = 20.0
+#: bytes a second a request's body must average after the grace (mod_reqtimeout's MinRate)
+MIN_BODY_RATE = 500.0
+#: after a body timeout's 408: the most seconds the rest is read and dropped before closing
+#: (short: the client is the slow one; long enough that the 408 is read, not reset)
+BODY_LINGER_SECONDS = 2.0
 #: after an answer that leaves a request's body unread: the most bytes read and dropped, and
 #: the most seconds spent, before the connection is closed anyway
 LINGER_BYTES = 64 * 2**20
@@ -157,6 +175,8 @@ class _Limits:
     header_timeout: float | None
     max_connections: int
     events: _Events
+    body_timeout: float | None = BODY_TIMEOUT
+    min_body_rate: float | None = MIN_BODY_RATE
 
 
 def _seconds(key: str, value: object, *, zero: bool) -> None:
@@ -174,16 +194,30 @@ def _seconds(key: str, value: object, *, zero: bool) -> None:
 
 
 def _limits(
-    header_timeout: float | None, max_connections: int | None, shutdown_timeout: float | None
+    header_timeout: float | None,
+    max_connections: int | None,
+    shutdown_timeout: float | None,
+    body_timeout: float | None = BODY_TIMEOUT,
+    min_body_rate: float | None = MIN_BODY_RATE,
 ) -> _Limits:
     """The connection limits, checked.
 
     Raises:
-        SettingError: keyed ``header_timeout``, ``max_connections`` or ``shutdown_timeout``,
-            naming what came.
+        SettingError: keyed ``header_timeout``, ``max_connections``, ``shutdown_timeout``,
+            ``body_timeout`` or ``min_body_rate``, naming what came.
     """
     _seconds("header_timeout", header_timeout, zero=False)
     _seconds("shutdown_timeout", shutdown_timeout, zero=True)
+    _seconds("body_timeout", body_timeout, zero=False)
+    rate_ok = min_body_rate is None or (
+        not isinstance(min_body_rate, bool)
+        and isinstance(min_body_rate, (int, float))
+        and 0 <= min_body_rate < math.inf
+    )
+    if not rate_ok:
+        raise SettingError(
+            "min_body_rate", f"expected bytes a second >= 0 (0: no rate), got {min_body_rate!r}"
+        )
     if max_connections is None:
         max_connections = default_max_connections()
     if (
@@ -192,7 +226,7 @@ def _limits(
         or max_connections < 1
     ):
         raise SettingError("max_connections", f"expected an int >= 1, got {max_connections!r}")
-    return _Limits(header_timeout, max_connections, _Events())
+    return _Limits(header_timeout, max_connections, _Events(), body_timeout, min_body_rate or None)
 
 
 class _Transport:
@@ -223,6 +257,9 @@ class _Protocol(H11Protocol):
         self._heard = 0  # bytes received since the last answer
         self._header_timer: asyncio.TimerHandle | None = None
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_start = self._body_last = 0.0  # when the body's clock started, last byte
+        self._body_bytes = 0  # bytes of the body received since its clock started
         cap = self.limits.max_connections
         if len(self.server_state.connections) >= cap:
             self._refused = True
@@ -276,6 +313,82 @@ class _Protocol(H11Protocol):
             self._await_headers()  # a kept-alive connection's next request starts arriving
         self._heard += len(data)
         super().data_received(data)
+        self._watch_body(len(data))
+
+    def _reading_body(self) -> bool:
+        """Whether a request's body is arriving that its answer still waits for."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and not cycle.response_complete
+            and not self._raw.is_closing()
+            and self.conn.their_state is h11.SEND_BODY
+        )
+
+    def _watch_body(self, received: int) -> None:
+        """Time the request's body (the module's docstring): its clock starts when the headers
+        are in and stops once the body has all arrived."""
+        if self.limits.body_timeout is None:
+            return
+        if not self._reading_body():
+            self._cancel_timer("_body_timer")
+            return
+        now = self.loop.time()
+        if self._body_timer is None:  # the headers are in: ``received`` held them
+            self._body_start, self._body_bytes = now, 0
+            self._body_timer = self.loop.call_at(now, self._check_body)
+        else:
+            self._body_bytes += received
+        self._body_last = now
+
+    def _body_due(self) -> float:
+        """When the body is late: ``body_timeout`` after its last byte, or its rate's
+        deadline, whichever is first."""
+        timeout = self.limits.body_timeout
+        assert timeout is not None
+        due = self._body_last + timeout
+        rate = self.limits.min_body_rate
+        if rate:
+            due = min(due, self._body_start + timeout + self._body_bytes / rate)
+        return due
+
+    def _check_body(self) -> None:
+        self._body_timer = None
+        if not self._reading_body():
+            return
+        now = self.loop.time()
+        cycle = self.cycle
+        if self.flow.read_paused or cycle.waiting_for_100_continue:
+            # the server is not reading: its wait, not the client's; the clock starts again
+            self._body_start = self._body_last = now
+            self._body_bytes = 0
+        elif now >= self._body_due() - 0.001:
+            self._body_late(now)
+            return
+        self._body_timer = self.loop.call_at(self._body_due(), self._check_body)
+
+    def _body_late(self, now: float) -> None:
+        """The body came too slowly: a 408 (unless an answer has begun), the app told the
+        client is gone, and the connection closed after a short lingering read."""
+        timeout, rate = self.limits.body_timeout, self.limits.min_body_rate
+        assert timeout is not None
+        rule = f"--body-timeout ({timeout:g} s)" + (f", --min-body-rate ({rate:g})" if rate else "")
+        self.limits.events.note(
+            "body", f"closed connections whose request body came too slowly ({rule}) with 408"
+        )
+        if now - self._body_last >= timeout - 0.001:
+            why = f"nothing for {timeout:g} s"
+        else:
+            took = now - self._body_start
+            why = f"{self._body_bytes:,} bytes in {took:.1f} s, under {rate:g} bytes a second"
+        cycle = self.cycle
+        if not cycle.response_started:
+            message = f"body: arriving too slowly ({why}); the request was not read"
+            self._raw.write(_answer(408, "Request Timeout", message))
+        cycle.scope["qkv.body_late"] = True  # what the app reads is a 408, not a hang-up
+        cycle.disconnected = True  # its receive() says the client left; its answer is dropped
+        cycle.message_event.set()
+        self._linger(BODY_LINGER_SECONDS)
 
     def eof_received(self) -> bool | None:
         if self._lingering:
@@ -287,6 +400,7 @@ class _Protocol(H11Protocol):
         # header timeout starts again with the next request's first byte
         self._heard = 0
         self._cancel_timer("_header_timer")
+        self._cancel_timer("_body_timer")
         super().on_response_complete()
 
     def close(self) -> None:
@@ -299,16 +413,22 @@ class _Protocol(H11Protocol):
         if self.conn.their_state is not h11.SEND_BODY:
             self._raw.close()
             return
+        self._linger(LINGER_SECONDS)
+
+    def _linger(self, seconds: float) -> None:
+        """Stop writing; read and drop what still comes for ``seconds`` at most, then close."""
         self._lingering = True
         self._cancel_timer("_header_timer")
+        self._cancel_timer("_body_timer")
         self._unset_keepalive_if_required()
-        self._linger_timer = self.loop.call_later(LINGER_SECONDS, self._raw.close)
+        self._linger_timer = self.loop.call_later(seconds, self._raw.close)
         self._raw.resume_reading()
         if self._raw.can_write_eof():
             self._raw.write_eof()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer("_header_timer")
+        self._cancel_timer("_body_timer")
         self._cancel_timer("_linger_timer")
         if self._refused:
             return
@@ -466,6 +586,8 @@ def make_server(
     header_timeout: float | None = HEADER_TIMEOUT,
     max_connections: int | None = None,
     on_ready: Callable[[], None] | None = None,
+    body_timeout: float | None = BODY_TIMEOUT,
+    min_body_rate: float | None = MIN_BODY_RATE,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` that stops cleanly on SIGTERM or Ctrl-C (in the main thread;
     elsewhere set its ``should_exit``); run it with ``server.run(sockets=[sock])``.
@@ -475,12 +597,14 @@ def make_server(
     ``header_timeout``: seconds a connection has to send a request's headers (None: no limit).
     ``max_connections``: the most connections open at once (None:
     :func:`default_max_connections`). ``on_ready()`` is called once the server accepts requests.
+    ``body_timeout``: seconds a request's body may go without a byte, and its grace before
+    ``min_body_rate`` (bytes a second; 0 or None: no rate) applies; None: the body is not timed.
 
     Raises:
-        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
-            ``shutdown_timeout``.
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections``,
+            ``shutdown_timeout``, ``body_timeout`` or ``min_body_rate``.
     """
-    limits = _limits(header_timeout, max_connections, shutdown_timeout)
+    limits = _limits(header_timeout, max_connections, shutdown_timeout, body_timeout, min_body_rate)
     protocol = type("_ServerProtocol", (_Protocol,), {"limits": limits})
     cut_off = _CutOff(app, shutdown_timeout)
     config = uvicorn.Config(
@@ -503,14 +627,16 @@ def check_limits(
     header_timeout: float | None,
     max_connections: int | None,
     shutdown_timeout: float | None = 60.0,
+    body_timeout: float | None = BODY_TIMEOUT,
+    min_body_rate: float | None = MIN_BODY_RATE,
 ) -> None:
     """Check :func:`make_server`'s limits before serving.
 
     Raises:
-        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections`` or
-            ``shutdown_timeout``.
+        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections``,
+            ``shutdown_timeout``, ``body_timeout`` or ``min_body_rate``.
     """
-    _limits(header_timeout, max_connections, shutdown_timeout)
+    _limits(header_timeout, max_connections, shutdown_timeout, body_timeout, min_body_rate)
 
 
 def run(app: Any, sock: socket.socket, **options: Any) -> Stopped:

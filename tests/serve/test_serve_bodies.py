@@ -1,0 +1,165 @@
+"""Slow request bodies (nginx's client_body_timeout, Apache's mod_reqtimeout): a body that goes
+quiet, or trickles in under the minimum rate, is answered 408 and its connection freed; the API
+key in a header is checked before the body is read."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from _serve_helpers import live_app, wait_until
+from test_serve_server import kept_logs, read_answer
+
+from qkv._errors import SettingError
+from qkv.serve import ServeConfig, create_app
+from qkv.serve.server import check_limits
+
+logs = pytest.fixture(kept_logs)
+
+BODY = json.dumps({"q": "the cat sat on the mat . " * 6, "source": "en", "target": "fr"}).encode()
+
+
+def _serve(translator, api_key=None, **options):
+    cfg = ServeConfig(source_lang="en", target_lang="fr", api_key=api_key)
+    return live_app(create_app(translator, cfg), **options)
+
+
+def _head(length: int, extra: str = "") -> bytes:
+    return (
+        f"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def _connect(live) -> socket.socket:
+    port = int(live.url.rsplit(":", 1)[1])
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def _trickle(sock: socket.socket, body: bytes, every: float, step: int, stop: threading.Event):
+    """Send ``body`` ``step`` bytes at a time, one step each ``every`` seconds, until it is all
+    sent, the server closes, or ``stop``."""
+    for i in range(0, len(body), step):
+        if stop.wait(every):
+            return
+        try:
+            sock.sendall(body[i : i + step])
+        except OSError:
+            return
+
+
+def test_a_body_trickled_under_the_rate_gets_408_and_frees_its_connection(translator, logs):
+    """Clients that sent a body a byte at a time held every connection: the header timeout
+    ended with the headers and nothing timed the body, so every other client got 503. Each
+    such body is now answered 408 once it falls behind the rate, while others are served."""
+    timeout, rate = 1.0, 50.0
+    options = {"body_timeout": timeout, "min_body_rate": rate, "max_connections": 5}
+    with _serve(translator, **options) as s:
+        stop = threading.Event()
+        slow, threads = [], []
+        started = time.monotonic()
+        for _ in range(3):  # 5 bytes a second, a tenth of the rate
+            sock = _connect(s)
+            sock.sendall(_head(len(BODY)))
+            slow.append(sock)
+            t = threading.Thread(target=_trickle, args=(sock, BODY, 0.2, 1, stop), daemon=True)
+            t.start()
+            threads.append(t)
+        quiet = _connect(s)  # headers, then nothing
+        quiet.sendall(_head(len(BODY)))
+        # meanwhile, others are served: a whole request on the fifth connection
+        assert s.client.post(s.url + "/translate", content=BODY,
+                             headers={"Content-Type": "application/json"}).status_code == 200  # fmt: skip
+        answers = [read_answer(sock) for sock in slow]
+        took = time.monotonic() - started
+        stop.set()
+        for status, body in answers:
+            assert status == 408, body
+            assert (
+                body["error"].startswith("body: arriving too slowly (")
+                and "bytes in" in body["error"]
+            )
+        # the deadline is timeout + received / rate: about 1.1 s for 5 bytes a second
+        assert took < timeout + 2.0, took
+        status, body = read_answer(quiet)
+        assert status == 408 and f"nothing for {timeout:g} s" in body["error"], body
+        for sock in [*slow, quiet]:
+            sock.close()
+        wait_until(lambda: len(s.server.server_state.connections) <= 1, what="the slots freed")
+        # every slot is usable again
+        again = [_connect(s) for _ in range(4)]
+        for sock in again:
+            sock.sendall(_head(len(BODY)) + BODY)
+        for sock in again:
+            data = sock.recv(65536)
+            assert data.startswith(b"HTTP/1.1 200"), data
+            sock.close()
+        for t in threads:
+            t.join(5)
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "--body-timeout (1 s), --min-body-rate (50)" in lines[0], lines
+    assert not any(r.exc_info for r in logs.records)
+
+
+def test_a_slow_body_above_the_rate_is_served(translator):
+    """A slow but steady client (here 150 bytes a second against a minimum of 50) is read to
+    the end and answered, however long its body takes past the grace."""
+    with _serve(translator, body_timeout=0.5, min_body_rate=50.0) as s:
+        sock = _connect(s)
+        sock.sendall(_head(len(BODY)))
+        stop = threading.Event()
+        started = time.monotonic()
+        _trickle(sock, BODY, 0.2, 30, stop)
+        assert time.monotonic() - started > 0.5  # past the grace
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        assert data.startswith(b"HTTP/1.1 200"), data
+        sock.close()
+
+
+def test_a_wrong_key_in_a_header_is_refused_before_the_body(translator):
+    """The body was read before the key was checked: a client without the key could hold a
+    connection by sending a large body slowly. A key given in a header (or the query string)
+    is now checked on the headers alone: a wrong one is a 401 with the body unsent."""
+    with _serve(translator, api_key="sesame", body_timeout=30.0) as s:
+        for extra in ("X-API-Key: wrong\r\n", "Authorization: Bearer wrong\r\n"):
+            sock = _connect(s)
+            sock.settimeout(5)  # before, no answer came until the body had arrived
+            sock.sendall(_head(10_000_000, extra))
+            status, body = read_answer(sock)
+            assert status == 401 and body["error"] == "api_key: wrong API key"
+            sock.close()
+        sock = _connect(s)
+        sock.settimeout(5)
+        sock.sendall(_head(10_000_000).replace(b"/translate ", b"/translate?api_key=wrong "))
+        status, body = read_answer(sock)
+        assert status == 401 and body["error"] == "api_key: wrong API key"
+        sock.close()
+        # the right key in the query string, or in the body as LibreTranslate sends it
+        ok = s.client.post(s.url + "/translate?api_key=sesame", content=BODY,
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert ok.status_code == 200, ok.text
+        keyed = json.dumps({**json.loads(BODY), "api_key": "sesame"}).encode()
+        ok = s.client.post(s.url + "/translate", content=keyed,
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"body_timeout": 0}, "body_timeout"),
+        ({"body_timeout": float("nan")}, "body_timeout"),
+        ({"min_body_rate": -1}, "min_body_rate"),
+        ({"min_body_rate": float("inf")}, "min_body_rate"),
+        ({"min_body_rate": "fast"}, "min_body_rate"),
+    ],
+)
+def test_body_limits_are_checked(options, key):
+    with pytest.raises(SettingError) as caught:
+        check_limits(10.0, 8, 60.0, **options)
+    assert caught.value.key == key
