@@ -410,7 +410,7 @@ def test_health_lists_every_model(three, folders):
     assert h["status"] == "ok" and "model" not in h
     assert [m["pair"] for m in h["models"]] == list(THREE)
     for m in h["models"]:
-        assert m["model_dir"] == str(folders[m["pair"]]) and m["engine"] == "qkv"
+        assert m["model_dir"] == folders[m["pair"]].name and m["engine"] == "qkv"
         assert m["bytes"] > 0
 
 

@@ -297,26 +297,26 @@ def _registry(args: argparse.Namespace) -> Any:
         SettingError: keyed by the flag that named a bad folder, one line.
     """
     from ..engines import open_translator
-    from ..serve.registry import ModelRegistry, inspect_folder, model_folders
+    from ..serve.registry import ModelRegistry, inspect_folder, models_in
 
     if args.quantize is not None and args.device != "cpu" and args.engine == "qkv":
         raise ValueError(
             f"--quantize: {args.quantize} runs on the CPU only (torch's dynamic "
             f"quantization), got --device {args.device}"
         )
-    named = [(folder, "--model-dir") for folder in args.model_dir or []]
-    if args.models_dir is not None:
-        try:
-            named += [(folder, "--models-dir") for folder in model_folders(args.models_dir)]
-        except SettingError as e:
-            raise ValueError(str(e.renamed("--models-dir"))) from None
     folders = []
-    for folder, given_by in named:
+    for folder in args.model_dir or []:
         try:
             folders.append(inspect_folder(folder, engine=args.engine))
-        except SettingError as e:  # named here: the folder may have come from --models-dir
-            named_err = named_by_flag(e, {"model_dir": given_by, "engine": "--engine"})
+        except SettingError as e:
+            named_err = named_by_flag(e, {"model_dir": "--model-dir", "engine": "--engine"})
             raise ValueError(str(named_err)) from None
+    if args.models_dir is not None:  # what is not a model there is skipped, a line each
+        try:
+            folders += models_in(args.models_dir, engine=args.engine)
+        except SettingError as e:
+            flags = {"models_dir": "--models-dir", "engine": "--engine"}
+            raise ValueError(str(named_by_flag(e, flags))) from None
 
     def load(folder: Any) -> Any:
         tr = open_translator(

@@ -39,9 +39,13 @@ __all__ = [
     "detect_language",
     "detect_languages",
     "detectable_languages",
+    "from_libretranslate",
     "language_code",
     "language_name",
+    "language_script",
+    "match_language",
     "rank_languages",
+    "script_name",
 ]
 
 #: ISO 639-1 code -> English name (all 183 codes of the standard)
@@ -467,3 +471,75 @@ def detect_language(
         votes.setdefault(code, []).append(p)
     code = max(votes, key=lambda c: (len(votes[c]), sum(votes[c])))
     return code, round(len(votes[code]) / len(found), 4)
+
+
+# ---------------------------------------------------------------------------- matching
+#: LibreTranslate's and Argos Translate's codes that are not BCP 47: "zt", Chinese in its
+#: Traditional script
+_LIBRETRANSLATE_CODES = {"zt": "zh-Hant"}
+#: the script a language is written in when its tag names none (CLDR's likely subtags): for
+#: languages written in more than one, by region first
+_REGION_SCRIPTS = {("zh", "TW"): "Hant", ("zh", "HK"): "Hant", ("zh", "MO"): "Hant"}
+_DEFAULT_SCRIPTS = {"zh": "Hans", "sr": "Cyrl"}
+_SCRIPT_NAMES = {"Hans": "Simplified", "Hant": "Traditional", "Cyrl": "Cyrillic", "Latn": "Latin"}
+
+
+def from_libretranslate(code: str) -> str:
+    """``code`` as BCP 47 writes it: LibreTranslate's ``"zt"`` -> ``"zh-Hant"``; any other
+    code as it is."""
+    return _LIBRETRANSLATE_CODES.get(code.strip().lower(), code)
+
+
+def language_script(code: str) -> str | None:
+    """The script ``code`` is written in: its own script subtag, else the one its language
+    and region imply (``"zh-TW"`` -> ``"Hant"``, ``"zh"`` and ``"zh-CN"`` -> ``"Hans"``,
+    ``"sr"`` -> ``"Cyrl"``); None for a language written in one script (``"en-GB"``), or a tag
+    that is not one (``"x-custom"``). LibreTranslate's ``"zt"`` is ``"Hant"``."""
+    parsed = _parse(from_libretranslate(code))
+    if parsed is None:
+        return None
+    lang, script, region = parsed
+    return script or _REGION_SCRIPTS.get((lang, region or "")) or _DEFAULT_SCRIPTS.get(lang)
+
+
+def script_name(script: str) -> str:
+    """A script subtag in words: ``"Hant"`` -> ``"Traditional"``; others as they are."""
+    return _SCRIPT_NAMES.get(script, script)
+
+
+def match_language(asked: str, offered: Iterable[str]) -> str | None:
+    """The one of ``offered`` (codes served) that serves ``asked`` (a request's code), BCP 47's
+    way, or None.
+
+    The same code (case aside) wins. Otherwise the language must be the same and so must the
+    script, given or implied (:func:`language_script`): ``zh-TW``, ``zh-HK``, ``zh-Hant`` and
+    LibreTranslate's ``zt`` are not served by a Simplified model (``zh``, ``zh-CN``,
+    ``zh-Hans``), nor the other way round; but the bare language (``zh``) is served by the
+    one model of its language whatever its script. A region alone is a preference: ``en-GB`` is served
+    by ``en`` or ``en-US``; among several, the one of the same region, then the one with none;
+    None when that leaves more than one (``en`` with ``en-GB`` and ``en-US`` served).
+    """
+    offered = list(offered)
+    key = asked.strip().lower()
+    same = [c for c in offered if c.strip().lower() == key]
+    if same:
+        return same[0]
+    parsed = _parse(from_libretranslate(asked))
+    if parsed is None:
+        return None
+    lang, given_script, region = parsed
+    script = language_script(_join(*parsed))
+    ranked, other_scripts = [], []
+    for code in offered:
+        other = _parse(code)
+        if other is None or other[0] != lang:
+            continue
+        rank = ((other[2] == region, other[2] is None), code)
+        (ranked if language_script(code) == script else other_scripts).append(rank)
+    if not ranked and given_script is None and region is None:
+        ranked = other_scripts  # the bare language ("zh"): whatever script is served
+    if not ranked:
+        return None
+    best = max(rank for rank, _ in ranked)
+    found = [code for rank, code in ranked if rank == best]
+    return found[0] if len(found) == 1 else None

@@ -40,8 +40,10 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import logging
 import math
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -56,6 +58,7 @@ from starlette.routing import Route
 
 from .._deps import MissingDependency, missing, require
 from .._errors import SettingError
+from ..data.languages import language_code, match_language
 from ..inference import Decoding, TextTranslator
 from ..text import Alignment, Plan, format_of
 from ..viz import attention_cells, attention_payload
@@ -67,7 +70,7 @@ from .metrics import Metrics
 from .openapi import openapi_schema
 from .page import page_html
 from .ratelimit import RateLimiter, Slowdown, retry_header
-from .registry import Lane, LoadError, ModelRegistry, display_name
+from .registry import Lane, LoadError, ModelRegistry, display_name, shown_path, unserved
 from .requests import (
     ApiError,
     JsonResponse,
@@ -238,7 +241,8 @@ class _State:
                     "serve --source-lang CODE --target-lang CODE, e.g. en and fr)",
                 )
             langs = (cfg.source_lang or known[0], cfg.target_lang or known[1])
-        return langs[0].strip().lower(), langs[1].strip().lower()
+        # BCP 47's spelling (zh-CN, as a registry of models shows it); another code lowercase
+        return tuple(language_code(x) or x.strip().lower() for x in langs)  # type: ignore[return-value]
 
     def _batching(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -373,11 +377,15 @@ class _State:
                 v = default
             if not isinstance(v, str):
                 raise ApiError(422, f"{name}: expected a language code, got {describe(v)}")
-            data[name] = v.strip().lower()
-        if data["source"] not in ("auto", self.source):
-            raise ApiError(400, f"source: {data['source']!r} is not served; {pair}")
-        if data["target"] != self.target:
-            raise ApiError(400, f"target: {data['target']!r} is not served; {pair}")
+            v = v.strip()
+            if name == "source" and v.lower() == "auto":
+                data[name] = "auto"
+                continue
+            found = match_language(v, [default])  # BCP 47's way: en-US for en, not zh-TW for zh
+            if found is None:
+                why = unserved(v, [default]).partition("; the languages served")[0]
+                raise ApiError(400, f"{name}: {why}; {pair}")
+            data[name] = found
         return data["source"] == "auto"
 
     def _code(self, data: dict[str, Any], name: str) -> str:
@@ -543,11 +551,12 @@ class _State:
 
     async def acquire(self, lane: Lane) -> Lane:
         """``lane`` loaded for a request (:meth:`ModelRegistry.acquire`); a model that fails
-        to load is a 500 naming it."""
+        to load is a 503 naming it, with when it is tried again (``Retry-After``)."""
         try:
             return await self.registry.acquire(lane)
         except LoadError as e:
-            raise ApiError(500, f"model: {e}") from None
+            retry = {"Retry-After": str(max(1, math.ceil(e.retry_after)))}
+            raise ApiError(503, f"model: {e}", retry) from None
 
     def one_model(self, plan: _RequestRoute) -> Lane:
         """The one model of a route (/attention shows one model's weights)."""
@@ -780,14 +789,15 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def _one_model_health(lane: Lane, cfg: ServeConfig) -> dict[str, Any]:
-    """``/health``'s ``model`` of a server of one model (a registry of one)."""
+def _one_model_health(lane: Lane, cfg: ServeConfig, full: bool) -> dict[str, Any]:
+    """``/health``'s ``model`` of a server of one model (a registry of one); ``full``: its
+    folders' whole paths, else their names (:func:`~qkv.serve.registry.shown_path`)."""
     tr, served = lane.translator, lane.decoding
     assert tr is not None and served is not None  # never unloaded
     return {
         "loaded": True,
-        "model_dir": cfg.model_dir,
-        "path": None if tr.path is None else str(tr.path),
+        "model_dir": shown_path(cfg.model_dir, full=full),
+        "path": shown_path(tr.path, cfg.model_dir, full=full),
         "step": lane.step,
         "kind": tr.kind,
         "engine": tr.engine,
@@ -1064,12 +1074,16 @@ class _Routes:
         return JsonResponse(out)
 
     async def health(self, request: Request) -> Response:
+        """The server's state; its models' folders by name, by whole path only to a client
+        that gives the server's API key (a header or ``?api_key=``)."""
         st, cfg = self.st, self.cfg
+        given = _key_outside_body(request)
+        full = cfg.api_key is not None and given is not None and _same_key(given, cfg.api_key)
         out: dict[str, Any] = {"status": "ok"}
         if st.registry.pair is not None:
-            out["model"] = _one_model_health(st.registry.lanes[0], cfg)
+            out["model"] = _one_model_health(st.registry.lanes[0], cfg, full)
         else:
-            out["models"] = [lane.health() for lane in st.registry.lanes]
+            out["models"] = [lane.health(full=full) for lane in st.registry.lanes]
             out["memory"] = {
                 "loaded_bytes": st.registry.resident_bytes,
                 "cap_bytes": st.registry.memory_cap,
@@ -1207,15 +1221,27 @@ def create_app(
     return app
 
 
-def _host_name(header: str) -> str:
-    """The host name of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowercase,
-    without a trailing dot."""
+#: a ``Host`` header's name (RFC 3986's reg-name as DNS names spell it, or an IPv4 address)
+#: and port; an IPv6 address in brackets and port
+_HOST = re.compile(r"(?P<name>[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?)(?::(?P<port>[0-9]{0,5}))?")
+_HOST_V6 = re.compile(r"\[(?P<name>[0-9a-f:.]+)\](?::(?P<port>[0-9]{0,5}))?")
+
+
+def _host_name(header: str) -> str | None:
+    """The host name of a ``Host`` header, lowercase, without a trailing dot: ``name``,
+    ``name:port`` or ``[IPv6]:port`` (an IPv6 address, then nothing but a port); None for
+    anything else (``[localhost]evil.example``, ``a b``, ``a:b:c``, a port over 65535)."""
     value = header.strip().lower()
+    m = _HOST_V6.fullmatch(value) or _HOST.fullmatch(value)
+    if m is None or (m["port"] and int(m["port"]) > 65535) or ".." in m["name"]:
+        return None
+    name = m["name"]
     if value.startswith("["):
-        value = value[1:].partition("]")[0]
-    elif value.count(":") == 1:
-        value = value.partition(":")[0]
-    return value.rstrip(".")
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return None
+    return name.rstrip(".")
 
 
 class _TrustedHost:
@@ -1251,13 +1277,18 @@ class _TrustedHost:
             if name != b"host":
                 continue
             header = value.decode("latin-1")
-            if not self.allows(_host_name(header), scope):
+            host = _host_name(header)
+            if host is None or not self.allows(host, scope):
                 shown = describe(header).removeprefix("the string ")
+                what = (
+                    "is not a host name (expected name, name:port or [IPv6]:port)"
+                    if host is None
+                    else "is not a name this server answers to"
+                )
                 refusal = error_response(
                     400,
-                    f"Host: {shown} is not a name this server answers to; it answers to "
-                    "localhost and the address it is reached at, and to the names given with "
-                    "--allowed-hosts",
+                    f"Host: {shown} {what}; it answers to localhost and the address it is "
+                    "reached at, and to the names given with --allowed-hosts",
                     {"Connection": "close"},
                 )
                 await refusal(scope, receive, send)

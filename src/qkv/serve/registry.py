@@ -32,6 +32,7 @@ import gc
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,11 +41,28 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SettingError
-from .._folder import CT2_OPTIONS, CT2_WEIGHTS, MODEL_MARKS, ONNX_CONFIG, WEIGHTS
-from ..data.languages import base_language, check_language, language_name
+from .._folder import (
+    CT2_OPTIONS,
+    CT2_WEIGHTS,
+    MANIFEST,
+    MODEL_MARKS,
+    ONNX_CONFIG,
+    TRAIN_CONFIG,
+    WEIGHTS,
+)
+from ..data.languages import (
+    base_language,
+    check_language,
+    from_libretranslate,
+    language_name,
+    language_script,
+    match_language,
+    script_name,
+)
 from ..engines import folder_engine, open_translator
 from ..inference import Decoding, TextTranslator, verify_checkpoint
 from ..inference.layout import CHECKPOINTS_DIR, FINAL_DIR
+from ..inference.saved import HF_FOLDER_FORMAT
 from .batcher import Batcher
 from .metrics import BATCH_BUCKETS, Histogram
 
@@ -56,8 +74,9 @@ __all__ = [
     "Route",
     "display_name",
     "inspect_folder",
-    "model_folders",
+    "models_in",
     "open_model",
+    "shown_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,6 +96,37 @@ def display_name(code: str) -> str:
         return language_name(code)
     except ValueError:
         return code
+
+
+def unserved(value: str, served: Sequence[str]) -> str:
+    """Why a request's language ``value`` is not among ``served``: the languages served, and
+    the scripts of its language that are when only its script is not (``zh-TW`` where a
+    Simplified model is served)."""
+    listed = (
+        f"the languages served are {', '.join(served)} (GET /languages lists each with its targets)"
+    )
+    try:
+        base = base_language(from_libretranslate(value))
+    except ValueError:
+        return f"{value!r} is not served; {listed}"
+    script = language_script(value)
+    others = [c for c in served if _base_or_none(c) == base]
+    if script is None or not others:
+        return f"{value!r} is not served; {listed}"
+    theirs = ", ".join(
+        f"{c} ({script_name(s)})" if (s := language_script(c)) else c for c in others
+    )
+    return (
+        f"{value!r} ({language_name(base)} in its {script_name(script)} script) is not served: "
+        f"the {language_name(base)} served is {theirs}; {listed}"
+    )
+
+
+def _base_or_none(code: str) -> str | None:
+    try:
+        return base_language(code)
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------------------- folders
@@ -189,32 +239,78 @@ def inspect_folder(path: str | Path, *, engine: str = "qkv") -> ModelFolder:
     return ModelFolder(path=p, source=langs[0], target=langs[1], engine=kind, size=size)
 
 
-def model_folders(parent: str | Path) -> list[Path]:
-    """The model folders inside ``parent`` (``qkv serve --models-dir``): each subfolder that
-    holds a model (or a run), in name order; hidden folders and folders with none of a model's
-    files are passed over (logged).
+def _manifest_type(folder: Path) -> str | None:
+    """The ``type`` its ``manifest.json`` gives a folder, or None."""
+    try:
+        meta = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    kind = meta.get("type") if isinstance(meta, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+#: the manifest type of a prepared corpus (``qkv prepare --out``)
+PREPARED_TYPE = "qkv.PreparedCorpus"
+#: what a folder whose manifest says so is, when it is not a model qkv serves
+_NOT_MODELS = {
+    PREPARED_TYPE: "is a prepared corpus (qkv prepare), not a model",
+    HF_FOLDER_FORMAT: "is a Hugging Face export, which transformers reads and qkv serve does not",
+}
+
+
+def _not_a_model(sub: Path) -> str | None:
+    """What ``sub`` is when it is plainly no model (a prepared corpus, a run with no model
+    yet, a folder of none of a model's files), else None."""
+    kind = _manifest_type(sub) if (sub / MANIFEST).is_file() else None
+    if kind in _NOT_MODELS:
+        return _NOT_MODELS[kind]
+    if any((sub / mark).exists() for mark in _MODEL_MARKS):
+        return None
+    if (sub / TRAIN_CONFIG).is_file():
+        return "is a training run with no model saved yet"
+    return "holds none of a model's files"
+
+
+def models_in(parent: str | Path, *, engine: str = "qkv") -> list[ModelFolder]:
+    """The models inside ``parent`` (``qkv serve --models-dir``), in name order: each
+    subfolder :func:`inspect_folder` reads. Anything else is skipped with one log line saying
+    what it is (a prepared corpus, a run with no model yet, a model that records no languages,
+    an export whose engine is not installed, a folder of no model); hidden entries and files in
+    silence.
 
     Raises:
-        SettingError: keyed ``models_dir``: ``parent`` is not a folder, or holds no model.
+        SettingError: keyed ``models_dir``: ``parent`` is not a folder, or holds no model that
+            can be served (one line naming what each subfolder is; nothing logged).
     """
+    from .._deps import MissingDependency
+
     p = Path(parent)
     if not p.is_dir():
         what = "does not exist" if not p.exists() else "is a file; expected a folder of models"
         raise SettingError("models_dir", f"{str(p)!r} {what}")
-    found = []
+    found, skipped = [], []
     for sub in sorted(p.iterdir()):
         if not sub.is_dir() or sub.name.startswith("."):
             continue
-        if any((sub / mark).exists() for mark in _MODEL_MARKS):
-            found.append(sub)
-        else:
-            log.warning("qkv serve: %s holds no model; passed over", sub)
+        what = _not_a_model(sub)
+        if what is None:
+            try:
+                found.append(inspect_folder(sub, engine=engine))
+                continue
+            except SettingError as e:
+                what = e.problem.removeprefix(f"{str(sub)!r} ")
+            except MissingDependency as e:
+                what = f"needs what is not installed: {e}"
+        skipped.append(f"{str(sub)!r} {what}")
     if not found:
         raise SettingError(
             "models_dir",
             f"{str(p)!r} holds no model folder (each subfolder a qkv run, checkpoint or "
-            "export, a CTranslate2 or an ONNX export)",
+            f"export, a CTranslate2 or an ONNX export){': ' if skipped else ''}"
+            + "; ".join(skipped),
         )
+    for line in skipped:
+        log.warning("qkv serve: --models-dir: skipped %s", line)
     return found
 
 
@@ -233,7 +329,53 @@ def open_model(
 
 # ---------------------------------------------------------------------------- a lane
 class LoadError(RuntimeError):
-    """A model could not be loaded when a request asked for it (the cause chained)."""
+    """A model could not be loaded when a request asked for it (the cause chained).
+
+    Attributes:
+        retry_after: seconds until the model is tried again (its back-off), or until its
+            files change.
+    """
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+#: after a model failed to load: seconds before it is tried again, doubled on each failure
+#: up to :data:`LOAD_BACKOFF_MAX` (sooner when its files change)
+LOAD_BACKOFF = 60.0
+LOAD_BACKOFF_MAX = 600.0
+#: the most files a folder's signature looks at (a run folder of many checkpoints)
+_SIGNATURE_FILES = 2000
+
+
+def folder_signature(path: Path | None) -> tuple[tuple[str, int, int], ...]:
+    """What a model folder's files are, cheaply: each file's path, size and mtime (ns), up to
+    :data:`_SIGNATURE_FILES` of them; a changed, added or removed file changes it."""
+    if path is None:
+        return ()
+    found: list[tuple[str, int, int]] = []
+    with contextlib.suppress(OSError):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(root, name))
+                    found.append((os.path.join(root, name), st.st_size, st.st_mtime_ns))
+                if len(found) >= _SIGNATURE_FILES:
+                    return tuple(found)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A model's failed load, remembered: not tried again before ``until`` (monotonic
+    seconds) unless its files' ``signature`` changes."""
+
+    message: str
+    signature: tuple[tuple[str, int, int], ...]
+    until: float
+    backoff: float
 
 
 class _Stats:
@@ -288,6 +430,9 @@ class Lane:
         self.unloads = 0
         self.stats = _Stats()
         self._lock: asyncio.Lock | None = None
+        #: its last failed load while it is remembered (see :meth:`ModelRegistry.acquire`)
+        self.failure: _Failure | None = None
+        self.failures = 0
 
     @property
     def pair(self) -> str:
@@ -345,18 +490,20 @@ class Lane:
             raise RuntimeError(f"the {self.pair} model is not loaded")
         return sum(len(tr.encode(t)) for t in texts) * decoding.beam_size
 
-    def health(self) -> dict[str, Any]:
-        """``/health``'s entry for this model."""
+    def health(self, *, full: bool = False) -> dict[str, Any]:
+        """``/health``'s entry for this model (``full``: its folders' whole paths, for a
+        client holding the key; else their names, :func:`shown_path`)."""
         tr = self.translator
+        folder = self.folder.path
         return {
             "pair": self.pair,
             "source": self.source,
             "target": self.target,
-            "model_dir": None if self.folder.path is None else str(self.folder.path),
+            "model_dir": shown_path(folder, full=full),
             "engine": self.folder.engine,
             "bytes": self.folder.size,
             "loaded": tr is not None,
-            "path": None if tr is None or tr.path is None else str(tr.path),
+            "path": None if tr is None else shown_path(tr.path, folder, full=full),
             "step": self.step if tr is not None else None,
             "kind": tr.kind if tr is not None else None,
             "device": str(tr.device) if tr is not None else None,
@@ -365,6 +512,24 @@ class Lane:
             "unloads": self.unloads,
             "queue_depth": self.batcher.queue_depth if self.batcher is not None else 0,
         }
+
+
+def shown_path(
+    path: str | Path | None, root: str | Path | None = None, *, full: bool = False
+) -> str | None:
+    """A folder as ``/health`` shows it: its whole path when ``full`` (a client holding the
+    server's key); else its part below ``root`` (``final``, ``checkpoints/step_...``) or its
+    name, never a directory of the host's."""
+    if path is None:
+        return None
+    p = Path(path)
+    if full:
+        return str(p)
+    if root is not None:
+        with contextlib.suppress(ValueError):
+            below = p.relative_to(Path(root))
+            return below.as_posix() if below.parts else Path(root).name
+    return p.name
 
 
 # ---------------------------------------------------------------------------- routes
@@ -489,30 +654,19 @@ class ModelRegistry:
         ]
 
     def code(self, name: str, value: str) -> str:
-        """The served code a request's ``value`` names (case aside; ``zh-CN`` for ``zh``
-        when only ``zh-CN`` is served, ``en`` for ``en-US``).
+        """The served code a request's ``value`` names, BCP 47's way
+        (:func:`~qkv.data.languages.match_language`): ``zh-CN`` for ``zh`` when only ``zh-CN``
+        is served, ``en`` for ``en-US``; never a Simplified Chinese model for ``zh-TW``,
+        ``zh-Hant`` or LibreTranslate's ``zt``.
 
         Raises:
-            SettingError: keyed ``name``, listing the languages served.
+            SettingError: keyed ``name``, listing the languages served (and, for a script not
+                served, the script that is).
         """
-        v = _key(value)
-        if v in self.codes:
-            return self.codes[v]
-        try:
-            base = _key(base_language(value))
-        except ValueError:
-            base = None
-        if base is not None:
-            if base in self.codes:
-                return self.codes[base]
-            same = [c for k, c in self.codes.items() if k.split("-")[0] == base]
-            if len(same) == 1:
-                return same[0]
-        raise SettingError(
-            name,
-            f"{value!r} is not served; the languages served are {', '.join(self.languages)} "
-            "(GET /languages lists each with its targets)",
-        )
+        found = match_language(value, self.languages)
+        if found is not None:
+            return found
+        raise SettingError(name, unserved(value, self.languages))
 
     def route(self, source: str, target: str) -> Route:
         """The lanes from ``source`` to ``target`` (codes as a request gives them).
@@ -574,12 +728,33 @@ class ModelRegistry:
             if lane.translator is None:
                 async with lane.lock:
                     if lane.translator is None:
+                        await self._remembered_failure(lane)
                         await self._load(lane)
         except BaseException:
             lane.users -= 1
             raise
         lane.last_used = time.monotonic()
         return lane
+
+    async def _remembered_failure(self, lane: Lane) -> None:
+        """Raise the lane's last load failure again while it is remembered: until its back-off
+        passes or its folder's files change (read off the event loop), so that requests for a
+        broken model do not load (and hash) it each time.
+
+        Raises:
+            LoadError: the failure, with the seconds left of the back-off.
+        """
+        failed = lane.failure
+        if failed is None:
+            return
+        left = failed.until - time.monotonic()
+        if left > 0:
+            loop = asyncio.get_running_loop()
+            now = await loop.run_in_executor(None, folder_signature, lane.folder.path)
+            if now == failed.signature:
+                raise LoadError(failed.message, left)
+            lane.failures = 0  # its files changed: a new start
+        lane.failure = None  # tried again
 
     async def _load(self, lane: Lane) -> None:
         lane.resident = True  # counted from now: two models loading at once share the cap
@@ -594,8 +769,8 @@ class ModelRegistry:
             await loop.run_in_executor(None, lambda: (lane.load(), self.on_load(lane)))
         except Exception as e:
             lane.resident, lane.translator = False, None
-            log.error("qkv serve: loading %s (%s) failed: %r", lane.pair, lane.folder.path, e)
-            raise LoadError(f"the {lane.pair} model could not be loaded: {e}") from e
+            raise await self._failed(lane, e) from e
+        lane.failures = 0
         log.info(
             "qkv serve: loaded %s from %s in %.2f s (%s of weights; %s in memory)",
             lane.pair,
@@ -604,6 +779,27 @@ class ModelRegistry:
             _mb(lane.folder.size),
             _mb(self.resident_bytes),
         )
+
+    async def _failed(self, lane: Lane, error: Exception) -> LoadError:
+        """Remember a failed load (its back-off doubled from the last one, capped), log it in
+        one line, and return the error requests get until it is tried again."""
+        lane.failures += 1
+        backoff = min(LOAD_BACKOFF_MAX, LOAD_BACKOFF * 2 ** min(lane.failures - 1, 16))
+        loop = asyncio.get_running_loop()
+        signature = await loop.run_in_executor(None, folder_signature, lane.folder.path)
+        path = lane.folder.path
+        said = str(error) if path is None else str(error).replace(str(path), path.name)
+        message = f"the {lane.pair} model could not be loaded: {said}"  # no path of the host's
+        lane.failure = _Failure(message, signature, time.monotonic() + backoff, backoff)
+        log.error(
+            "qkv serve: loading %s (%s) failed: %r; not tried again for %g s, or until its "
+            "files change",
+            lane.pair,
+            path,
+            error,
+            backoff,
+        )
+        return LoadError(message, backoff)
 
     def release(self, lane: Lane) -> None:
         """A request is done with ``lane``; models over the cap that are now idle go."""
