@@ -157,9 +157,44 @@ def test_a_wrong_key_in_a_header_is_refused_before_the_body(translator):
         ({"min_body_rate": -1}, "min_body_rate"),
         ({"min_body_rate": float("inf")}, "min_body_rate"),
         ({"min_body_rate": "fast"}, "min_body_rate"),
+        ({"max_connections_per_client": 0}, "max_connections_per_client"),
+        ({"max_connections_per_client": 1.5}, "max_connections_per_client"),
     ],
 )
 def test_body_limits_are_checked(options, key):
     with pytest.raises(SettingError) as caught:
         check_limits(10.0, 8, 60.0, **options)
     assert caught.value.key == key
+
+
+def test_one_address_cannot_take_every_connection(translator, logs):
+    """With --max-connections-per-client, a client that opens connections and trickles their
+    bodies holds that many at most: its next ones get 503 while another address is served."""
+    with _serve(translator, max_connections=8, max_connections_per_client=3) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+
+        def from_(address: str) -> socket.socket:
+            return socket.create_connection(("127.0.0.1", port), 30, (address, 0))
+
+        held = [from_("127.0.0.2") for _ in range(3)]
+        for sock in held:
+            sock.sendall(_head(len(BODY)))  # and nothing more for now
+        wait_until(lambda: len(s.server.server_state.connections) >= 3, what="3 connections")
+        for _ in range(2):
+            status, body = read_answer(from_("127.0.0.2"))
+            assert status == 503 and body["error"].startswith("connections: your address holds 3")
+        other = from_("127.0.0.3")
+        other.sendall(_head(len(BODY)) + BODY)
+        assert other.recv(65536).startswith(b"HTTP/1.1 200")
+        other.close()
+        for sock in held:
+            sock.sendall(BODY)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock.close()
+        wait_until(lambda: not s.server.server_state.connections, what="the connections closed")
+        again = from_("127.0.0.2")  # its count went down with its connections
+        again.sendall(_head(len(BODY)) + BODY)
+        assert again.recv(65536).startswith(b"HTTP/1.1 200")
+        again.close()
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "--max-connections-per-client (3)" in lines[0], lines

@@ -75,6 +75,7 @@ _FLAGS = {
         "body_timeout",
         "min_body_rate",
         "max_connections",
+        "max_connections_per_client",
         "shutdown_timeout",
         "host",
         "port",
@@ -248,6 +249,14 @@ def _add_connection_flags(p: argparse.ArgumentParser) -> None:
         help="most connections open at once; beyond, 503 and closed (default: the open-file "
         "limit, ulimit -n, less 200)",
     )
+    p.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most connections one client address may hold; beyond, 503 and closed (default: "
+        "no such cap; give one when clients reach the server directly, not through a proxy)",
+    )
 
 
 def serve_config(args: argparse.Namespace, api_key: str | None) -> Any:
@@ -362,6 +371,7 @@ def run(args: argparse.Namespace) -> int:
             args.shutdown_timeout,
             body_timeout=args.body_timeout,
             min_body_rate=args.min_body_rate,
+            max_connections_per_client=args.max_connections_per_client,
         )
         if args.threads < 0:
             raise ValueError(f"--threads: expected >= 0, got {args.threads}")
@@ -395,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         min_body_rate=args.min_body_rate,
         max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
         on_ready=lambda: print(ready, file=sys.stderr, flush=True),
     )
     if not stopped.started:

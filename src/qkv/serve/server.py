@@ -23,7 +23,8 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   trickles a body a byte a second frees its connection within the timeout. The clock stops
   while the server itself is not reading (its buffer full, or a ``100 Continue`` not sent yet);
 * beyond ``max_connections`` open ones, a new connection is answered 503 and closed, so the
-  process never runs out of file descriptors;
+  process never runs out of file descriptors; so is one beyond ``max_connections_per_client``
+  from one address, when given, so that one client cannot take every connection;
 * when the server answers before a request's body has all arrived (a 413 on its
   ``Content-Length``) and closes, the rest of the body is read and dropped, up to
   :data:`LINGER_BYTES` and :data:`LINGER_SECONDS` (a "lingering close", as nginx and Apache
@@ -48,7 +49,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
@@ -177,6 +178,9 @@ class _Limits:
     events: _Events
     body_timeout: float | None = BODY_TIMEOUT
     min_body_rate: float | None = MIN_BODY_RATE
+    per_client: int | None = None
+    #: the connections open per client address (with ``per_client``)
+    by_client: dict[str, int] = field(default_factory=dict)
 
 
 def _seconds(key: str, value: object, *, zero: bool) -> None:
@@ -199,12 +203,14 @@ def _limits(
     shutdown_timeout: float | None,
     body_timeout: float | None = BODY_TIMEOUT,
     min_body_rate: float | None = MIN_BODY_RATE,
+    per_client: int | None = None,
 ) -> _Limits:
     """The connection limits, checked.
 
     Raises:
         SettingError: keyed ``header_timeout``, ``max_connections``, ``shutdown_timeout``,
-            ``body_timeout`` or ``min_body_rate``, naming what came.
+            ``body_timeout``, ``min_body_rate`` or ``max_connections_per_client``, naming what
+            came.
     """
     _seconds("header_timeout", header_timeout, zero=False)
     _seconds("shutdown_timeout", shutdown_timeout, zero=True)
@@ -220,13 +226,17 @@ def _limits(
         )
     if max_connections is None:
         max_connections = default_max_connections()
-    if (
-        isinstance(max_connections, bool)
-        or not isinstance(max_connections, int)
-        or max_connections < 1
+    for key, n in (
+        ("max_connections", max_connections),
+        ("max_connections_per_client", per_client),
     ):
-        raise SettingError("max_connections", f"expected an int >= 1, got {max_connections!r}")
-    return _Limits(header_timeout, max_connections, _Events(), body_timeout, min_body_rate or None)
+        if key != "max_connections" and n is None:
+            continue
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SettingError(key, f"expected an int >= 1, got {n!r}")
+    return _Limits(
+        header_timeout, max_connections, _Events(), body_timeout, min_body_rate or None, per_client
+    )
 
 
 class _Transport:
@@ -260,19 +270,36 @@ class _Protocol(H11Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_start = self._body_last = 0.0  # when the body's clock started, last byte
         self._body_bytes = 0  # bytes of the body received since its clock started
-        cap = self.limits.max_connections
-        if len(self.server_state.connections) >= cap:
+        peer = transport.get_extra_info("peername")
+        self._peer: str | None = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        refusal = self._refusal()
+        if refusal is not None:
             self._refused = True
-            self.limits.events.note(
-                "cap", f"refused connections beyond --max-connections ({cap:,}) with 503"
-            )
-            message = f"connections: the server holds {cap:,} already; try again shortly"
-            transport.write(_answer(503, "Service Unavailable", message))
+            transport.write(_answer(503, "Service Unavailable", refusal))
             transport.close()
             return
+        if self._peer is not None and self.limits.per_client is not None:
+            held = self.limits.by_client
+            held[self._peer] = held.get(self._peer, 0) + 1
         super().connection_made(transport)
         self.transport = _Transport(transport, self)  # type: ignore[assignment]
         self._await_headers()
+
+    def _refusal(self) -> str | None:
+        """Why a new connection is refused (logged), or None: the server holds
+        ``max_connections``, or its client's address holds ``per_client`` of them."""
+        cap, events = self.limits.max_connections, self.limits.events
+        if len(self.server_state.connections) >= cap:
+            events.note("cap", f"refused connections beyond --max-connections ({cap:,}) with 503")
+            return f"connections: the server holds {cap:,} already; try again shortly"
+        per = self.limits.per_client
+        if per is None or self._peer is None or self.limits.by_client.get(self._peer, 0) < per:
+            return None
+        events.note(
+            "per_client",
+            f"refused connections beyond --max-connections-per-client ({per:,}) with 503",
+        )
+        return f"connections: your address holds {per:,} already; try again shortly"
 
     def _await_headers(self) -> None:
         timeout = self.limits.header_timeout
@@ -432,6 +459,11 @@ class _Protocol(H11Protocol):
         self._cancel_timer("_linger_timer")
         if self._refused:
             return
+        held = self.limits.by_client
+        if self._peer in held:
+            held[self._peer] -= 1
+            if held[self._peer] <= 0:
+                del held[self._peer]
         super().connection_lost(exc)
 
 
@@ -588,6 +620,7 @@ def make_server(
     on_ready: Callable[[], None] | None = None,
     body_timeout: float | None = BODY_TIMEOUT,
     min_body_rate: float | None = MIN_BODY_RATE,
+    max_connections_per_client: int | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` that stops cleanly on SIGTERM or Ctrl-C (in the main thread;
     elsewhere set its ``should_exit``); run it with ``server.run(sockets=[sock])``.
@@ -599,12 +632,22 @@ def make_server(
     :func:`default_max_connections`). ``on_ready()`` is called once the server accepts requests.
     ``body_timeout``: seconds a request's body may go without a byte, and its grace before
     ``min_body_rate`` (bytes a second; 0 or None: no rate) applies; None: the body is not timed.
+    ``max_connections_per_client``: the most connections one client address may hold (None: no
+    such cap; behind a reverse proxy every client has the proxy's address).
 
     Raises:
         SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections``,
-            ``shutdown_timeout``, ``body_timeout`` or ``min_body_rate``.
+            ``shutdown_timeout``, ``body_timeout``, ``min_body_rate`` or
+            ``max_connections_per_client``.
     """
-    limits = _limits(header_timeout, max_connections, shutdown_timeout, body_timeout, min_body_rate)
+    limits = _limits(
+        header_timeout,
+        max_connections,
+        shutdown_timeout,
+        body_timeout,
+        min_body_rate,
+        max_connections_per_client,
+    )
     protocol = type("_ServerProtocol", (_Protocol,), {"limits": limits})
     cut_off = _CutOff(app, shutdown_timeout)
     config = uvicorn.Config(
@@ -629,14 +672,21 @@ def check_limits(
     shutdown_timeout: float | None = 60.0,
     body_timeout: float | None = BODY_TIMEOUT,
     min_body_rate: float | None = MIN_BODY_RATE,
+    max_connections_per_client: int | None = None,
 ) -> None:
     """Check :func:`make_server`'s limits before serving.
 
     Raises:
-        SettingError: (a ``ValueError``) keyed ``header_timeout``, ``max_connections``,
-            ``shutdown_timeout``, ``body_timeout`` or ``min_body_rate``.
+        SettingError: (a ``ValueError``) keyed as :func:`make_server` says.
     """
-    _limits(header_timeout, max_connections, shutdown_timeout, body_timeout, min_body_rate)
+    _limits(
+        header_timeout,
+        max_connections,
+        shutdown_timeout,
+        body_timeout,
+        min_body_rate,
+        max_connections_per_client,
+    )
 
 
 def run(app: Any, sock: socket.socket, **options: Any) -> Stopped:
