@@ -198,3 +198,56 @@ def test_one_address_cannot_take_every_connection(translator, logs):
         again.close()
     lines = [r.getMessage() for r in logs.records]
     assert len(lines) == 1 and "--max-connections-per-client (3)" in lines[0], lines
+
+
+@pytest.mark.slow
+def test_qkv_serve_outlasts_45_clients_sending_a_byte_a_second(model_dir):
+    """The hostile pass's attack on a real ``qkv serve --max-connections 40`` with its default
+    timeouts: 45 clients send a request's headers, then its body a byte a second. Before, they
+    held all 40 connections and every other request got 503. Now each slow one is answered
+    408 (by the body rate, or making room for a new client), and a request sent every 2 s from
+    another address meanwhile is answered 200 each time."""
+    from test_serve_cli import start_process
+
+    proc, url = start_process("--model-dir", str(model_dir), "--source-lang", "en",
+                              "--target-lang", "fr", "--max-connections", "40")  # fmt: skip
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    results: dict[int, bytes] = {}
+
+    def slow(i: int) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), 60, ("127.0.0.2", 0))
+        sock.settimeout(1.0)
+        try:
+            sock.sendall(_head(len(BODY)))
+            for byte in BODY:
+                sock.sendall(bytes([byte]))
+                try:
+                    results[i] = sock.recv(200).split(b"\r\n")[0]
+                    return
+                except TimeoutError:
+                    pass
+        except OSError as e:
+            results[i] = repr(e).encode()
+        finally:
+            sock.close()
+
+    try:
+        threads = [threading.Thread(target=slow, args=(i,), daemon=True) for i in range(45)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        others = []
+        while any(t.is_alive() for t in threads) and time.monotonic() - started < 60:
+            sock = socket.create_connection(("127.0.0.1", port), 30, ("127.0.0.3", 0))
+            sock.sendall(_head(len(BODY)) + BODY)
+            others.append(sock.recv(200).split(b"\r\n")[0])
+            sock.close()
+            time.sleep(2)
+        for t in threads:
+            t.join(30)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert len(results) == 45 and set(results.values()) == {b"HTTP/1.1 408 Request Timeout"}
+    assert len(others) >= 5 and set(others) == {b"HTTP/1.1 200 OK"}, others

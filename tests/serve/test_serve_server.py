@@ -129,22 +129,80 @@ def test_a_kept_alive_connection_idle_past_the_header_timeout_stays_usable(trans
         sock.close()
 
 
-def test_connections_beyond_the_cap_get_503(translator, logs):
-    with serve(translator, max_connections=4) as s:
+def test_connections_beyond_the_cap_get_503(tmp_path, logs):
+    """Beyond --max-connections, when every connection is being answered, a new one is a
+    503. (Those still receiving a request give way first: the next test.)"""
+    import threading
+
+    from _serve_helpers import tiny_model_folder
+
+    from qkv.serve.registry import ModelRegistry, inspect_folder
+    from qkv.translate import Translator
+
+    release = threading.Event()
+
+    def load(folder):  # the model loads once released: its requests wait, being answered
+        release.wait(60)
+        return Translator.load(folder.path)
+
+    folder = inspect_folder(tiny_model_folder(tmp_path / "en-fr", ("en", "fr")))
+    app = create_app(ModelRegistry.from_folders([folder], load), ServeConfig())
+    body = json.dumps({"q": "go .", "source": "en", "target": "fr"}).encode()
+    request = (
+        f"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with live_app(app, max_connections=4) as s:
         port = int(s.url.rsplit(":", 1)[1])
         held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
-        wait_until(lambda: len(s.server.server_state.connections) == 4, what="4 connections")
+        for sock in held:
+            sock.sendall(request)
+        wait_until(lambda: len(s.server.server_state.tasks) == 4, what="4 requests in flight")
         for _ in range(3):
             extra = socket.create_connection(("127.0.0.1", port), timeout=30)
-            status, body = read_answer(extra)
-            assert status == 503 and body["error"].startswith("connections: the server holds 4")
+            status, answer = read_answer(extra)
+            assert status == 503 and answer["error"].startswith("connections: the server holds 4")
             extra.close()
+        release.set()
         for sock in held:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
             sock.close()
         wait_until(lambda: not s.server.server_state.connections, what="the connections closed")
         assert s.get("/health").status_code == 200
     lines = [r.getMessage() for r in logs.records]
     assert len(lines) == 1 and "--max-connections (4)" in lines[0], lines
+
+
+def test_a_full_server_closes_the_connection_slowest_to_send_its_request(translator, logs):
+    """Clients that opened every connection and sent their requests slowly shut every other
+    client out until their timeouts ran out. A new connection now makes room: the one longest
+    in receiving its request is closed (a 408 when it had sent part of one)."""
+    with serve(translator, max_connections=4) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        silent = socket.create_connection(("127.0.0.1", port), timeout=30)  # the oldest
+        wait_until(lambda: len(s.server.server_state.connections) == 1, what="a connection")
+        slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        for sock in slow:
+            sock.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99\r\n\r\n{"
+            )
+        wait_until(lambda: len(s.server.server_state.connections) == 4, what="4 connections")
+        kept = []
+        for _ in range(4):  # each new request is served; the oldest waiting one gives way
+            r = socket.create_connection(("127.0.0.1", port), timeout=30)
+            r.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert r.recv(65536).startswith(b"HTTP/1.1 200")
+            kept.append(r)  # kept alive: it holds its connection
+        assert silent.recv(100) == b""  # it had sent nothing: closed in silence
+        for sock in slow:
+            status, answer = read_answer(sock)
+            assert status == 408 and answer["error"].startswith("connections: the server is full")
+            sock.close()
+        for sock in [silent, *kept]:
+            sock.close()
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "to make room under --max-connections (4)" in lines[0], lines
+    assert not any(r.exc_info for r in logs.records)
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,11 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   the connection closed, whatever the route, before the app sees the rest: a client that
   trickles a body a byte a second frees its connection within the timeout. The clock stops
   while the server itself is not reading (its buffer full, or a ``100 Continue`` not sent yet);
-* beyond ``max_connections`` open ones, a new connection is answered 503 and closed, so the
-  process never runs out of file descriptors; so is one beyond ``max_connections_per_client``
+* beyond ``max_connections`` open ones, a new connection first makes room: the connection
+  longest in receiving its request (its headers or body still arriving, or kept alive idle) is
+  closed, with a 408 when it had sent part of one, so that slow clients that hold every
+  connection give way to the next one; when every connection is being answered, the new one
+  is answered 503 and closed, so the process never runs out of file descriptors; so is one beyond ``max_connections_per_client``
   from one address, when given, so that one client cannot take every connection;
 * when the server answers before a request's body has all arrived (a 413 on its
   ``Content-Length``) and closes, the rest of the body is read and dropped, up to
@@ -48,7 +51,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,6 +273,7 @@ class _Protocol(H11Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_start = self._body_last = 0.0  # when the body's clock started, last byte
         self._body_bytes = 0  # bytes of the body received since its clock started
+        self._since = self.loop.time()  # when it began waiting for its current request
         peer = transport.get_extra_info("peername")
         self._peer: str | None = str(peer[0]) if isinstance(peer, tuple) and peer else None
         refusal = self._refusal()
@@ -290,8 +294,18 @@ class _Protocol(H11Protocol):
         ``max_connections``, or its client's address holds ``per_client`` of them."""
         cap, events = self.limits.max_connections, self.limits.events
         if len(self.server_state.connections) >= cap:
-            events.note("cap", f"refused connections beyond --max-connections ({cap:,}) with 503")
-            return f"connections: the server holds {cap:,} already; try again shortly"
+            victim = _slowest(self.server_state.connections)
+            if victim is None:  # every one is being answered
+                events.note(
+                    "cap", f"refused connections beyond --max-connections ({cap:,}) with 503"
+                )
+                return f"connections: the server holds {cap:,} already; try again shortly"
+            victim.evict()
+            events.note(
+                "evict",
+                f"closed the connections longest in receiving a request to make room under "
+                f"--max-connections ({cap:,}) (a 408 to those that had sent part of one)",
+            )
         per = self.limits.per_client
         if per is None or self._peer is None or self.limits.by_client.get(self._peer, 0) < per:
             return None
@@ -300,6 +314,36 @@ class _Protocol(H11Protocol):
             f"refused connections beyond --max-connections-per-client ({per:,}) with 503",
         )
         return f"connections: your address holds {per:,} already; try again shortly"
+
+    def receiving(self) -> float | None:
+        """Since when (loop time) this connection has been receiving its request (or waiting
+        for its next one, kept alive); None while its request is being answered, or when it
+        is closing."""
+        if self._refused or self._lingering or self._raw.is_closing():
+            return None
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return self._since  # its headers arriving, or nothing yet
+        if self._reading_body() and not cycle.response_started:
+            return self._since  # its body arriving
+        return None
+
+    def evict(self) -> None:
+        """Close this connection, still receiving its request, to make room for a new one: a
+        408 when it sent part of a request, the app told the client left."""
+        cycle = self.cycle
+        answering = cycle is not None and not cycle.response_complete
+        if self._heard and not (answering and cycle.response_started):
+            message = (
+                "connections: the server is full and this request was the slowest to arrive; "
+                "send it again"
+            )
+            self._raw.write(_answer(408, "Request Timeout", message))
+        if answering:
+            cycle.scope["qkv.body_late"] = True
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._raw.close()
 
     def _await_headers(self) -> None:
         timeout = self.limits.header_timeout
@@ -336,8 +380,10 @@ class _Protocol(H11Protocol):
             if self._dropped > LINGER_BYTES:
                 self._raw.close()
             return
-        if self._heard == 0 and self._header_timer is None:
-            self._await_headers()  # a kept-alive connection's next request starts arriving
+        if self._heard == 0:
+            self._since = self.loop.time()
+            if self._header_timer is None:
+                self._await_headers()  # a kept-alive connection's next request starts arriving
         self._heard += len(data)
         super().data_received(data)
         self._watch_body(len(data))
@@ -426,6 +472,7 @@ class _Protocol(H11Protocol):
         # an idle kept-alive connection is uvicorn's to close (its keep-alive timeout); the
         # header timeout starts again with the next request's first byte
         self._heard = 0
+        self._since = self.loop.time()
         self._cancel_timer("_header_timer")
         self._cancel_timer("_body_timer")
         super().on_response_complete()
@@ -465,6 +512,17 @@ class _Protocol(H11Protocol):
             if held[self._peer] <= 0:
                 del held[self._peer]
         super().connection_lost(exc)
+
+
+def _slowest(connections: Iterable[Any]) -> _Protocol | None:
+    """The connection longest in receiving its request (or idle longest, kept alive), which
+    makes room when the server is full; None when each is being answered."""
+    waiting = [
+        (since, c)
+        for c in connections
+        if isinstance(c, _Protocol) and (since := c.receiving()) is not None
+    ]
+    return min(waiting, key=lambda x: x[0])[1] if waiting else None
 
 
 @dataclass(frozen=True)
