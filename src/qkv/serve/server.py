@@ -206,7 +206,7 @@ def _limits(
     shutdown_timeout: float | None,
     body_timeout: float | None = BODY_TIMEOUT,
     min_body_rate: float | None = MIN_BODY_RATE,
-    per_client: int | None = None,
+    max_connections_per_client: int | None = None,
 ) -> _Limits:
     """The connection limits, checked.
 
@@ -229,6 +229,7 @@ def _limits(
         )
     if max_connections is None:
         max_connections = default_max_connections()
+    per_client = max_connections_per_client
     for key, n in (
         ("max_connections", max_connections),
         ("max_connections_per_client", per_client),
@@ -728,23 +729,16 @@ def check_limits(
     header_timeout: float | None,
     max_connections: int | None,
     shutdown_timeout: float | None = 60.0,
-    body_timeout: float | None = BODY_TIMEOUT,
-    min_body_rate: float | None = MIN_BODY_RATE,
-    max_connections_per_client: int | None = None,
+    **more: float | None,
 ) -> None:
-    """Check :func:`make_server`'s limits before serving.
+    """Check :func:`make_server`'s limits before serving (``more``: its ``body_timeout``,
+    ``min_body_rate`` and ``max_connections_per_client``, by name).
 
     Raises:
         SettingError: (a ``ValueError``) keyed as :func:`make_server` says.
+        TypeError: a name in ``more`` that is none of those.
     """
-    _limits(
-        header_timeout,
-        max_connections,
-        shutdown_timeout,
-        body_timeout,
-        min_body_rate,
-        max_connections_per_client,
-    )
+    _limits(header_timeout, max_connections, shutdown_timeout, **more)  # type: ignore[arg-type]
 
 
 def run(app: Any, sock: socket.socket, **options: Any) -> Stopped:
