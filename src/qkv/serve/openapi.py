@@ -93,8 +93,9 @@ def openapi_schema(
     limit = cfg.char_limit
     text = {"type": "string"} if limit is None else {"type": "string", "maxLength": limit}
     key_note = (
-        " Needs the API key (the api_key field, an Authorization: Bearer header or an "
-        "X-API-Key header)."
+        " Needs the API key (the api_key field, an Authorization: Bearer header, an "
+        "X-API-Key header, or ?api_key= in the URL; one in a header or the URL is checked "
+        "before the body is read)."
         if cfg.api_key is not None
         else ""
     )
@@ -111,10 +112,15 @@ def openapi_schema(
             f"or an attention over {cfg.max_attention_cells} weights"
         ),
         "415": _error("a body that is neither JSON nor a form (text/plain too)"),
+        "408": _error(
+            "the body arrived too slowly (--body-timeout, --min-body-rate), or the server was "
+            "full and this request was the slowest to arrive; the connection is closed"
+        ),
         "422": _error("a field of the wrong type or out of range, or q missing"),
         "503": _error(
             f"more than {cfg.max_queue} sentences are waiting; retry later (or the server is "
-            "stopping and its shutdown timeout ran out)"
+            "stopping and its shutdown timeout ran out, or a model could not be loaded: "
+            "Retry-After says when it is tried again)"
         ),
     }
     if cfg.req_limit is not None:
