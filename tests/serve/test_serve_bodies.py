@@ -204,9 +204,9 @@ def test_one_address_cannot_take_every_connection(translator, logs):
 def test_qkv_serve_outlasts_45_clients_sending_a_byte_a_second(model_dir):
     """The hostile pass's attack on a real ``qkv serve --max-connections 40`` with its default
     timeouts: 45 clients send a request's headers, then its body a byte a second. Before, they
-    held all 40 connections and every other request got 503. Now each slow one is answered
-    408 (by the body rate, or making room for a new client), and a request sent every 2 s from
-    another address meanwhile is answered 200 each time."""
+    held all 40 connections and every other request got 503. Now each slow one that got a
+    connection is answered 408 (by the body rate, or making room for a new client), and a
+    request sent every 2 s from another address meanwhile is answered 200 each time."""
     from test_serve_cli import start_process
 
     proc, url = start_process("--model-dir", str(model_dir), "--source-lang", "en",
@@ -249,5 +249,8 @@ def test_qkv_serve_outlasts_45_clients_sending_a_byte_a_second(model_dir):
     finally:
         proc.terminate()
         proc.wait(60)
-    assert len(results) == 45 and set(results.values()) == {b"HTTP/1.1 408 Request Timeout"}
+    # those beyond the 40 at the start got 503 (none was slow yet), the rest 408
+    answers = list(results.values())
+    assert len(answers) == 45 and answers.count(b"HTTP/1.1 408 Request Timeout") >= 40, answers
+    assert set(answers) <= {b"HTTP/1.1 408 Request Timeout", b"HTTP/1.1 503 Service Unavailable"}
     assert len(others) >= 5 and set(others) == {b"HTTP/1.1 200 OK"}, others

@@ -175,8 +175,8 @@ def test_connections_beyond_the_cap_get_503(tmp_path, logs):
 
 def test_a_full_server_closes_the_connection_slowest_to_send_its_request(translator, logs):
     """Clients that opened every connection and sent their requests slowly shut every other
-    client out until their timeouts ran out. A new connection now makes room: the one longest
-    in receiving its request is closed (a 408 when it had sent part of one)."""
+    client out until their timeouts ran out. A new connection now makes room: of those slow to
+    send their request, the oldest is closed (a 408 when it had sent part of one)."""
     with serve(translator, max_connections=4) as s:
         port = int(s.url.rsplit(":", 1)[1])
         silent = socket.create_connection(("127.0.0.1", port), timeout=30)  # the oldest
@@ -187,6 +187,7 @@ def test_a_full_server_closes_the_connection_slowest_to_send_its_request(transla
                 b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99\r\n\r\n{"
             )
         wait_until(lambda: len(s.server.server_state.connections) == 4, what="4 connections")
+        time.sleep(1.2)  # slow for a second: under the rate (a quick request is never cut)
         kept = []
         for _ in range(4):  # each new request is served; the oldest waiting one gives way
             r = socket.create_connection(("127.0.0.1", port), timeout=30)

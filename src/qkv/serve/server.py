@@ -22,11 +22,13 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   the connection closed, whatever the route, before the app sees the rest: a client that
   trickles a body a byte a second frees its connection within the timeout. The clock stops
   while the server itself is not reading (its buffer full, or a ``100 Continue`` not sent yet);
-* beyond ``max_connections`` open ones, a new connection first makes room: the connection
-  longest in receiving its request (its headers or body still arriving, or kept alive idle) is
+* beyond ``max_connections`` open ones, a new connection first makes room: of the connections
+  slow to send their request (its headers or body still arriving, or kept alive idle, for
+  :data:`EVICT_AFTER` seconds and more, under ``min_body_rate`` on the whole), the oldest is
   closed, with a 408 when it had sent part of one, so that slow clients that hold every
-  connection give way to the next one; when every connection is being answered, the new one
-  is answered 503 and closed, so the process never runs out of file descriptors; so is one beyond ``max_connections_per_client``
+  connection give way to the next one, and a request arriving at a good pace is never cut;
+  when none is that slow, the new one is answered 503 and closed, so the process never runs
+  out of file descriptors; so is one beyond ``max_connections_per_client``
   from one address, when given, so that one client cannot take every connection;
 * when the server answers before a request's body has all arrived (a 413 on its
   ``Content-Length``) and closes, the rest of the body is read and dropped, up to
@@ -87,6 +89,9 @@ HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 20.0
 #: bytes a second a request's body must average after the grace (mod_reqtimeout's MinRate)
 MIN_BODY_RATE = 500.0
+#: a connection is closed to make room for a new one only when it has been receiving its
+#: request this many seconds at least, under the minimum body rate
+EVICT_AFTER = 1.0
 #: after a body timeout's 408: the most seconds the rest is read and dropped before closing
 #: (short: the client is the slow one; long enough that the 408 is read, not reset)
 BODY_LINGER_SECONDS = 2.0
@@ -316,18 +321,22 @@ class _Protocol(H11Protocol):
         )
         return f"connections: your address holds {per:,} already; try again shortly"
 
-    def receiving(self) -> float | None:
+    def slow_since(self) -> float | None:
         """Since when (loop time) this connection has been receiving its request (or waiting
-        for its next one, kept alive); None while its request is being answered, or when it
-        is closing."""
+        for its next one, kept alive), when it is slow at it: for :data:`EVICT_AFTER` seconds
+        at least, and under the minimum body rate on the whole (a request that arrives at a
+        good pace is never closed to make room). None otherwise: its request is being
+        answered, it is closing, or it is sending at a good pace."""
         if self._refused or self._lingering or self._raw.is_closing():
             return None
         cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            return self._since  # its headers arriving, or nothing yet
-        if self._reading_body() and not cycle.response_started:
-            return self._since  # its body arriving
-        return None
+        receiving = cycle is None or cycle.response_complete  # headers, or nothing yet
+        receiving = receiving or (self._reading_body() and not cycle.response_started)
+        took = self.loop.time() - self._since
+        rate = self.limits.min_body_rate or MIN_BODY_RATE
+        if not receiving or took < EVICT_AFTER or self._heard >= rate * took:
+            return None
+        return self._since
 
     def evict(self) -> None:
         """Close this connection, still receiving its request, to make room for a new one: a
@@ -516,12 +525,12 @@ class _Protocol(H11Protocol):
 
 
 def _slowest(connections: Iterable[Any]) -> _Protocol | None:
-    """The connection longest in receiving its request (or idle longest, kept alive), which
-    makes room when the server is full; None when each is being answered."""
+    """The connection slow to send its request (:meth:`_Protocol.slow_since`) for the longest,
+    which makes room when the server is full; None when none is slow."""
     waiting = [
         (since, c)
         for c in connections
-        if isinstance(c, _Protocol) and (since := c.receiving()) is not None
+        if isinstance(c, _Protocol) and (since := c.slow_since()) is not None
     ]
     return min(waiting, key=lambda x: x[0])[1] if waiting else None
 
