@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,7 @@ def test_a_model_that_fails_to_load_is_remembered(tmp_path, logs):
         # its files change (the model is saved again): tried at once, and served
         shutil.rmtree(bad)
         tiny_model_folder(bad, ("en", "de"), seed=2)
+        time.sleep(1.1)  # its files are looked at once a second at most
         r = s.post("/translate", json={"q": TEXT, "source": "en", "target": "de"})
         assert r.status_code == 200, r.text
         assert attempts == ["en-de", "en-fr", "en-de"]

@@ -345,6 +345,8 @@ class LoadError(RuntimeError):
 #: up to :data:`LOAD_BACKOFF_MAX` (sooner when its files change)
 LOAD_BACKOFF = 60.0
 LOAD_BACKOFF_MAX = 600.0
+#: while a failure is remembered, the most often (seconds) its folder's files are looked at
+SIGNATURE_EVERY = 1.0
 #: the most files a folder's signature looks at (a run folder of many checkpoints)
 _SIGNATURE_FILES = 2000
 
@@ -433,6 +435,7 @@ class Lane:
         #: its last failed load while it is remembered (see :meth:`ModelRegistry.acquire`)
         self.failure: _Failure | None = None
         self.failures = 0
+        self.files_checked = -math.inf  # when its failure's files were last looked at
 
     @property
     def pair(self) -> str:
@@ -747,8 +750,12 @@ class ModelRegistry:
         failed = lane.failure
         if failed is None:
             return
-        left = failed.until - time.monotonic()
+        clock = time.monotonic()
+        left = failed.until - clock
         if left > 0:
+            if clock - lane.files_checked < SIGNATURE_EVERY:  # looked at them a moment ago
+                raise LoadError(failed.message, left)
+            lane.files_checked = clock
             loop = asyncio.get_running_loop()
             now = await loop.run_in_executor(None, folder_signature, lane.folder.path)
             if now == failed.signature:
