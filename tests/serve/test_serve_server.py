@@ -202,7 +202,10 @@ def test_a_full_server_closes_the_connection_slowest_to_send_its_request(transla
         for sock in [silent, *kept]:
             sock.close()
     lines = [r.getMessage() for r in logs.records]
-    assert len(lines) == 1 and "to make room under --max-connections (4)" in lines[0], lines
+    assert (
+        len(lines) == 1
+        and "slowest to send their request to make room under --max-connections (4)" in lines[0]
+    ), lines
     assert not any(r.exc_info for r in logs.records)
 
 

@@ -309,7 +309,7 @@ class _Protocol(H11Protocol):
             victim.evict()
             events.note(
                 "evict",
-                f"closed the connections longest in receiving a request to make room under "
+                f"closed the connections slowest to send their request to make room under "
                 f"--max-connections ({cap:,}) (a 408 to those that had sent part of one)",
             )
         per = self.limits.per_client
@@ -334,6 +334,8 @@ class _Protocol(H11Protocol):
         receiving = receiving or (self._reading_body() and not cycle.response_started)
         took = self.loop.time() - self._since
         rate = self.limits.min_body_rate or MIN_BODY_RATE
+        if self.flow.read_paused:  # the server is not reading it: not its slowness
+            return None
         if not receiving or took < EVICT_AFTER or self._heard >= rate * took:
             return None
         return self._since
