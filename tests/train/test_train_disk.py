@@ -153,6 +153,19 @@ def test_qkv_export_on_a_full_disk_is_one_line(tmp_path, parts, monkeypatch, cap
     load_model(saved)  # the source is intact
 
 
+def _train_argv(tmp_path: Path, out: Path) -> list[str]:
+    """``qkv train`` of a tiny model for 4 updates on 300 pairs, a checkpoint every 2."""
+    from _train_helpers import tiny_config
+
+    data = tmp_path / "d.txt"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in bundled_pairs()[:300]), encoding="utf-8")
+    argv = ["train", "--quiet", "--data", str(data), "--out", str(out), "--preset", "none"]
+    argv += ["--max-steps", "4", "--save-every", "2", "--eval-every", "4"]
+    argv += ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
+    model = tiny_config().model_options | {"kind": "transformer"}
+    return [*argv, "--set", f"model={json.dumps(model)}"]
+
+
 class _FillsUp:
     """A file that takes ``room`` bytes, then fails as a full disk does."""
 
@@ -175,15 +188,9 @@ def test_torchs_own_error_after_a_full_disk_is_one_line_and_the_checkpoint_befor
     """torch.save's zip writer, closed after the failed write, raises a RuntimeError ("unexpected
     pos") whose context is the OSError: what a full disk gave (a 40-line traceback)."""
     import torch
-    from _train_helpers import tiny_config
 
-    data = tmp_path / "d.txt"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in bundled_pairs()[:300]), encoding="utf-8")
     out = tmp_path / "run"
-    argv = ["train", "--quiet", "--data", str(data), "--out", str(out), "--preset", "none"]
-    argv += ["--max-steps", "4", "--save-every", "2", "--eval-every", "4"]
-    argv += ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
-    argv += ["--set", f"model={json.dumps(tiny_config().model_options | {'kind': 'transformer'})}"]
+    argv = _train_argv(tmp_path, out)
     real = torch.save
     calls = {"n": 0}
 
@@ -206,16 +213,8 @@ def test_torchs_own_error_after_a_full_disk_is_one_line_and_the_checkpoint_befor
 
 
 def test_qkv_train_on_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
-    from _train_helpers import tiny_config
-
-    data = tmp_path / "d.txt"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in bundled_pairs()[:300]), encoding="utf-8")
     out = tmp_path / "run"
-    argv = ["train", "--quiet", "--data", str(data), "--out", str(out), "--preset", "none"]
-    argv += ["--max-steps", "4", "--save-every", "2", "--eval-every", "4"]
-    argv += ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
-    cfg = tiny_config()
-    argv += ["--set", f"model={json.dumps(cfg.model_options | {'kind': 'transformer'})}"]
+    argv = _train_argv(tmp_path, out)
     real = writing._write_synced
     calls = {"n": 0}
 
