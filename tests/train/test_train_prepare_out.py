@@ -127,6 +127,7 @@ def test_prepare_into_a_model_folder_refuses_and_the_model_still_loads(tmp_path,
         ({"encoder.onnx": b"x", "onnx.json": b"{}"}, "model folder"),
         ({"manifest.json": b'{"format": "qkv.export"}'}, "manifest.json is another kind's"),
         ({"notes.txt": b"mine"}, "files qkv prepare does not write ('notes.txt')"),
+        ({".notes.json.qkv-tmp-12": b"mine"}, "files qkv prepare does not write ('.notes.j"),
     ],
 )
 def test_prepare_refuses_any_folder_it_did_not_write(tmp_path, two_files, contents, said):
@@ -151,6 +152,7 @@ def test_prepare_writes_into_an_empty_folder_its_own_corpus_and_a_killed_prepare
     prepare_corpus(tiny_config(data=str(b)), out, workers=1)  # its own corpus, other data
     assert [r["path"] for r in PreparedCorpus(out).manifest["sources"]] == [str(b.resolve())]
     (out / "manifest.json").unlink()  # as a prepare killed before its manifest
+    (out / ".manifest.json.qkv-tmp-4242").write_text("{", encoding="utf-8")  # while writing it
     prepare_corpus(tiny_config(data=str(a)), out, workers=1)
     assert [r["path"] for r in PreparedCorpus(out).manifest["sources"]] == [str(a.resolve())]
     assert np.all(PreparedCorpus(out).src.lengths > 0)

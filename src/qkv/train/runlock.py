@@ -29,6 +29,7 @@ from .._errors import SettingError, keyed
 from .._folder import MANIFEST, MODEL_MARKS, TRAINER_TENSORS
 from ..data.prepared import CORPUS_FILES, REPORT, WORK_DIR, read_manifest
 from ..inference.layout import CHECKPOINTS_DIR, LOCK_NAME, RunLayout
+from ..inference.writing import TMP_PREFIX
 
 try:
     import fcntl
@@ -174,11 +175,20 @@ def _foreign(folder: Path) -> str | None:
                 return f"its {MANIFEST} is another kind's (a model's, or another tool's)"
         else:
             return None
-    foreign = sorted(names - {*CORPUS_FILES, MANIFEST, REPORT, WORK_DIR})
+    own = {*CORPUS_FILES, MANIFEST, REPORT, WORK_DIR}
+    # and the temporary file of a manifest or report a killed prepare was writing
+    foreign = sorted(n for n in names if n not in own and _temp_of(n) not in (MANIFEST, REPORT))
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         return f"it holds files qkv prepare does not write ({foreign[0]!r}{more})"
     return None
+
+
+def _temp_of(name: str) -> str | None:
+    """The file whose atomic write's temporary file ``name`` is (``.NAME.qkv-tmp-PID``), or
+    None."""
+    head, sep, pid = name.partition(TMP_PREFIX)
+    return head[1:] if sep and head.startswith(".") and pid.isdigit() else None
 
 
 class RunLock:
