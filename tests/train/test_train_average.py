@@ -136,7 +136,7 @@ def test_a_checkpoint_given_twice_is_refused_in_one_line(tmp_path):
         (b, "the same folder"),
         (spelled, "the same folder"),
         (link, "the same folder"),
-        (copy, "the same weights, SHA-256 "),
+        (copy, "a copy: its weights' SHA-256 "),
     ):
         out = tmp_path / f"avg-{twice.name}"
         rc, err = _cli(str(a), str(b), str(twice), "--out", str(out))

@@ -439,8 +439,7 @@ class TokenColumn:
             if top >= self.limit:
                 self._damaged(
                     self._tok_path,
-                    f"holds id {top} in sentence {i}, beyond the vocabulary of "
-                    f"{self.limit} pieces",
+                    f"holds id {top} in sentence {i}, beyond the vocabulary of {self.limit} pieces",
                 )
         return ids
 

@@ -235,8 +235,9 @@ def _model_identity(folder: Path) -> tuple[Any, ...]:
 
 def _refuse_repeats(paths: list[Path]) -> None:
     """Refuse a checkpoint given twice, as the same folder (a link or another spelling of its
-    path included) or as a copy (the same weights, tokenizers and model config, by the SHA-256
-    its manifest records of each): the mean would weigh it double.
+    path included) or as a copy (the same update, weights, tokenizers and model config, by the
+    step and the SHA-256 its manifest records of each): the mean would weigh it double. Two
+    updates that happen to hold equal weights are two checkpoints.
 
     Raises:
         SettingError: (``checkpoints``) the two names and why they are one checkpoint.
@@ -245,16 +246,17 @@ def _refuse_repeats(paths: list[Path]) -> None:
     weights: dict[tuple, Path] = {}
     for p in paths:
         real = p.resolve()
-        files = VerifiedFolder(p).files
-        sha = files.get(WEIGHTS, {}).get("sha256")
+        v = VerifiedFolder(p)
+        sha = v.files.get(WEIGHTS, {}).get("sha256")
         model = sorted(
             (k, str(m.get("sha256")))
-            for k, m in files.items()
+            for k, m in v.files.items()
             if k in (WEIGHTS, MODEL_CONFIG) or k.startswith(f"{TOKENIZERS}/")
         )
+        model.append(("step", str(v.manifest.get("step"))))
         first, why = folders.get(real), "the same folder"
         if first is None and sha is not None and tuple(model) in weights:
-            first, why = weights[tuple(model)], f"the same weights, SHA-256 {str(sha)[:16]}..."
+            first, why = weights[tuple(model)], f"a copy: its weights' SHA-256 {str(sha)[:16]}..."
         if first is not None:
             raise SettingError(
                 "checkpoints",
