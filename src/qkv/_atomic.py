@@ -12,7 +12,9 @@ Every file and folder qkv writes for keeps goes through here: checkpoints and th
 * a folder is filled under a temporary name beside the final one, then renamed into place; a
   folder it replaces is set aside first and removed only once the new one is in place, or
   put back if the rename fails (:func:`install_folder`);
-* a full disk is a :class:`NoSpaceError` saying so, the temporary file removed.
+* a full disk is a :class:`NoSpaceError` in one line: the folder, about how much the write
+  needs (:func:`no_space_error`'s ``needed``: what the caller expects, else what was written
+  before the disk filled, :func:`tree_bytes`) and how much is free, the temporary file removed.
 
 This module imports nothing of qkv (floor 0).
 """
@@ -36,7 +38,9 @@ __all__ = [
     "install_folder",
     "is_no_space",
     "no_space_error",
+    "payload_bytes",
     "replace",
+    "tree_bytes",
     "write_bytes",
     "write_json",
 ]
@@ -55,26 +59,72 @@ _NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
 def is_no_space(err: BaseException) -> bool:
-    """Whether ``err`` says the disk is full (an OSError with ENOSPC/EDQUOT, or a library's
-    error that only carries the text, as safetensors' does)."""
-    if isinstance(err, OSError) and err.errno in _NO_SPACE:
-        return True
-    text = str(err)
-    return any(s in text for s in ("No space left on device", "StorageFull", "Disk quota"))
+    """Whether ``err`` says the disk is full: an OSError with ENOSPC/EDQUOT, a library's error
+    that only carries the text (as safetensors' does), or an error raised while handling one
+    (torch's zip writer, closed after a failed write, raises its own ``RuntimeError`` whose
+    context is the ``OSError``)."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+            return True
+        text = str(e)
+        if any(s in text for s in ("No space left on device", "StorageFull", "Disk quota")):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
-def no_space_error(err: BaseException, folder: Path, what: str, remedy: str = "") -> NoSpaceError:
-    """The :class:`NoSpaceError` for ``err``: "no space left" with the folder and what was
-    being written, the free space, and ``remedy``."""
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def payload_bytes(obj: Any) -> int:
+    """The bytes of the arrays in ``obj`` (tensors, numpy arrays: what has ``nbytes``), through
+    dicts, lists and tuples: about what writing them takes."""
+    if isinstance(obj, dict):
+        return sum(payload_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_bytes(v) for v in obj)
+    n = getattr(obj, "nbytes", 0)
+    return n if isinstance(n, int) else 0
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (a file's own size; 0 when it is gone)."""
     try:
-        free = f"; {shutil.disk_usage(folder).free / 1e6:.1f} MB free there now"
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     except OSError:
-        free = ""
+        return 0
+
+
+def no_space_error(
+    err: BaseException,
+    folder: Path,
+    what: str,
+    remedy: str = "",
+    needed: int | None = None,
+    kept: str = "nothing of it was kept, and what was written there before is intact",
+) -> NoSpaceError:
+    """The :class:`NoSpaceError` for ``err``, one line: "no space left" with the folder and what
+    was being written, the space it needs (``needed`` bytes, when known), the free space, what
+    was ``kept``, and ``remedy``."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    room = [f"it needs about {_size(needed)}"] if needed else []
+    if free is not None:
+        room.append(f"{_size(free)} free there now")
     return NoSpaceError(
         errno.ENOSPC,
-        f"no space left on the device of {str(folder)!r} while writing {what}{free}: nothing "
-        f"of it was kept, and what was written there before is intact; free some space"
-        + (f", {remedy}" if remedy else ", then try again"),
+        f"no space left on the device of {str(folder)!r} while writing {what}"
+        + (f" ({', '.join(room)})" if room else "")
+        + f": {kept}; free some "
+        + ("space, " + remedy if remedy else "space, then try again"),
     )
 
 

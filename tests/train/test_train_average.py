@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,29 @@ def test_checkpoints_of_other_languages_are_not_averaged(tmp_path):
     with pytest.raises(CheckpointError, match="other languages"):
         average_weights([fr[-1], other[-1]])
     assert average_weights(fr)  # one run's checkpoints still average
+
+
+def test_a_checkpoint_given_twice_is_refused_in_one_line(tmp_path):
+    """Issue 41 row 12: the same folder (another spelling, a link) or a copy of it, given
+    twice, would weigh it double."""
+    a, b = _run(tmp_path / "run", FR)
+    copy = tmp_path / "copy"
+    shutil.copytree(b, copy)
+    link = tmp_path / "link"
+    link.symlink_to(b)
+    spelled = tmp_path / "run" / "checkpoints" / ".." / "checkpoints" / b.name
+    for twice, why in (
+        (b, "the same folder"),
+        (spelled, "the same folder"),
+        (link, "the same folder"),
+        (copy, "a copy: its weights' SHA-256 "),
+    ):
+        out = tmp_path / f"avg-{twice.name}"
+        rc, err = _cli(str(a), str(b), str(twice), "--out", str(out))
+        line = one_line(err, "average")
+        assert rc == 2 and f"checkpoints: {str(twice)!r} is {str(b)!r} again ({why}" in line
+        assert "weighs it double" in line and not out.exists()
+        with pytest.raises(ValueError, match="again"):
+            average_weights([a, twice, b])
+    rc, err = _cli(str(a), str(b), "--out", str(tmp_path / "avg"))
+    assert rc == 0, err

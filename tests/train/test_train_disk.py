@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from qkv._atomic import tree_bytes
 from qkv.cli import main
 from qkv.data import Normalizer, build_tokenizers, bundled_pairs, save_tokenizers
 from qkv.inference import CheckpointError, NoSpaceError, load_model, save_model, writing
@@ -88,7 +89,8 @@ def test_a_full_disk_keeps_the_earlier_checkpoints_and_leaves_nothing(
         _save(root, 20, parts)
     msg = str(e.value)
     assert msg.startswith(f"no space left on the device of '{root}' while writing step-00000020")
-    assert "MB free there now" in msg and "--resume" in msg and "\n" not in msg
+    assert f"(it needs about {tree_bytes(first) / 1e6:.1f} MB, " in msg  # the checkpoint before
+    assert "B free there now)" in msg and "--resume" in msg and "\n" not in msg
     assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
     # its temporary folder is gone, the earlier checkpoint and best.json are as they were
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
@@ -151,17 +153,68 @@ def test_qkv_export_on_a_full_disk_is_one_line(tmp_path, parts, monkeypatch, cap
     load_model(saved)  # the source is intact
 
 
-def test_qkv_train_on_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
+def _train_argv(tmp_path: Path, out: Path) -> list[str]:
+    """``qkv train`` of a tiny model for 4 updates on 300 pairs, a checkpoint every 2."""
     from _train_helpers import tiny_config
 
     data = tmp_path / "d.txt"
     data.write_text("".join(f"{s}\t{t}\n" for s, t in bundled_pairs()[:300]), encoding="utf-8")
-    out = tmp_path / "run"
     argv = ["train", "--quiet", "--data", str(data), "--out", str(out), "--preset", "none"]
     argv += ["--max-steps", "4", "--save-every", "2", "--eval-every", "4"]
     argv += ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
-    cfg = tiny_config()
-    argv += ["--set", f"model={json.dumps(cfg.model_options | {'kind': 'transformer'})}"]
+    model = tiny_config().model_options | {"kind": "transformer"}
+    return [*argv, "--set", f"model={json.dumps(model)}"]
+
+
+class _FillsUp:
+    """A file that takes ``room`` bytes, then fails as a full disk does."""
+
+    def __init__(self, f, room: int) -> None:
+        self.f, self.room = f, room
+
+    def write(self, data) -> int:
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def test_torchs_own_error_after_a_full_disk_is_one_line_and_the_checkpoint_before_loads(
+    tmp_path, monkeypatch, capsys
+):
+    """torch.save's zip writer, closed after the failed write, raises a RuntimeError ("unexpected
+    pos") whose context is the OSError: what a full disk gave (a 40-line traceback)."""
+    import torch
+
+    out = tmp_path / "run"
+    argv = _train_argv(tmp_path, out)
+    real = torch.save
+    calls = {"n": 0}
+
+    def save(obj, f, *a, **k):  # the second checkpoint's training state fills the disk
+        calls["n"] += 1
+        return real(obj, _FillsUp(f, 1000) if calls["n"] == 2 else f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", save)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    (kept,) = find_checkpoints(out / "checkpoints")
+    assert err.startswith(
+        f"qkv train: error: no space left on the device of '{out / 'checkpoints'}' while "
+        f"writing step-00000004 (it needs about {tree_bytes(kept) / 1e6:.1f} MB, "
+    )
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert kept.name == "step-00000002"
+    load_checkpoint(kept)  # the checkpoint before still loads
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".qkv-")]
+
+
+def test_qkv_train_on_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    argv = _train_argv(tmp_path, out)
     real = writing._write_synced
     calls = {"n": 0}
 

@@ -51,7 +51,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "second prepare of unchanged data does nothing; a killed one continues where it "
         "stopped.",
     )
-    p.add_argument("--out", required=True, help="the folder to write (e.g. data-bin/)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the folder to write (e.g. data-bin/): new, empty, or a corpus qkv prepare wrote; "
+        "locked while written (a second prepare or a train there refuses)",
+    )
     p.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
     for name in PREPARE_FLAGS:
         key, typ, text = TRAIN_FLAGS[name]
@@ -99,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     require(f"qkv {NAME}", config_modules(args))
     from ..data.prepared import Cleaning
     from ..train.corpus import prepare_corpus
+    from ..train.runlock import RunLockedError
 
     args.resume, args.resume_from = False, None
     try:
@@ -122,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except MissingDependency as e:
         raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None
-    except user_errors() as e:
+    except user_errors(RunLockedError) as e:
         return fail(NAME, named_as_given(e, args))
     except KeyboardInterrupt:
         print("qkv prepare: interrupted; run it again to continue", file=sys.stderr)

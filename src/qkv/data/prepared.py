@@ -3,7 +3,9 @@
 ``qkv prepare`` (:func:`qkv.train.prepare_corpus`) reads a corpus once and writes a folder::
 
     manifest.json           what the folder is: the source files (size, mtime, BLAKE2b), the
-                            settings that made it, the languages, the split, the arrays' types
+                            settings that made it, the languages, the split, the arrays' type,
+                            the vocabulary sizes, the largest id of each side and the SHA-256
+                            of every tokenizer file
     report.json             what preparing found: pairs read and kept, tokens, lengths, times
     tokenizers/             the source and target tokenizers (as a run's checkpoints hold them)
     train.src.tok           every training source's token ids, one after the other
@@ -18,6 +20,14 @@ the sentences of the batches it pads, and the ranks of one machine share the pag
 page cache. ``manifest.json`` is
 written last, so a folder without it is not (yet) a prepared corpus.
 
+Opening a corpus checks it, cheaply and without reading a token (:class:`PreparedCorpus`):
+every offset monotonic and inside its token file, every length the difference of its offsets
+(numpy over blocks of offsets), the token type an integer type the vocabulary fits, the
+recorded largest ids below the vocabulary sizes, the tokenizer files by their SHA-256; a token
+read is checked against the vocabulary too. Each failure is one line naming the file and the
+``qkv prepare`` command that rebuilds the folder (:class:`DamagedCorpusError`). A corpus
+prepared before these were recorded is checked for what it records.
+
 :func:`source_record` and :func:`check_sources` tie the folder to its text: a source file whose
 size or modification time changed is hashed again, and one whose content changed is named.
 """
@@ -30,7 +40,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -40,9 +50,14 @@ from .._folder import MANIFEST
 
 __all__ = [
     "CLEAN_REASONS",
+    "CORPUS_FILES",
     "MANIFEST",
     "PREPARED_VERSION",
+    "REPORT",
+    "TOKEN_DTYPES",
+    "WORK_DIR",
     "Cleaning",
+    "DamagedCorpusError",
     "PreparedCorpus",
     "PreparedSplit",
     "RawPairs",
@@ -56,9 +71,11 @@ __all__ = [
     "init_encoder",
     "is_prepared",
     "pair_hashes",
+    "prepare_command",
     "read_manifest",
     "source_record",
     "token_dtype",
+    "tree_digests",
 ]
 
 #: the folder's format; a newer one is refused with the version it needs
@@ -66,9 +83,68 @@ PREPARED_VERSION = 1
 _LEN_MAX = np.iinfo(np.uint16).max
 
 
+#: the types a token file may hold (:func:`token_dtype`)
+TOKEN_DTYPES = ("uint16", "int32")
+#: what a prepared corpus holds besides its manifest and report, and where a prepare works
+CORPUS_FILES = (
+    "tokenizers",
+    "train.src.tok",
+    "train.src.idx",
+    "train.src.len",
+    "train.tgt.tok",
+    "train.tgt.idx",
+    "train.tgt.len",
+    "valid.jsonl",
+    "test.jsonl",
+)
+REPORT = "report.json"
+WORK_DIR = ".work"
+#: offsets checked at a time when a column is opened
+_CHECK_BLOCK = 1 << 20
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """The type of the token files for a vocabulary of ``vocab_size`` pieces."""
     return np.dtype(np.uint16 if vocab_size <= _LEN_MAX + 1 else np.int32)
+
+
+class DamagedCorpusError(SettingError):
+    """A prepared corpus whose files contradict each other or its manifest: one line naming
+    the file, what is wrong and the ``qkv prepare`` command that rebuilds the folder (keyed
+    ``data``)."""
+
+    def __init__(self, path: str | Path, problem: str, remedy: str) -> None:
+        super().__init__("data", f"{str(path)!r} {problem}; {remedy}")
+
+
+def prepare_command(folder: str | Path, manifest: dict[str, Any] | None) -> str:
+    """The ``qkv prepare`` command that makes ``folder`` again from its sources (``FILE`` when
+    the manifest does not say)."""
+    sources = manifest.get("sources") if isinstance(manifest, dict) else None
+    data = [
+        str(r["path"])
+        for r in sources or []
+        if isinstance(r, dict) and r.get("key") == "data" and "path" in r
+    ]
+    return f"qkv prepare --data {' '.join(data) or 'FILE'} --out {folder}"
+
+
+def _rebuild(folder: Path, manifest: dict[str, Any] | None) -> str:
+    return f"rebuild it with {prepare_command(folder, manifest)}"
+
+
+def tree_digests(folder: str | Path) -> dict[str, str]:
+    """The SHA-256 (hex) of every file under ``folder``, by its path relative to it (``/``)."""
+    root = Path(folder)
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+            out[p.relative_to(root).as_posix()] = h.hexdigest()
+    return out
 
 
 # ---------------------------------------------------------------------------- the sources
@@ -267,24 +343,75 @@ class TokenColumn:
     token ids, read with ``pread`` from the files (two offsets, then the ids). This is what
     :class:`qkv.data.TokenBatcher` takes in place of a list of id lists.
 
+    Opening it checks the three files against each other (:meth:`check`); ``limit``, when set,
+    is the vocabulary size every id read must be below (:meth:`__getitem__`).
+
     The files are read, not mapped: the pages come from the page cache, which every process
     of the machine shares, and nothing stays in the reading process. (A memory map counts every
     page it touches, and the kernel maps the neighbours of each with it, in every process's
     resident memory: random batches over a large corpus grow it by hundreds of megabytes.)
+
+    Raises:
+        DamagedCorpusError: a file of the wrong size, offsets that go backwards or past the
+            token file, lengths that are not the offsets' differences (``remedy`` said).
     """
 
-    def __init__(self, folder: Path, name: str, dtype: np.dtype, count: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        name: str,
+        dtype: np.dtype,
+        count: int,
+        *,
+        remedy: str = "prepare it again",
+        limit: int | None = None,
+    ) -> None:
         self.name = name
         self.dtype = np.dtype(dtype)
+        self.limit = limit
         self._count = count
+        self._remedy = remedy
         self._len_path = folder / f"{name}.len"
-        _check_size(self._len_path, np.uint16, count)
-        idx, tok = folder / f"{name}.idx", folder / f"{name}.tok"
-        _check_size(idx, np.int64, count + 1)
-        self._idx = os.open(idx, os.O_RDONLY)
-        self._tok = os.open(tok, os.O_RDONLY)
-        total = int(self._offsets(count)[0])
-        _check_size(tok, self.dtype, total)
+        self._idx_path, self._tok_path = folder / f"{name}.idx", folder / f"{name}.tok"
+        _check_size(self._len_path, np.uint16, count, remedy)
+        _check_size(self._idx_path, np.int64, count + 1, remedy)
+        self._idx = os.open(self._idx_path, os.O_RDONLY)
+        self._tok = os.open(self._tok_path, os.O_RDONLY)
+        self.check()
+
+    def check(self) -> None:
+        """Check the offsets and lengths, :data:`_CHECK_BLOCK` sentences at a time: the first
+        offset 0, each one at least the one before, the last the token file's size; each length
+        its offsets' difference (saturated as written). Reads ``10 n`` bytes, no token."""
+        end = 0
+        for a in range(0, max(self._count, 1), _CHECK_BLOCK):
+            b = min(a + _CHECK_BLOCK, self._count)
+            offsets = self._offsets(a, b - a + 1)
+            if offsets[0] != end:
+                self._damaged(self._idx_path, f"offset {a} is {offsets[0]}, expected {end}")
+            sizes = np.diff(offsets)
+            back = np.flatnonzero(sizes < 0)
+            if back.size:
+                i = int(back[0])
+                self._damaged(
+                    self._idx_path,
+                    f"goes backwards at sentence {a + i} (offset {offsets[i]} then "
+                    f"{offsets[i + 1]}): the offsets must not decrease",
+                )
+            lengths = np.fromfile(self._len_path, dtype=np.uint16, count=b - a, offset=2 * a)
+            wrong = np.flatnonzero(np.minimum(sizes, _LEN_MAX) != lengths)
+            if wrong.size:
+                i = int(wrong[0])
+                self._damaged(
+                    self._len_path,
+                    f"gives sentence {a + i} {lengths[i]} tokens where {self._idx_path.name} "
+                    f"gives it {sizes[i]} ({wrong.size} such sentences between {a} and {b})",
+                )
+            end = int(offsets[-1])
+        _check_size(self._tok_path, self.dtype, end, self._remedy)
+
+    def _damaged(self, path: Path, problem: str) -> NoReturn:
+        raise DamagedCorpusError(path, f"is damaged: it {problem}", self._remedy)
 
     def _offsets(self, i: int, n: int = 1) -> np.ndarray:
         return np.frombuffer(os.pread(self._idx, 8 * n, 8 * i), dtype=np.int64)
@@ -299,9 +426,22 @@ class TokenColumn:
         return self._count
 
     def __getitem__(self, i: int) -> np.ndarray:
+        """Sentence ``i``'s ids, ``(length,)`` of the column's dtype.
+
+        Raises:
+            DamagedCorpusError: an id at or above :attr:`limit` (the vocabulary's size).
+        """
         a, b = (int(x) for x in self._offsets(int(i), 2))
         size = self.dtype.itemsize
-        return np.frombuffer(os.pread(self._tok, (b - a) * size, a * size), dtype=self.dtype)
+        ids = np.frombuffer(os.pread(self._tok, (b - a) * size, a * size), dtype=self.dtype)
+        if self.limit is not None and b > a:
+            top = int(ids.max()) if b - a > 64 else max(ids.tolist())  # the faster for its size
+            if top >= self.limit:
+                self._damaged(
+                    self._tok_path,
+                    f"holds id {top} in sentence {i}, beyond the vocabulary of {self.limit} pieces",
+                )
+        return ids
 
     def __del__(self) -> None:
         for fd in (getattr(self, "_idx", None), getattr(self, "_tok", None)):
@@ -309,16 +449,17 @@ class TokenColumn:
                 os.close(fd)
 
 
-def _check_size(path: Path, dtype: Any, count: int) -> None:
-    """``path`` holds ``count`` items of ``dtype``; a clear error otherwise."""
+def _check_size(path: Path, dtype: Any, count: int, remedy: str) -> None:
+    """``path`` holds ``count`` items of ``dtype``; a :class:`DamagedCorpusError` otherwise."""
     dtype = np.dtype(dtype)
     want = count * dtype.itemsize
     size = path.stat().st_size if path.is_file() else None
     if size != want:
-        raise SettingError(
-            "data",
-            f"{str(path)!r} should hold {count} {dtype.name} values ({want} bytes), "
-            f"{'it is missing' if size is None else f'it has {size} bytes'}; prepare again",
+        raise DamagedCorpusError(
+            path,
+            f"should hold {count} {dtype.name} values ({want} bytes), "
+            f"{'it is missing' if size is None else f'it has {size} bytes'}",
+            remedy,
         )
 
 
@@ -331,13 +472,22 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     """The ``manifest.json`` of a prepared corpus.
 
     Raises:
-        ValueError: not a prepared corpus, or one of a newer format.
+        ValueError: not a prepared corpus, or one of a newer format; a manifest that is not
+            JSON (:class:`DamagedCorpusError`, naming it).
     """
     path = Path(folder) / MANIFEST
     try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SettingError("data", f"{str(folder)!r} is not a prepared corpus ({e})") from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SettingError(
+            "data", f"{str(folder)!r} is not a prepared corpus ({e.strerror or e}: {path})"
+        ) from None
+    try:
+        m = json.loads(text)
+    except ValueError as e:
+        raise DamagedCorpusError(
+            path, f"is not valid JSON ({e})", _rebuild(Path(folder), None)
+        ) from None
     if not isinstance(m, dict) or m.get("type") != "qkv.PreparedCorpus":
         raise SettingError("data", f"{str(path)!r} is not the manifest of a prepared corpus")
     version = m.get("version")
@@ -386,21 +536,123 @@ class PreparedSplit:
 
 
 class PreparedCorpus:
-    """A prepared corpus opened for reading (see the module docstring).
+    """A prepared corpus opened for reading (see the module docstring), checked as it opens:
+    the manifest's counts, token type, vocabulary sizes and largest ids, the tokenizer files
+    by SHA-256, the columns' offsets and lengths (:class:`TokenColumn`).
 
     Attributes:
         folder: the folder.
         manifest: its ``manifest.json``.
         src, tgt: the training columns (:class:`TokenColumn`).
+
+    Raises:
+        ValueError: not a prepared corpus, or one of a newer format.
+        DamagedCorpusError: a file that contradicts the manifest or the other files (named,
+            with the ``qkv prepare`` command that rebuilds the folder).
     """
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder).resolve()
         self.manifest = read_manifest(self.folder)
-        counts = self.manifest["counts"]
-        dtype = np.dtype(self.manifest["token_dtype"])
-        self.src = TokenColumn(self.folder, "train.src", dtype, int(counts["train"]))
-        self.tgt = TokenColumn(self.folder, "train.tgt", dtype, int(counts["train"]))
+        self.remedy = _rebuild(self.folder, self.manifest)
+        counts = self.manifest.get("counts")
+        n = counts.get("train") if isinstance(counts, dict) else None
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            self._damaged(MANIFEST, f"records {n!r} training pairs; expected an int >= 0")
+        dtype = self._dtype()
+        vocab = self.vocab_sizes
+        limits = vocab if vocab is not None else (None, None)
+        self._check_tokenizers()
+        self.src = TokenColumn(
+            self.folder, "train.src", dtype, n, remedy=self.remedy, limit=limits[0]
+        )
+        self.tgt = TokenColumn(
+            self.folder, "train.tgt", dtype, n, remedy=self.remedy, limit=limits[1]
+        )
+
+    def _damaged(self, name: str, problem: str) -> NoReturn:
+        raise DamagedCorpusError(self.folder / name, problem, self.remedy)
+
+    @property
+    def vocab_sizes(self) -> tuple[int, int] | None:
+        """The source and target vocabulary sizes the manifest records (None: prepared before
+        they were recorded)."""
+        v = self.manifest.get("vocab_sizes")
+        if v is None:
+            return None
+        if not (
+            isinstance(v, list)
+            and len(v) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)
+        ):
+            self._damaged(MANIFEST, f"records vocab_sizes {v!r}; expected two ints > 0")
+        return v[0], v[1]
+
+    def _dtype(self) -> np.dtype:
+        """The token files' type: one of :data:`TOKEN_DTYPES`, the one the recorded
+        vocabularies need, their recorded largest ids below them."""
+        name = self.manifest.get("token_dtype")
+        if name not in TOKEN_DTYPES:
+            self._damaged(
+                MANIFEST, f"records token_dtype {name!r}; expected one of {', '.join(TOKEN_DTYPES)}"
+            )
+        dtype = np.dtype(name)
+        vocab = self.vocab_sizes
+        if vocab is None:
+            return dtype
+        if dtype != token_dtype(max(vocab)):
+            self._damaged(
+                MANIFEST,
+                f"records token_dtype {name}, but vocabularies of {vocab[0]} and {vocab[1]} "
+                f"pieces are written as {token_dtype(max(vocab)).name}",
+            )
+        top = self.manifest.get("max_ids")
+        if top is not None and not (
+            isinstance(top, list)
+            and len(top) == 2
+            and all(isinstance(x, int) and -1 <= x < v for x, v in zip(top, vocab))
+        ):
+            self._damaged(
+                MANIFEST, f"records largest ids {top!r}, not below the vocabularies {list(vocab)}"
+            )
+        return dtype
+
+    def _check_tokenizers(self) -> None:
+        """The tokenizer files are the ones the corpus was encoded with (by SHA-256)."""
+        want = self.manifest.get("tokenizer_sha256")
+        if want is None:
+            return
+        if not isinstance(want, dict):
+            self._damaged(MANIFEST, f"records tokenizer_sha256 {want!r:.60}; expected a mapping")
+        got = tree_digests(self.folder / "tokenizers")
+        for name in sorted(set(want) | set(got)):
+            if name not in got:
+                self._damaged(f"tokenizers/{name}", "is missing")
+            if name not in want:
+                self._damaged(f"tokenizers/{name}", "is not one of the corpus's tokenizer files")
+            if got[name] != want[name]:
+                self._damaged(
+                    f"tokenizers/{name}",
+                    f"is not the file the corpus was encoded with (SHA-256 {got[name][:16]}..., "
+                    f"the manifest records {str(want[name])[:16]}...)",
+                )
+
+    def check_vocabulary(self, src_size: int, tgt_size: int) -> None:
+        """Check the tokenizers a run reads the corpus with (``src_size`` and ``tgt_size``
+        pieces) against the vocabularies the corpus records, and check every id read against
+        them (a corpus that records none: against these).
+
+        Raises:
+            DamagedCorpusError: other vocabulary sizes than the corpus was encoded with.
+        """
+        vocab = self.vocab_sizes
+        if vocab is not None and vocab != (src_size, tgt_size):
+            self._damaged(
+                "tokenizers",
+                f"holds vocabularies of {src_size} and {tgt_size} pieces; the corpus was "
+                f"encoded with {vocab[0]} and {vocab[1]}",
+            )
+        self.src.limit, self.tgt.limit = src_size, tgt_size
 
     @property
     def n_train(self) -> int:
@@ -424,16 +676,38 @@ class PreparedCorpus:
         )
 
     def held_out(self, part: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """The ``valid`` or ``test`` part as ``(raw pairs, normalised pairs)``."""
+        """The ``valid`` or ``test`` part as ``(raw pairs, normalised pairs)``.
+
+        Raises:
+            DamagedCorpusError: the file is missing, or a line is not a row of four strings
+                (the file and the line named).
+        """
         if part not in ("valid", "test"):
             raise ValueError(f"part: expected 'valid' or 'test', got {part!r}")
         raw: list[tuple[str, str]] = []
         norm: list[tuple[str, str]] = []
-        with open(self.folder / f"{part}.jsonl", encoding="utf-8") as f:
-            for line in f:
-                rs, rt, ns, nt = json.loads(line)
-                raw.append((rs, rt))
-                norm.append((ns, nt))
+        name = f"{part}.jsonl"
+        try:
+            f = open(self.folder / name, "rb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            self._damaged(name, f"cannot be read ({e.strerror or e})")
+        with f:
+            for n, line in enumerate(f, start=1):
+                try:
+                    row = json.loads(line.decode("utf-8"))
+                    if not (
+                        isinstance(row, list)
+                        and len(row) == 4
+                        and all(isinstance(r, str) for r in row)
+                    ):
+                        raise ValueError(f"got {str(row)[:40]!r}")
+                except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
+                    self._damaged(
+                        name, f"line {n} is not a row [source, target, normalised source, "
+                        f"normalised target] ({e})"
+                    )  # fmt: skip
+                raw.append((row[0], row[1]))
+                norm.append((row[2], row[3]))
         return raw, norm
 
 

@@ -44,6 +44,8 @@ from .._atomic import (
     install_folder,
     is_no_space,
     no_space_error,
+    payload_bytes,
+    tree_bytes,
 )
 from .._errors import SettingError
 from .._folder import (
@@ -205,6 +207,7 @@ def write_folder(
     step: int = 0,
     in_use: Callable[[int], bool] | None = None,
     remedy: str = "",
+    needed: int | None = None,
 ) -> Path:
     """Write a folder atomically: ``fill(folder)`` writes its files into a temporary folder
     beside ``final`` (``.qkv-tmp-NAME-PID``), then the manifest (:func:`write_manifest`,
@@ -216,7 +219,8 @@ def write_folder(
     Temporary folders a killed writer left beside it are removed first
     (:func:`remove_stale_folders` with ``in_use``). On any error the temporary folder is
     removed and an existing ``final`` stays as it was; a full disk is a :class:`NoSpaceError`
-    ("no space left", the folder, ``remedy``). Returns ``final``.
+    ("no space left", the folder, the space needed: ``needed`` bytes or what was written before
+    the disk filled, whichever is more; ``remedy``). Returns ``final``.
     """
     final = Path(final)
     root, name = final.parent, final.name
@@ -239,9 +243,11 @@ def write_folder(
             fsync_dir(d)
         install_folder(tmp, final, old)
     except BaseException as e:
+        full = isinstance(e, Exception) and is_no_space(e)
+        written = tree_bytes(tmp) if full else 0
         shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left
-        if isinstance(e, Exception) and is_no_space(e):
-            raise no_space_error(e, root, name, remedy) from None
+        if full:
+            raise no_space_error(e, root, name, remedy, max(needed or 0, written)) from None
         raise
     return final
 
@@ -260,6 +266,7 @@ def write_model_folder(
     in_use: Callable[[int], bool] | None = None,
     remedy: str = "",
     languages: tuple[str, str] | None = None,
+    needed: int | None = None,
 ) -> Path:
     """Write a model folder atomically (:func:`write_folder`): ``model.safetensors``
     (``state_dict``, shared tensors once), ``model.json`` (with the model's ``(source, target)``
@@ -270,7 +277,7 @@ def write_model_folder(
 
     An existing ``final`` is replaced. Returns ``final``. On any error an existing ``final``
     stays as it was; a full disk is a :class:`NoSpaceError` ("no space left", the folder,
-    ``remedy``).
+    about ``needed`` bytes, by default the weights' and ``tensors``' bytes; ``remedy``).
     """
     meta: dict[str, Any] = {"config": model_config}
     if languages is not None:
@@ -282,7 +289,8 @@ def write_model_folder(
         if extra is not None:
             extra(tmp)
 
-    return write_folder(final, fill, step=step, in_use=in_use, remedy=remedy)
+    needed = needed or payload_bytes((state_dict, tensors))
+    return write_folder(final, fill, step=step, in_use=in_use, remedy=remedy, needed=needed)
 
 
 def _model_files(

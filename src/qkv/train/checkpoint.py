@@ -43,9 +43,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._atomic import NoSpaceError, replace, write_bytes, write_json
-from .._errors import keyed
-from .._folder import MANIFEST, MODEL_CONFIG, SPLIT, TOKENIZERS, TRAIN_CONFIG, TRAINER_STATE
+from .._atomic import NoSpaceError, replace, tree_bytes, write_bytes, write_json
+from .._errors import SettingError, keyed
+from .._folder import (
+    MANIFEST,
+    MODEL_CONFIG,
+    SPLIT,
+    TOKENIZERS,
+    TRAIN_CONFIG,
+    TRAINER_STATE,
+    WEIGHTS,
+)
 from ..inference.layout import BEST_POINTER, FINAL_DIR, RunLayout, step_name, step_of
 from ..inference.saved import (
     CHECKPOINT_FORMAT,
@@ -174,8 +182,9 @@ def save_checkpoint(
         The final checkpoint folder ``root/step-XXXXXXXX``.
 
     Raises:
-        NoSpaceError: the disk is full ("no space left", the folder); the temporary folder is
-            removed and the checkpoints written before are intact.
+        NoSpaceError: the disk is full: one line naming the folder and the space a checkpoint
+            needs (:func:`_checkpoint_bytes`); the temporary folder is removed and the
+            checkpoints written before are intact.
     """
     root = Path(root)
     final = write_model_folder(
@@ -188,12 +197,20 @@ def save_checkpoint(
         tensors=tensors,
         languages=languages,
         in_use=run_lock_in_use(root),
+        needed=_checkpoint_bytes(root),
         remedy=(
             "then resume (qkv train --resume, from the newest checkpoint kept); --keep-last "
             "keeps fewer checkpoints"
         ),
     )
     return final
+
+
+def _checkpoint_bytes(root: Path) -> int | None:
+    """About what a checkpoint takes: the newest one written before in ``root`` (a run's
+    checkpoints are one size), else None (the weights' and tensors' bytes are counted)."""
+    before = find_checkpoints(root) if root.is_dir() else []
+    return tree_bytes(before[-1]) if before else None
 
 
 #: why checkpoints cannot be averaged, per part of :func:`_model_identity` that differs
@@ -216,19 +233,55 @@ def _model_identity(folder: Path) -> tuple[Any, ...]:
     return config, tokenizers, model_languages(meta, folder)
 
 
+def _refuse_repeats(paths: list[Path]) -> None:
+    """Refuse a checkpoint given twice, as the same folder (a link or another spelling of its
+    path included) or as a copy (the same update, weights, tokenizers and model config, by the
+    step and the SHA-256 its manifest records of each): the mean would weigh it double. Two
+    updates that happen to hold equal weights are two checkpoints.
+
+    Raises:
+        SettingError: (``checkpoints``) the two names and why they are one checkpoint.
+    """
+    folders: dict[Path, Path] = {}
+    weights: dict[tuple, Path] = {}
+    for p in paths:
+        real = p.resolve()
+        v = VerifiedFolder(p)
+        sha = v.files.get(WEIGHTS, {}).get("sha256")
+        model = sorted(
+            (k, str(m.get("sha256")))
+            for k, m in v.files.items()
+            if k in (WEIGHTS, MODEL_CONFIG) or k.startswith(f"{TOKENIZERS}/")
+        )
+        model.append(("step", str(v.manifest.get("step"))))
+        first, why = folders.get(real), "the same folder"
+        if first is None and sha is not None and tuple(model) in weights:
+            first, why = weights[tuple(model)], f"a copy: its weights' SHA-256 {str(sha)[:16]}..."
+        if first is not None:
+            raise SettingError(
+                "checkpoints",
+                f"{str(p)!r} is {str(first)!r} again ({why}); averaging a checkpoint twice "
+                "weighs it double: give each checkpoint once",
+            )
+        folders[real] = p
+        if sha is not None:
+            weights[tuple(model)] = p
+
+
 def average_weights(folders: list[Path] | list[str]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the weights of several checkpoint folders of one model
     (fairseq's checkpoint averaging), accumulated in float64 and returned in each tensor's own
     dtype. Integer tensors (none in qkv's models) must be equal and are kept.
 
     Raises:
-        ValueError: fewer than one folder.
+        ValueError: fewer than one folder; a checkpoint given twice (:func:`_refuse_repeats`).
         CheckpointError: a corrupt folder, or folders of different models: another
             ``model.json``, other tokenizers (the same ids for other words), other languages.
     """
     paths = [Path(f) for f in folders]
     if not paths:
         raise ValueError("folders: expected at least one checkpoint folder, got none")
+    _refuse_repeats(paths)
     acc: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     first: tuple[Any, ...] | None = None

@@ -44,15 +44,18 @@ from typing import Any
 
 import numpy as np
 
-from .._atomic import atomic_file, replace
+from .._atomic import atomic_file, is_no_space, no_space_error, replace
 from .._errors import SettingError, keyed
 from .._machine import threads_running
 from ..data import load_tokenizers, save_tokenizers
 from ..data.languages import detect_languages
 from ..data.prepared import (
     CLEAN_REASONS,
+    CORPUS_FILES,
     MANIFEST,
     PREPARED_VERSION,
+    REPORT,
+    WORK_DIR,
     Cleaning,
     PreparedCorpus,
     RawPairs,
@@ -61,9 +64,11 @@ from ..data.prepared import (
     check_sources,
     encode_rows,
     is_prepared,
+    prepare_command,
     read_manifest,
     source_record,
     token_dtype,
+    tree_digests,
 )
 from ..data.splits import TEST, TRAIN, VALID, group_hashes, split_parts
 from .checkpoint import atomic_write_json
@@ -81,6 +86,7 @@ from .run_data import (
     run_tokenizers,
     tokenizer_sample_indices,
 )
+from .runlock import RunLock, check_corpus_out
 
 __all__ = [
     "DATA_KEYS",
@@ -232,13 +238,17 @@ def _duplicates(work: Path, n_chunks: int) -> np.ndarray:
     return later
 
 
-def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, int, dict]:
+def _assemble(
+    work: Path, n: int, dtype: np.dtype, dedup: bool
+) -> tuple[dict, int, dict, list[int]]:
     """The chunks of ``work`` joined into the training columns, the pairs that cleaning
-    dropped left out: the token statistics, the pairs kept, the pairs dropped by reason."""
+    dropped left out: the token statistics, the pairs kept, the pairs dropped by reason, the
+    largest id of each side (-1 for none)."""
     writers = [TokenArraysWriter(work, name, dtype) for name in ("train.src", "train.tgt")]
     n_chunks = -(-n // CHUNK)
     hist = [np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)]
     dropped = dict.fromkeys(CLEAN_REASONS, 0)
+    top = [-1, -1]
     later = _duplicates(work, n_chunks) if dedup else None
     start = 0
     for i in range(n_chunks):
@@ -259,6 +269,8 @@ def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, i
                 tokens = tokens[np.repeat(keep, lengths)]
                 lengths = lengths[keep]
             w.append(lengths, tokens)
+            if len(tokens):
+                top[side] = max(top[side], int(tokens.max()))
             counts = np.bincount(lengths)
             if len(counts) > len(hist[side]):
                 hist[side] = np.pad(hist[side], (0, len(counts) - len(hist[side])))
@@ -278,7 +290,7 @@ def _assemble(work: Path, n: int, dtype: np.dtype, dedup: bool) -> tuple[dict, i
             "p99_length": int(np.searchsorted(cum, 0.99 * kept)) if kept else 0,
             "max_length": int(len(h) - 1),
         }
-    return stats, kept, dropped
+    return stats, kept, dropped, top
 
 
 def _held_out(path: Path, raw: list, norm: list) -> None:
@@ -300,7 +312,7 @@ def _is_done(out: Path, sources: list, settings: dict) -> bool:
 
 def _work_folder(out: Path, state: dict, say: Say) -> Path:
     """``OUT/.work``, kept when a killed prepare of the same sources and settings left it."""
-    work = out / ".work"
+    work = out / WORK_DIR
     state_file = work / "state.json"
     if state_file.is_file():
         try:
@@ -467,23 +479,9 @@ def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say) -> tupl
     return toks
 
 
-#: what a prepared corpus holds besides its manifest and report
-_PRODUCTS = (
-    "tokenizers",
-    "train.src.tok",
-    "train.src.idx",
-    "train.src.len",
-    "train.tgt.tok",
-    "train.tgt.idx",
-    "train.tgt.len",
-    "valid.jsonl",
-    "test.jsonl",
-)
-
-
 def _install(work: Path, out: Path) -> None:
     """Move the finished files of ``work`` into ``out`` (replacing older ones)."""
-    for name in _PRODUCTS:
+    for name in CORPUS_FILES:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
@@ -504,7 +502,8 @@ def prepare_corpus(
     Args:
         config: a run's settings; those of :data:`DATA_KEYS` decide the folder's content
             (format, columns, split, normaliser, tokenizers), as they decide a run's.
-        out: the folder to write (created; a prepared corpus of other data there is replaced).
+        out: the folder to write: new, empty, or a prepared corpus (one of other data is
+            replaced); locked while written (:class:`~qkv.train.runlock.RunLock`).
         workers: processes that encode (default: every core).
         say: where progress messages go (default: nowhere).
         stream: a terminal to redraw the progress line on (default: messages via ``say``).
@@ -517,7 +516,9 @@ def prepare_corpus(
 
     Raises:
         ValueError, FileNotFoundError: no data file, or one that cannot be read (the message
-            names the setting).
+            names the setting); an ``out`` that is not a folder a prepare wrote (a model, a
+            run, other files: :func:`~qkv.train.runlock.check_corpus_out`).
+        RunLockedError: another process prepares or trains into ``out`` (named).
     """
     say = say or (lambda _m: None)
     config = _absolute(config)
@@ -525,17 +526,45 @@ def prepare_corpus(
         raise SettingError(
             "data", "expected a corpus file (or two aligned files) to prepare, got None"
         )
-    out = Path(out).resolve()
-    if out.exists() and not out.is_dir():
-        raise SettingError("out", f"expected a folder, got the file {str(out)!r}")
     t0 = time.monotonic()
+    out = Path(out).resolve()
+    created = check_corpus_out(out)
+    with RunLock(out, created_out=created, role="qkv process"):  # one prepare per folder
+        try:
+            kept = _prepare_locked(config, out, workers, say, stream, cleaning, t0)
+        except OSError as e:
+            if not is_no_space(e):
+                raise
+            raise no_space_error(
+                e,
+                out,
+                "a prepared corpus",
+                "then run the same qkv prepare again: it continues from there",
+                kept=f"what it had done is kept in {WORK_DIR}",
+            ) from None
+    if kept is None:
+        say(f"{out}: already prepared from these files with these settings; nothing to do")
+        return out
+    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def _prepare_locked(
+    config: TrainConfig,
+    out: Path,
+    workers: int | None,
+    say: Say,
+    stream: Any,
+    cleaning: Cleaning | None,
+    t0: float,
+) -> int | None:
+    """:func:`prepare_corpus` once ``out`` is locked (started at ``t0``): the training pairs
+    kept, None when ``out`` already holds this very preparation."""
     cleaning = cleaning if cleaning is not None and cleaning.active else None
     sources, settings = _sources(config), _settings(config)
     settings["cleaning"] = cleaning.to_dict() if cleaning is not None else None
     if _is_done(out, sources, settings):
-        say(f"{out}: already prepared from these files with these settings; nothing to do")
-        return out
-    out.mkdir(parents=True, exist_ok=True)
+        return None
     (out / MANIFEST).unlink(missing_ok=True)  # the folder is not a corpus until it is again
     work = _work_folder(out, {"sources": sources, "settings": settings}, say)
     n_workers = workers or os.cpu_count() or 1
@@ -545,8 +574,7 @@ def prepare_corpus(
         kept = _prepare(config, out, work, pool, n_workers, (sources, settings), cleaning,
                         say, stream, time.monotonic() - t0)  # fmt: skip
     shutil.rmtree(work, ignore_errors=True)
-    say(f"prepared {kept:,} training pairs into {out} in {time.monotonic() - t0:.1f} s")
-    return out
+    return kept
 
 
 def start_method() -> str:
@@ -609,7 +637,9 @@ def _prepare(
     times["encoding"] = time.monotonic() - t
     t = time.monotonic()
     dtype = token_dtype(max(toks[0].vocab_size, toks[1].vocab_size))
-    stats, kept, dropped = _assemble(work, len(train), dtype, bool(cleaning and cleaning.dedup))
+    stats, kept, dropped, top = _assemble(
+        work, len(train), dtype, bool(cleaning and cleaning.dedup)
+    )
     times["writing"] = time.monotonic() - t
     if kept == 0:
         raise ValueError(f"cleaning: every one of the {len(train)} training pairs was dropped "
@@ -636,7 +666,7 @@ def _prepare(
         "seconds": times,
         "workers": workers,
     }
-    atomic_write_json(out / "report.json", report)
+    atomic_write_json(out / REPORT, report)
     manifest = {
         "type": "qkv.PreparedCorpus",
         "version": PREPARED_VERSION,
@@ -647,6 +677,9 @@ def _prepare(
         "split": split,
         "counts": counts,
         "token_dtype": dtype.name,
+        "vocab_sizes": [toks[0].vocab_size, toks[1].vocab_size],
+        "max_ids": top,
+        "tokenizer_sha256": tree_digests(out / "tokenizers"),
     }
     atomic_write_json(out / MANIFEST, manifest)
     if cleaning is not None:
@@ -702,12 +735,6 @@ def prepare_reason(config: TrainConfig, world_size: int = 1) -> str | None:
             "run reads into memory; --prepare-data never to read it anyway")  # fmt: skip
 
 
-def prepare_command(folder: Path, manifest: dict) -> str:
-    """The ``qkv prepare`` command that makes ``folder`` again from its sources."""
-    data = [r["path"] for r in manifest["sources"] if r["key"] == "data"]
-    return f"qkv prepare --data {' '.join(data)} --out {folder}"
-
-
 def prepared_settings(config: TrainConfig, corpus: PreparedCorpus) -> TrainConfig:
     """``config`` with the data settings of the prepared corpus it names.
 
@@ -752,6 +779,7 @@ def prepared_run_data(
                 f"again with the run's settings",
             )
     toks = tokenizers if tokenizers is not None else load_tokenizers(corpus.folder / "tokenizers")
+    corpus.check_vocabulary(toks[0].vocab_size, toks[1].vocab_size)
     raw_valid, valid = corpus.held_out("valid")
     raw_test, test = corpus.held_out("test")
     data = [r["path"] for r in corpus.manifest["sources"] if r["key"] == "data"]

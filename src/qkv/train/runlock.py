@@ -26,14 +26,17 @@ from pathlib import Path
 from types import TracebackType
 
 from .._errors import SettingError, keyed
-from ..inference.layout import LOCK_NAME, RunLayout
+from .._folder import MANIFEST, MODEL_MARKS, TRAINER_TENSORS
+from ..data.prepared import CORPUS_FILES, REPORT, WORK_DIR, read_manifest
+from ..inference.layout import CHECKPOINTS_DIR, LOCK_NAME, RunLayout
+from ..inference.writing import TMP_PREFIX
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "LockHolder", "RunLock", "RunLockedError", "check_out"]
+__all__ = ["LOCK_NAME", "LockHolder", "RunLock", "RunLockedError", "check_corpus_out", "check_out"]
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +135,77 @@ def check_out(out: str | Path) -> bool:
     return created
 
 
+def check_corpus_out(out: str | Path) -> bool:
+    """:func:`check_out` for ``qkv prepare``, which writes only into a folder that is new,
+    empty (a lock file aside), a prepared corpus, or what a killed prepare left (a prepare's
+    files and no others). Returns whether ``out`` was created.
+
+    Raises:
+        SettingError: (``out``) what :func:`check_out` refuses, and a folder of anything else:
+            a model of any engine, a checkpoint, a run, files a prepare did not write (what it
+            is named; nothing in it touched).
+    """
+    p = Path(out)
+    why = _foreign(p) if p.is_dir() else None
+    if why is not None:
+        raise SettingError(
+            "out",
+            f"{str(p)!r} is not a prepared corpus: {why}; qkv prepare writes only into a new "
+            "or empty folder or a corpus it prepared, so nothing there was touched: choose "
+            "another --out",
+        )
+    return check_out(p)
+
+
+def _foreign(folder: Path) -> str | None:
+    """Why ``folder`` (which exists) is not one ``qkv prepare`` may write into, or None."""
+    names = {p.name for p in folder.iterdir()} - {LOCK_NAME}
+    if not names:
+        return None
+    marks = sorted(names & {*MODEL_MARKS, TRAINER_TENSORS} - {MANIFEST})
+    if marks:
+        return f"it is a model folder (it holds {marks[0]})"
+    if CHECKPOINTS_DIR in names:
+        return f"it is a training run (it holds {CHECKPOINTS_DIR}/)"
+    if (folder / MANIFEST).is_file():
+        try:
+            read_manifest(folder)
+        except ValueError:
+            if not names & {WORK_DIR, *CORPUS_FILES}:
+                return f"its {MANIFEST} is another kind's (a model's, or another tool's)"
+        else:
+            return None
+    own = {*CORPUS_FILES, MANIFEST, REPORT, WORK_DIR}
+    # and the temporary file of a manifest or report a killed prepare was writing
+    foreign = sorted(n for n in names if n not in own and _temp_of(n) not in (MANIFEST, REPORT))
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        return f"it holds files qkv prepare does not write ({foreign[0]!r}{more})"
+    return None
+
+
+def _temp_of(name: str) -> str | None:
+    """The file whose atomic write's temporary file ``name`` is (``.NAME.qkv-tmp-PID``), or
+    None."""
+    head, sep, pid = name.partition(TMP_PREFIX)
+    return head[1:] if sep and head.startswith(".") and pid.isdigit() else None
+
+
 class RunLock:
     """The advisory lock of run folder ``out`` (``out/.lock``); a context manager.
 
     ``acquire`` takes it or raises :class:`RunLockedError`; ``release`` (also on leaving the
     ``with`` block, whatever the exit) drops it and removes the file, and removes ``out`` too
-    when ``created_out`` says this run created it and it is still empty.
+    when ``created_out`` says this run created it and it is still empty. ``role`` is what the
+    message of a refusal calls the holder (``qkv prepare`` takes the same lock: ``"qkv
+    process"``).
     """
 
-    def __init__(self, out: str | Path, *, created_out: bool = False) -> None:
+    def __init__(
+        self, out: str | Path, *, created_out: bool = False, role: str = "trainer"
+    ) -> None:
         self.out = Path(out)
+        self.role = role
         self.path = RunLayout(self.out).lock
         self.created_out = created_out
         self._fd: int | None = None
@@ -245,14 +309,14 @@ class RunLock:
             else "another process (it has not written its details yet)"
         )
         hint = (
-            f"; if no trainer runs there any more, delete {self.path}"
+            f"; if no {self.role} runs there any more, delete {self.path}"
             if stale_hint
             else "; wait for it to end or stop it, or choose another --out"
         )
         err = keyed(
             RunLockedError,
             "out",
-            f"{str(self.out)!r} is in use by another trainer: {who}; lock file {self.path}{hint}",
+            f"{str(self.out)!r} is in use by another {self.role}: {who}; lock file {self.path}{hint}",
         )
         err.path, err.holder = self.path, holder
         return err
