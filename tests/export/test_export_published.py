@@ -5,6 +5,7 @@ the data is described by name, size and SHA-256."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -143,3 +144,96 @@ def test_data_files_hashes_a_file_once_per_version(tmp_path, monkeypatch):
     assert data_files(str(f))[0]["bytes"] == 5 and len(calls) == 2
     assert data_files([str(f), str(tmp_path / "gone.fr")])[1] == {"file": "gone.fr"}
     assert describe_data_files(first).startswith("`pairs.tsv` (4 bytes, sha256 ")
+
+
+# ---------------------------------------------------------------------------- what a CTranslate2 export holds
+def _folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
+    from qkv.engines import folder_engine
+    from qkv.export.ctranslate2 import Ct2Translator
+    from qkv.inference import CheckpointError, load_model
+
+    out, said = exported["outs"]["ctranslate2-int8"]
+    assert not (out / "model.safetensors").exists()
+    assert (out / "model.safetensors").name not in json.loads((out / "manifest.json").read_text())[
+        "files"
+    ]
+    assert f"({_folder_size(out) / 1e6:.1f} MB written in {out})" in said
+    assert folder_engine(out) == "ctranslate2"  # qkv translate --model-dir OUT runs it
+    texts = [s for s, _ in bundled_pairs()[600:606]]
+    rc, printed, err = _cli("translate", "--model-dir", str(out), *texts)
+    assert rc == 0, err
+    assert printed.splitlines() == Ct2Translator(out).translate(texts)
+    with pytest.raises(CheckpointError, match=r"--engine ctranslate2.*--keep-float-weights"):
+        load_model(out)
+    float32, _ = exported["outs"]["ctranslate2"]
+    assert (float32 / "model.safetensors").is_file()  # float32: both engines read it
+
+
+def test_keep_float_weights_keeps_qkvs_engine(exported, tmp_path):
+    out = tmp_path / "kept"
+    args = ["export", "--model-dir", str(exported["run"]), "--out", str(out)]
+    rc, _, err = _cli(
+        *args, "--format", "ctranslate2", "--quantize", "int8", "--keep-float-weights"
+    )
+    assert rc == 0, err
+    assert (out / "model.safetensors").is_file()
+    rc, _, err = _cli(*args, "--keep-float-weights")  # nothing to keep
+    assert rc == 2 and "--keep-float-weights: only with --format ctranslate2 --quantize" in err
+
+
+def _snippet(readme: str) -> str:
+    blocks = readme.split("```python\n")
+    assert len(blocks) == 2, "one Python block"
+    return blocks[1].split("```")[0]
+
+
+TEXTS = [s for s, _ in bundled_pairs()[3000:3024]] + ["Où est  la\u00a0gare ?", "Ça va.", ""]
+
+
+def _run_snippet(folder: Path, texts: list[str]) -> list[str]:
+    """The Python block of ``folder/README.md``, run in ``folder`` on ``texts``: its lines."""
+    import subprocess
+    import sys
+
+    from qkv.export.readme import SAMPLE
+
+    code = _snippet((folder / "README.md").read_text(encoding="utf-8"))
+    assert code.count(repr(SAMPLE)) == 1
+    code = code.replace(repr(SAMPLE), repr(texts))
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split("\n")[: len(texts)]
+
+
+@pytest.mark.parametrize("name", ["ctranslate2", "ctranslate2-int8"])
+def test_the_readmes_snippet_translates_as_qkv_translate(exported, name):
+    out, _ = exported["outs"][name]
+    texts = TEXTS[:-1]
+    got = _run_snippet(out / "ctranslate2", texts)
+    rc, printed, err = _cli(
+        "translate", "--model-dir", str(out), "--engine", "ctranslate2", "--split", "none", *texts
+    )
+    assert rc == 0, err
+    assert got == printed.splitlines()
+    assert any(got), "translations to compare"
+
+
+def test_the_readme_maps_a_beam_search(exported, tmp_path):
+    from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
+    from qkv.inference import Decoding, load_model
+
+    saved = load_model(exported["run"])
+    beam = Decoding(beam_size=4, length_penalty=0.6, no_repeat_ngram=2, max_output_len=12)
+    saved = dataclasses.replace(saved, decoding=beam)
+    folder = export_ctranslate2(saved, tmp_path / "beam", quantize="int8")
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    for option in ("beam_size=4,", "length_penalty=0.6,", "no_repeat_ngram_size=2,"):
+        assert option in readme
+    assert "limit = min(12, 1024)" in readme
+    assert _run_snippet(folder, TEXTS) == Ct2Translator(folder).translate(TEXTS)
