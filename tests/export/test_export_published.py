@@ -237,3 +237,13 @@ def test_the_readme_maps_a_beam_search(exported, tmp_path):
         assert option in readme
     assert "limit = min(12, 1024)" in readme
     assert _run_snippet(folder, TEXTS) == Ct2Translator(folder).translate(TEXTS)
+
+
+def test_the_onnx_cards_snippet_translates_as_qkv_translate(exported):
+    out, _ = exported["outs"]["onnx"]
+    texts = TEXTS[:-1]
+    got = _run_snippet(out, texts)
+    rc, printed, err = _cli("translate", "--model-dir", str(out), "--split", "none", *texts)
+    assert rc == 0, err
+    assert got == printed.splitlines()
+    assert any(got), "translations to compare"

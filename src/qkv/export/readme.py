@@ -1,6 +1,7 @@
-"""The ``README.md`` of a CTranslate2 export: the model used with ``ctranslate2`` and
-``sentencepiece`` alone, no qkv, with the folder's own normalisation and decoding mapped to
-CTranslate2's options.
+"""What an export folder says of its use without qkv: the ``README.md`` of a CTranslate2 model
+(:func:`ct2_readme`: ``ctranslate2`` and ``sentencepiece`` alone, the folder's decoding mapped
+to CTranslate2's options) and the "Use" section of an ONNX export's model card
+(:func:`onnx_use`: the graphs run with ``onnxruntime``, ``sentencepiece`` and ``numpy``).
 
 What qkv does around the engine is written out from the folder's own settings, so the snippet
 gives ``qkv translate --engine ctranslate2``'s translation of each sentence:
@@ -29,7 +30,7 @@ from .._folder import CARD
 from ..data import Normalizer, SentencePieceTokenizer, Tokenizer
 from ..inference import Decoding
 
-__all__ = ["SAMPLE", "ct2_readme", "normalizer_source", "write_readme"]
+__all__ = ["SAMPLE", "ct2_readme", "normalizer_source", "onnx_use", "write_readme"]
 
 #: the sentences the README's snippet translates
 SAMPLE = ["Go.", "I'm hungry."]
@@ -187,3 +188,96 @@ def _describe(decoding: Decoding) -> str:
 def write_readme(folder: Path, text: str) -> None:
     """``folder/README.md``: ``text`` as UTF-8."""
     (folder / CARD).write_text(text, encoding="utf-8")
+
+
+def _same_ids(tok: Tokenizer, model_file: Path) -> bool:
+    """Are ``tok``'s ids the SentencePiece model's own (no mapping of special ids)?"""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    return tok.tokens() == [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def onnx_use(src: Tokenizer, tgt: Tokenizer, folder: Path) -> list[str]:
+    """The "Use" section of an ONNX export's model card (Markdown lines): qkv's commands, and a
+    snippet that runs the graphs with ``onnxruntime``, ``sentencepiece`` and ``numpy`` alone,
+    as :class:`~qkv.export.onnx.OnnxTranslator` does (greedy search, ``onnx.json``'s ids and
+    positions; run in the folder), when the tokenizers are SentencePiece models whose ids are
+    the model's."""
+    joint = src is tgt
+    files = _spm_file(src, "src", joint), _spm_file(tgt, "tgt", joint)
+    lines = [
+        "With qkv: `qkv translate --model-dir THIS_FOLDER 'Go.'`, `qkv serve --model-dir "
+        'THIS_FOLDER`, or `qkv.export.onnx.OnnxTranslator("THIS_FOLDER").translate(["Go."])`: '
+        "greedy search.",
+        "",
+        "### With onnxruntime alone",
+        "",
+    ]
+    usable = all(f is not None for f in files) and all(
+        _same_ids(tok, folder / f)  # type: ignore[operator]
+        for tok, f in zip((src, tgt), files)
+    )
+    if not usable:
+        return [
+            *lines,
+            "This model's tokenizers are not SentencePiece models whose ids are the model's: "
+            "translate it with qkv (`qkv.export.onnx.OnnxTranslator`).",
+        ]
+    return [
+        *lines,
+        "`pip install onnxruntime sentencepiece numpy`, then, in this folder:",
+        "",
+        "```python",
+        "import json",
+        "import re",
+        "import unicodedata",
+        "",
+        "import numpy as np",
+        "import onnxruntime as ort",
+        "import sentencepiece as spm",
+        "",
+        'meta = json.load(open("onnx.json"))  # ids, sizes, the tokens never generated',
+        'encoder = ort.InferenceSession("encoder.onnx")',
+        'step = ort.InferenceSession("decoder_step.onnx")',
+        f'source_spm = spm.SentencePieceProcessor(model_file="{files[0]}")',
+        f'target_spm = spm.SentencePieceProcessor(model_file="{files[1]}")',
+        'never = sorted({meta["pad_id"], meta["bos_id"], *meta["suppress"]} - {meta["eos_id"]})',
+        "",
+        "",
+        "# the text as qkv normalises it before SentencePiece",
+        *normalizer_source(getattr(src, "normalizer", None)),
+        "",
+        "",
+        "def translate_one(sentence):",
+        '    ids = source_spm.encode(normalize(sentence)) + [meta["src_eos_id"]]',
+        "    if len(ids) == 1:",
+        '        return ""',
+        '    limit = min(2 * len(ids) + 10, meta["max_positions"])  # qkv\'s decode length',
+        "    src, src_len = np.array([ids]), np.array([len(ids)])",
+        '    cross_k, cross_v = encoder.run(None, {"src": src, "src_len": src_len})',
+        '    shape = (meta["layers"], 1, meta["heads"], 0, meta["head_dim"])',
+        "    past_k = past_v = np.zeros(shape, dtype=np.float32)",
+        '    tok, out = meta["bos_id"], []',
+        "    for _ in range(limit):  # greedy search",
+        "        feed = {",
+        '            "tok": np.array([[tok]]), "src_len": src_len, "past_k": past_k,',
+        '            "past_v": past_v, "cross_k": cross_k, "cross_v": cross_v,',
+        "        }",
+        "        logits, past_k, past_v = step.run(None, feed)",
+        "        logits[0, never] = -np.inf",
+        "        tok = int(logits[0].argmax())",
+        '        if tok == meta["eos_id"]:',
+        "            break",
+        "        out.append(tok)",
+        '    return re.sub(r"[^\\S\\n]+", " ", target_spm.decode(out)).strip()',
+        "",
+        "",
+        f'print("\\n".join(translate_one(s) for s in {SAMPLE!r}))',
+        "```",
+        "",
+        "This is qkv's greedy search as the graphs run it: `<eos>` appended to the source, "
+        "`<bos>` first, `<pad>`, `<bos>` and the ids `onnx.json` lists under `suppress` "
+        "never chosen, at most `2 * source tokens + 10` tokens (`<eos>` counted) within the "
+        "model's positions. The graphs take a batch (`src` padded, `src_len` its lengths).",
+    ]
