@@ -4,16 +4,14 @@ the data is described by name, size and SHA-256."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import io
 import json
 from pathlib import Path
 
 import pytest
+from _folders import folder_size, quiet_cli
 
-from qkv.cli import main
 from qkv.data import bundled_pairs, write_pairs
 from qkv.inference import writing
 from qkv.inference.writing import data_files, describe_data_files, published
@@ -25,13 +23,6 @@ EXPORTS = {
     "onnx": [],
     "huggingface": [],
 }
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([*args, "--quiet"])
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +43,13 @@ def exported(tmp_path_factory) -> dict:
         encoding="utf-8",
     )
     run = private / "run"
-    rc, _, err = _cli("train", "--data", str(data), "--config", str(config), "--out", str(run))
+    rc, _, err = quiet_cli("train", "--data", str(data), "--config", str(config), "--out", str(run))
     assert rc == 0, err
     outs = {}
     for name, extra in EXPORTS.items():
         out = tmp_path_factory.mktemp("shared") / name
         fmt = name.split("-")[0]
-        rc, said, err = _cli(
+        rc, said, err = quiet_cli(
             "export", "--model-dir", str(run), "--out", str(out), "--format", fmt, *extra
         )
         assert rc == 0, err
@@ -147,8 +138,6 @@ def test_data_files_hashes_a_file_once_per_version(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- what a CTranslate2 export holds
-def _folder_size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
@@ -161,10 +150,10 @@ def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
     assert (out / "model.safetensors").name not in json.loads((out / "manifest.json").read_text())[
         "files"
     ]
-    assert f"({_folder_size(out) / 1e6:.1f} MB written in {out})" in said
+    assert f"({folder_size(out) / 1e6:.1f} MB written in {out})" in said
     assert folder_engine(out) == "ctranslate2"  # qkv translate --model-dir OUT runs it
     texts = [s for s, _ in bundled_pairs()[600:606]]
-    rc, printed, err = _cli("translate", "--model-dir", str(out), *texts)
+    rc, printed, err = quiet_cli("translate", "--model-dir", str(out), *texts)
     assert rc == 0, err
     assert printed.splitlines() == Ct2Translator(out).translate(texts)
     with pytest.raises(CheckpointError, match=r"--engine ctranslate2.*--keep-float-weights"):
@@ -176,12 +165,12 @@ def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
 def test_keep_float_weights_keeps_qkvs_engine(exported, tmp_path):
     out = tmp_path / "kept"
     args = ["export", "--model-dir", str(exported["run"]), "--out", str(out)]
-    rc, _, err = _cli(
+    rc, _, err = quiet_cli(
         *args, "--format", "ctranslate2", "--quantize", "int8", "--keep-float-weights"
     )
     assert rc == 0, err
     assert (out / "model.safetensors").is_file()
-    rc, _, err = _cli(*args, "--keep-float-weights")  # nothing to keep
+    rc, _, err = quiet_cli(*args, "--keep-float-weights")  # nothing to keep
     assert rc == 2 and "--keep-float-weights: only with --format ctranslate2 --quantize" in err
 
 
@@ -216,7 +205,7 @@ def test_the_readmes_snippet_translates_as_qkv_translate(exported, name):
     out, _ = exported["outs"][name]
     texts = TEXTS[:-1]
     got = _run_snippet(out / "ctranslate2", texts)
-    rc, printed, err = _cli(
+    rc, printed, err = quiet_cli(
         "translate", "--model-dir", str(out), "--engine", "ctranslate2", "--split", "none", *texts
     )
     assert rc == 0, err
@@ -243,7 +232,7 @@ def test_the_onnx_cards_snippet_translates_as_qkv_translate(exported):
     out, _ = exported["outs"]["onnx"]
     texts = TEXTS[:-1]
     got = _run_snippet(out, texts)
-    rc, printed, err = _cli("translate", "--model-dir", str(out), "--split", "none", *texts)
+    rc, printed, err = quiet_cli("translate", "--model-dir", str(out), "--split", "none", *texts)
     assert rc == 0, err
     assert got == printed.splitlines()
     assert any(got), "translations to compare"
