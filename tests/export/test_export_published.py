@@ -152,6 +152,9 @@ def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
     ]
     assert f"({folder_size(out) / 1e6:.1f} MB written in {out})" in said
     assert folder_engine(out) == "ctranslate2"  # qkv translate --model-dir OUT runs it
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "runs it on CTranslate2 (qkv's float32 weights are not in this folder)" in card
+    assert "`ctranslate2/README.md` shows it with `ctranslate2`" in card
     texts = [s for s, _ in bundled_pairs()[600:606]]
     rc, printed, err = quiet_cli("translate", "--model-dir", str(out), *texts)
     assert rc == 0, err

@@ -55,7 +55,7 @@ from ..nn.position import sinusoidal_encoding
 from ..text import Alignment
 from ..viz.display import CardDisplay
 from . import export_model
-from .readme import ct2_readme, write_readme
+from .readme import ct2_readme, ct2_use, write_readme
 
 __all__ = ["CT2_DIR", "QUANTIZATIONS", "Ct2Translator", "export_ctranslate2", "to_spec"]
 
@@ -295,7 +295,7 @@ def export_ctranslate2(
         if not keep:  # CTranslate2 reads model.bin: qkv's float32 weights are not shipped
             (folder / WEIGHTS).unlink()
 
-    export_model(saved, out, force=force, extra=extra)
+    export_model(saved, out, force=force, extra=extra, use=ct2_use(keep))
     return Path(out) / CT2_DIR
 
 

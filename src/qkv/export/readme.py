@@ -30,7 +30,7 @@ from .._folder import CARD
 from ..data import Normalizer, SentencePieceTokenizer, Tokenizer
 from ..inference import Decoding
 
-__all__ = ["SAMPLE", "ct2_readme", "normalizer_source", "onnx_use", "write_readme"]
+__all__ = ["SAMPLE", "ct2_readme", "ct2_use", "normalizer_source", "onnx_use", "write_readme"]
 
 #: the sentences the README's snippet translates
 SAMPLE = ["Go.", "I'm hungry."]
@@ -177,6 +177,23 @@ def ct2_readme(
         "",
     ]
     return "\n".join(lines)
+
+
+def ct2_use(float_weights: bool) -> list[str]:
+    """The "Use" section of the model card around a CTranslate2 model (Markdown lines):
+    ``float_weights``: qkv's weights are there too, so both engines run it."""
+    engines = "qkv's engine, or CTranslate2's with `--engine ctranslate2`"
+    return [
+        "```text",
+        "qkv translate --model-dir THIS_FOLDER 'Go.'",
+        "qkv serve --model-dir THIS_FOLDER --engine ctranslate2",
+        "```",
+        "",
+        f"`qkv translate` runs it on {engines if float_weights else 'CTranslate2'}"
+        + ("" if float_weights else " (qkv's float32 weights are not in this folder)")
+        + ". Without qkv: `ctranslate2/README.md` shows it with `ctranslate2` and "
+        "`sentencepiece` alone.",
+    ]
 
 
 def _describe(decoding: Decoding) -> str:

@@ -663,6 +663,7 @@ def save_model(
     source: str | Path | None = None,
     extra: Callable[[Path], None] | None = None,
     languages: tuple[str, str] | None = None,
+    use: list[str] | None = None,
 ) -> Path:
     """Save a model with its tokenizers as an inference-only folder (see the module docstring)
     that :func:`~qkv.inference.load_model`, ``Translator.load`` and every ``qkv`` command read.
@@ -685,6 +686,7 @@ def save_model(
             engine's model, as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
         languages: the ``(source, target)`` codes the model translates, recorded in
             ``model.json`` and the card; None: the card's ``"languages"``, else not recorded.
+        use: the card's "Use" section (see :func:`model_card`); None: qkv's commands.
 
     Returns:
         ``out``.
@@ -718,7 +720,7 @@ def save_model(
         rec = languages_record(languages)
         languages = (rec["source"], rec["target"])
         card["languages"] = list(languages)
-    readme = model_card(card, model, default)
+    readme = model_card(card, model, default, use=use)
     try:  # kept as data too: a model exported again keeps its card
         documents[CARD_DATA] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
     except (TypeError, ValueError) as e:
