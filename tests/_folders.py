@@ -1,9 +1,12 @@
 """What the tests of model folders share: a hostile edit (a file replaced and the manifest
-rewritten to match), the modes of a folder's files, a command's one-line error."""
+rewritten to match), the modes of a folder's files, its size, a command run quietly in this
+process, a command's one-line error."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import stat
@@ -66,3 +69,18 @@ def one_line(err: str, command: str) -> str:
     assert err.startswith(f"qkv {command}: error: "), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     return err
+
+
+def folder_size(folder: Path) -> int:
+    """The bytes of every file under ``folder``."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def quiet_cli(*args: str) -> tuple[int, str, str]:
+    """``qkv ARGS --quiet`` in this process: its exit status, stdout and stderr."""
+    from qkv.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([*args, "--quiet"])
+    return rc, out.getvalue(), err.getvalue()

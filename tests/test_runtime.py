@@ -345,3 +345,51 @@ def test_the_watch_refuses_bad_settings():
         LoadWatch(TWO, 0)
     with pytest.raises(ValueError, match="every: expected seconds > 0"):
         LoadWatch(TWO, 1, every=0)
+
+
+# ---------------------------------------------------------------------------- counts not used as given
+@pytest.mark.parametrize("value", ["0", "junk", "-3", ""])
+def test_a_thread_count_that_is_not_one_is_replaced_and_warned_about(value):
+    c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": value})
+    assert c.automatic and c.threads == 2
+    assert dict(c.env) == {"OMP_NUM_THREADS": "2"}  # OpenMP never reads the bad value
+    assert c.invalid == (
+        f"OMP_NUM_THREADS={value!r} is not a thread count (expected a whole number >= 1): "
+        f"ignored, 2 threads used instead ({c.reason})",
+    )
+    busy = choose(TWO, Load(1.9, 0.2), {"MKL_NUM_THREADS": value})
+    assert dict(busy.env) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert busy.invalid[0].startswith(f"MKL_NUM_THREADS={value!r} is not a thread count")
+    assert "1 thread used instead" in busy.invalid[0]
+
+
+def test_a_bad_variable_beside_a_good_one_takes_the_good_ones_count():
+    c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": "junk", "MKL_NUM_THREADS": "1"})
+    assert (c.threads, c.automatic, dict(c.env)) == (1, False, {"OMP_NUM_THREADS": "1"})
+    assert "MKL_NUM_THREADS given" in c.reason and "1 thread used instead" in c.invalid[0]
+
+
+class _FakeTorch:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def get_num_threads(self) -> int:
+        return self.n
+
+
+def test_a_count_torch_does_not_run_is_reported_as_torch_runs_it(monkeypatch):
+    c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": "99999"})
+    assert c.threads == 99999 and c.invalid == ()
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(2))
+    assert c.describe().startswith("threads: 2 of 2 CPUs") and "99999 of" not in c.describe()
+    assert c.warnings() == ["OMP_NUM_THREADS=99999 was not honoured: torch runs 2 threads"]
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(1))
+    assert c.warnings() == ["OMP_NUM_THREADS=99999 was not honoured: torch runs 1 thread"]
+    honoured = choose(TWO, Load(0.1, 0.2), {}, threads=1)
+    assert honoured.warnings() == [] and honoured.describe().startswith("threads: 1 of")
+    monkeypatch.delitem(sys.modules, "torch")  # before torch loads: the count chosen
+    assert c.describe().startswith("threads: 99999 of") and c.warnings() == []
+
+
+def test_thread_count_says_one_thread():
+    assert [runtime.thread_count(n) for n in (1, 2)] == ["1 thread", "2 threads"]

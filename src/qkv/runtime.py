@@ -23,7 +23,10 @@ can spin without stealing one, and a single thread never waits for another. A th
 is the user's (``--threads``, ``OMP_NUM_THREADS``) and does not fit in the free CPUs gets passive
 waiting instead (``OMP_WAIT_POLICY=PASSIVE``). Whatever the user set wins: ``OMP_WAIT_POLICY``,
 ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` (the wait), ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` or
-``--threads`` (the count); ``QKV_AUTO_THREADS=0`` turns the whole choice off.
+``--threads`` (the count); ``QKV_AUTO_THREADS=0`` turns the whole choice off. A count that is
+not one (``0``, ``-3``, ``junk``) is replaced by qkv's choice, with a warning naming it; a
+count torch does not run (it caps its threads: ``OMP_NUM_THREADS=99999`` runs as many as it
+allows) is reported as torch runs it, with a warning (:meth:`ThreadChoice.warnings`).
 
 The ``qkv`` command (and ``python -m qkv``) calls :func:`configure_threads` before anything loads
 torch, and logs :meth:`ThreadChoice.describe`. In a program of your own, call it before the
@@ -75,6 +78,8 @@ __all__ = [
     "physical_cores",
     "read_stat",
     "runs_niced",
+    "thread_count",
+    "torch_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -226,14 +231,45 @@ class ThreadChoice:
     cpus: Cpus | None = None
     load: Load | None = None
     applied: bool = True
+    invalid: tuple[str, ...] = ()
+    given_by: str | None = None
 
     def describe(self) -> str:
-        """One line: the thread count, the wait, and why."""
-        count = "torch's default" if self.threads is None else str(self.threads)
+        """One line: the thread count (as torch runs it, once torch is loaded), the wait, and
+        why."""
+        running = torch_threads() if self.applied else None
+        n = running if running is not None else self.threads
+        count = "torch's default" if n is None else str(n)
         if self.cpus is not None:
-            count += f" {'on' if self.threads is None else 'of'} {self.cpus.describe()}"
+            count += f" {'on' if n is None else 'of'} {self.cpus.describe()}"
         wait = self.wait_policy or "the default (spin a while, then sleep)"
         return f"threads: {count}, OpenMP wait: {wait} ({self.reason})"
+
+    def warnings(self) -> list[str]:
+        """One line per thread count of the user's that is not used as given: a variable that
+        is not a count (replaced by qkv's choice), and, once torch is loaded, a count torch
+        does not run (it caps its threads)."""
+        lines = list(self.invalid)
+        running = torch_threads() if self.applied else None
+        if self.given_by and self.threads is not None and running not in (None, self.threads):
+            lines.append(
+                f"{self.given_by}={self.threads} was not honoured: torch runs "
+                f"{thread_count(running)}"  # type: ignore[arg-type]
+            )
+        return lines
+
+
+def thread_count(n: int) -> str:
+    """``"1 thread"``, ``"4 threads"``."""
+    return f"{n} thread{'' if n == 1 else 's'}"
+
+
+def torch_threads() -> int | None:
+    """The intra-op threads torch runs (``torch.get_num_threads()``), None while torch is not
+    loaded (asking would load it)."""
+    torch = sys.modules.get("torch")
+    get = getattr(torch, "get_num_threads", None)
+    return int(get()) if callable(get) else None
 
 
 def _user_vars(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
@@ -242,9 +278,9 @@ def _user_vars(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
     return {n: env[n] for n in names if n in env and ours.get(n) != env[n]}
 
 
-def _count(value: str, name: str) -> int | None:
+def _count(value: str) -> int | None:
     try:
-        n = int(value)
+        n = int(value.strip())
     except ValueError:
         return None
     return n if n >= 1 else None
@@ -277,9 +313,11 @@ def choose(
     user_wait = _user_vars(env, WAIT_VARS)
     user_threads = _user_vars(env, THREAD_VARS)
     given = threads if threads else None
+    given_by = "--threads" if given else None
+    bad = {name: value for name, value in user_threads.items() if _count(value) is None}
     for name, value in user_threads.items():
-        if given is None:
-            given = _count(value, name)
+        if given is None and name not in bad:
+            given, given_by = _count(value), name
     busy = load is not None and load.busy_cpus > 0
     seen = (
         f"others kept {load.others:.1f} CPUs busy over {load.seconds:.1f} s"
@@ -289,7 +327,7 @@ def choose(
     new_env: dict[str, str] = {}
     if given is not None:
         n, automatic = given, False
-        why = f"{'--threads' if threads else next(iter(user_threads))} given"
+        why = f"{given_by} given"
     else:
         n, automatic = auto_threads(cpus, load), True
         if busy:
@@ -298,10 +336,18 @@ def choose(
             why = f"{seen}, quiet: one thread per core this process may use"
         else:
             why = f"{seen}, quiet: torch's default"
-        if busy or cpus.restricted:
+        if busy or cpus.restricted or bad:
             new_env["OMP_NUM_THREADS"] = str(n)
         else:
             n = None  # torch's own default: nothing changes on a quiet machine
+    invalid = []
+    for name, value in bad.items():  # replaced: OpenMP and MKL never read a value that is not one
+        use = given if given is not None else n
+        new_env[name] = str(use)
+        invalid.append(
+            f"{name}={value!r} is not a thread count (expected a whole number >= 1): "
+            f"ignored, {thread_count(use)} used instead ({why})"  # type: ignore[arg-type]
+        )
     wait = None
     if user_wait:
         name, value = next(iter(user_wait.items()))
@@ -311,7 +357,9 @@ def choose(
         wait = "PASSIVE"
         new_env["OMP_WAIT_POLICY"] = wait
         why += f"; {seen}, fewer CPUs free than threads: they sleep while they wait"
-    return ThreadChoice(n, wait, why, automatic, new_env, cpus, load)
+    return ThreadChoice(
+        n, wait, why, automatic, new_env, cpus, load, invalid=tuple(invalid), given_by=given_by
+    )
 
 
 _CHOSEN: ThreadChoice | None = None

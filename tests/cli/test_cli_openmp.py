@@ -143,3 +143,44 @@ def test_the_choice_reaches_torch_and_is_logged(
     logged = [i for i, x in enumerate(lines) if x.startswith("qkv: threads: ")]
     assert len(logged) == 1 and line in lines[logged[0]], res.stderr
     assert lines[logged[0] + 1] == "qkv: started", res.stderr
+
+
+def _torch_threads(env_vars: dict[str, str]) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    code = "import torch; print(torch.get_num_threads())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **env_vars}
+    )
+    return int(out.stdout)
+
+
+@pytest.mark.parametrize("value", ["0", "junk", "-3"])
+def test_an_invalid_omp_num_threads_is_warned_about_in_one_line(tmp_path, value):
+    argv = ["evaluate", "--model-dir", str(tmp_path / "missing"), "--data", "x.tsv"]
+    res = run(tmp_path, ["-c", ON_A_GIVEN_MACHINE, *argv], None, LOAD="0.1", OMP_NUM_THREADS=value)
+    assert res.returncode == 2, res.stderr
+    assert "OMP_NUM_THREADS when torch loads: 2" in res.stderr, res.stderr
+    warned = [x for x in res.stderr.splitlines() if "is not a thread count" in x]
+    assert warned == [
+        f"qkv: OMP_NUM_THREADS={value!r} is not a thread count (expected a whole "
+        "number >= 1): ignored, 2 threads used instead (others kept 0.1 CPUs busy over 0.2 s, "
+        "quiet: torch's default)"
+    ], res.stderr
+
+
+def test_a_thread_count_torch_caps_is_reported_as_torch_runs_it(tmp_path):
+    running = _torch_threads({"OMP_NUM_THREADS": "99999"})
+    assert running < 99999
+    argv = ["evaluate", "--model-dir", str(tmp_path / "missing"), "--data", "x.tsv"]
+    res = run(
+        tmp_path, ["-c", ON_A_GIVEN_MACHINE, *argv], None, LOAD="0.1", OMP_NUM_THREADS="99999"
+    )
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.splitlines()
+    said = [x for x in lines if x.startswith("qkv: threads: ")]
+    assert len(said) == 1 and said[0].startswith(f"qkv: threads: {running} of 2 CPUs"), lines
+    warned = [x for x in lines if "not honoured" in x]
+    noun = "thread" if running == 1 else "threads"
+    assert warned == [
+        f"qkv: OMP_NUM_THREADS=99999 was not honoured: torch runs {running} {noun}"
+    ], lines

@@ -185,7 +185,8 @@ def test_cli_writes_a_folder_both_engines_read(tokenizers, tmp_path):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["export", "--model-dir", str(folder), "--out", str(tmp_path / "d"),
-                   "--format", "ctranslate2", "--quantize", "int8"])  # fmt: skip
+                   "--format", "ctranslate2", "--quantize", "int8",
+                   "--keep-float-weights"])  # fmt: skip
     assert rc == 0, err.getvalue()
     d = tmp_path / "d"
     assert (d / "ctranslate2" / "model.bin").is_file()

@@ -249,7 +249,8 @@ def test_the_cli_writes_a_hub_ready_folder(runs, tmp_path):
     assert f"value: {round(bleu, 2)}" in front
     assert "newstest.tsv" in front
     assert str(tmp_path) not in card  # names, never local paths
-    assert "en-fr.txt: 520 training pairs (40 validation and 40 test pairs held out)" in card
+    assert "`en-fr.txt` (" in card and ", sha256 " in card  # by name, size and hash
+    assert "): 520 training pairs (40 validation and 40 test pairs held out)" in card
     gen = json.loads((out / "generation_config.json").read_text())
     dec = load_model(runs["post"]).decoding
     assert gen["num_beams"] == dec.beam_size and gen["bad_words_ids"] == [[0], [1]]

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from _folders import folder_size, quiet_cli
 from _tiny_models import tiny_translator
 
-from qkv.cli import main
 from qkv.data import bundled_pairs, write_pairs
 from qkv.export import export_model, save_model
 from qkv.inference import CheckpointError, load_model
@@ -20,17 +18,6 @@ from qkv.translate import Translator
 
 PAIRS = bundled_pairs()[:600]
 SOURCES = [s for s, _ in PAIRS[:40]] + ["", "zzz unseen ."]
-
-
-def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([*args, "--quiet"])
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +141,12 @@ def test_a_damaged_export_is_refused(python_model, tmp_path):
 
 
 def test_cli_export_flags_are_checked(tmp_path):
-    rc, _, err = _cli("export", "--model-dir", str(tmp_path), "--out", str(tmp_path / "o"),
+    rc, _, err = quiet_cli("export", "--model-dir", str(tmp_path), "--out", str(tmp_path / "o"),
                       "--quantize", "int8")  # fmt: skip
     assert rc == 2 and "--quantize: only for --format ctranslate2" in err
-    rc, _, err = _cli("export", "--model-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
+    rc, _, err = quiet_cli(
+        "export", "--model-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o")
+    )
     assert rc == 2 and "does not exist" in err
     assert not (tmp_path / "o").exists()
 
@@ -167,7 +156,7 @@ def test_an_out_under_a_file_is_one_line(python_model, tmp_path, fmt):
     model, src, tgt = python_model
     folder = save_model(model, src, tgt, tmp_path / "m")
     (tmp_path / "file").write_text("not a folder")
-    rc, _, err = _cli("export", "--model-dir", str(folder), "--out", str(tmp_path / "file" / "sub"),
+    rc, _, err = quiet_cli("export", "--model-dir", str(folder), "--out", str(tmp_path / "file" / "sub"),
                       "--format", fmt)  # fmt: skip
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("qkv export: error: --out: ") and "is a file, not a folder" in err
@@ -179,19 +168,19 @@ def test_an_out_under_a_file_is_one_line(python_model, tmp_path, fmt):
 # ---------------------------------------------------------------------------- a trained run
 @pytest.mark.slow
 def test_export_of_a_run_translates_as_the_run_and_is_a_fraction_of_its_size(run, tmp_path):
-    rc, out, err = _cli("export", "--model-dir", str(run), "--out", str(tmp_path / "m"))
+    rc, out, err = quiet_cli("export", "--model-dir", str(run), "--out", str(tmp_path / "m"))
     assert rc == 0 and "-> " in out, err
     exported = tmp_path / "m"
-    ratio = _size(exported) / _size(run)
-    print(f"run {_size(run)} bytes, export {_size(exported)} bytes, ratio {ratio:.3f}")
+    ratio = folder_size(exported) / folder_size(run)
+    print(f"run {folder_size(run)} bytes, export {folder_size(exported)} bytes, ratio {ratio:.3f}")
     assert ratio < 0.5
     a, b = Translator.load(run), Translator.load(exported)
     assert b.decoding == a.decoding
     assert b.translate(SOURCES[:12], beam_size=1) == a.translate(SOURCES[:12], beam_size=1)
     assert b.translate(SOURCES[:3]) == a.translate(SOURCES[:3])  # the run's chosen decoding
-    rc, _, err = _cli("export", "--model-dir", str(run), "--out", str(exported))
+    rc, _, err = quiet_cli("export", "--model-dir", str(run), "--out", str(exported))
     assert rc == 2 and "--out:" in err and "not empty" in err
-    assert _cli("export", "--model-dir", str(run), "--out", str(exported), "--force")[0] == 0
+    assert quiet_cli("export", "--model-dir", str(run), "--out", str(exported), "--force")[0] == 0
 
 
 @pytest.mark.slow
@@ -209,16 +198,16 @@ def test_model_card_names_data_scores_settings_date_and_version(run, tmp_path):
 def test_every_command_accepts_the_exported_folder(run, tmp_path):
     m = export_model(run, tmp_path / "m")
     assert load_model(m).model.config.num_hiddens == 32
-    rc, out, err = _cli("translate", "--model-dir", str(m), "go .", "i lost .")
+    rc, out, err = quiet_cli("translate", "--model-dir", str(m), "go .", "i lost .")
     assert rc == 0 and len(out.splitlines()) == 2, err
     page = tmp_path / "att.html"
-    rc, _, err = _cli("translate", "--model-dir", str(m), "--attention", str(page), "go .")
+    rc, _, err = quiet_cli("translate", "--model-dir", str(m), "--attention", str(page), "go .")
     assert rc == 0 and page.stat().st_size > 0, err  # the attention viewer
     data = tmp_path / "test.txt"
     write_pairs(data, PAIRS[:20])
-    rc, out, err = _cli("evaluate", "--model-dir", str(m), "--data", str(data), "--json")
+    rc, out, err = quiet_cli("evaluate", "--model-dir", str(m), "--data", str(data), "--json")
     assert rc == 0 and json.loads(out)["n"] == 20, err
-    rc, _, err = _cli("evaluate", "--model-dir", str(m))
+    rc, _, err = quiet_cli("evaluate", "--model-dir", str(m))
     assert rc == 2 and "--data:" in err and "exported model" in err and "Traceback" not in err
     m2 = export_model(m, tmp_path / "again")  # an export exported again keeps its card
     assert Translator.load(m2).translate(SOURCES[:5]) == Translator.load(m).translate(SOURCES[:5])
@@ -229,7 +218,7 @@ def test_every_command_accepts_the_exported_folder(run, tmp_path):
 @pytest.mark.parametrize("fmt", ["ctranslate2", "onnx"])
 def test_cli_export_to_another_engine_translates_as_qkv(run, tmp_path, fmt):
     out = tmp_path / fmt
-    rc, _, err = _cli("export", "--model-dir", str(run), "--out", str(out), "--format", fmt)
+    rc, _, err = quiet_cli("export", "--model-dir", str(run), "--out", str(out), "--format", fmt)
     assert rc == 0, err
     qkv = Translator.load(run).with_decoding(no_repeat_ngram=0)  # plain greedy, as ONNX's
     if fmt == "onnx":

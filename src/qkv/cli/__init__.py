@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .. import __version__
 from .._deps import MissingDependency
@@ -64,13 +64,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     choice = _choose_threads(args)
     first = None
     if choice is not None:  # said with the command's first message: an error stays one line
-        first = (THREADED[args.command] if choice.applied else logging.DEBUG, choice.describe())
+        first = _thread_lines(choice, THREADED[args.command] if choice.applied else logging.DEBUG)
     with logging_to_stderr(getattr(args, "quiet", False), first):
         try:
             return int(COMMANDS[args.command].run(args) or 0)
         except MissingDependency as e:  # one line, before any work
             print(e, file=sys.stderr)
             return 1
+
+
+def _thread_lines(choice: ThreadChoice, level: int) -> Callable[[bool], list[tuple[int, str]]]:
+    """The threads' line at ``level`` and a warning line for each count of the user's not used
+    as given. Written with the command's first message (``working``: torch is loaded then, the
+    command needs it next, so the count said is the one torch runs), or at its end."""
+
+    def lines(working: bool) -> list[tuple[int, str]]:
+        if working and choice.applied and "torch" not in sys.modules:
+            import torch  # noqa: F401  (the choice is in the environment: torch starts with it)
+        return [(level, choice.describe()), *((logging.WARNING, w) for w in choice.warnings())]
+
+    return lines
 
 
 def _choose_threads(args: argparse.Namespace) -> ThreadChoice | None:

@@ -264,38 +264,49 @@ class _CliHandler(logging.StreamHandler):
 
 
 @contextlib.contextmanager
-def logging_to_stderr(quiet: bool, first: tuple[int, str] | None = None) -> Iterator[None]:
+def logging_to_stderr(
+    quiet: bool, first: Callable[[bool], list[tuple[int, str]]] | None = None
+) -> Iterator[None]:
     """While a command runs: the library's messages (the ``qkv`` loggers) on stderr, INFO and
-    up (``--quiet``: WARNING); the logger is left as it was afterwards. ``first``: a
-    ``(level, message)`` shown just before the command's first message (when its level is
-    shown), so that a command that fails before any work (a missing package, a bad flag) still
-    prints its one line only."""
+    up (``--quiet``: WARNING); the logger is left as it was afterwards. ``first(working)``: the
+    ``(level, message)`` lines shown just before the command's first message (``working``
+    True; those whose level is shown), so that a command that fails before any work (a missing
+    package, a bad flag) still prints its one line only; its warnings are shown at the end
+    (``working`` False) when nothing else was."""
     top = logging.getLogger("qkv")
     handler, level = _CliHandler(), top.level
-    if first is not None:
-        handler.addFilter(_FirstLine(handler, *first))
+    lines = None if first is None else _FirstLine(handler, first)
+    if lines is not None:
+        handler.addFilter(lines)
     top.addHandler(handler)
     top.setLevel(logging.WARNING if quiet else logging.INFO)
     try:
         yield
     finally:
+        if lines is not None:
+            lines.flush(logging.WARNING, working=False)
         top.removeHandler(handler)
         top.setLevel(level)
 
 
 class _FirstLine(logging.Filter):
-    """Shows ``message`` (at ``level``, logger ``qkv.runtime``) once, just before the first
-    record its handler shows."""
+    """Shows the lines of ``lines(working)`` (each ``(level, message)``, logger
+    ``qkv.runtime``) once, just before the first record its handler shows."""
 
-    def __init__(self, handler: logging.Handler, level: int, message: str) -> None:
+    def __init__(self, handler: logging.Handler, lines: Callable[[bool], list[tuple[int, str]]]):
         super().__init__()
-        self.handler, self.pending = handler, (level, message)
+        self.handler, self.pending = handler, lines
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.pending is not None:
-            level, message = self.pending
-            self.pending = None
-            if logging.getLogger("qkv.runtime").isEnabledFor(level):
+    def flush(self, at_least: int = logging.NOTSET, working: bool = True) -> None:
+        """Show the pending lines of level ``at_least`` and up (once)."""
+        if self.pending is None:
+            return
+        lines, self.pending = self.pending(working), None
+        for level, message in lines:
+            if level >= at_least and logging.getLogger("qkv.runtime").isEnabledFor(level):
                 line = logging.LogRecord("qkv.runtime", level, __file__, 0, message, None, None)
                 self.handler.emit(line)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.flush()
         return True

@@ -65,6 +65,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="with --format ctranslate2: the weight type of model.bin (default: float32)",
     )
     p.add_argument(
+        "--keep-float-weights",
+        action="store_true",
+        help="with --format ctranslate2 --quantize: keep qkv's float32 model.safetensors beside "
+        "the quantized model.bin, so the folder runs on qkv's engine too (qkv translate "
+        "--attention needs it); default: left out, the folder runs on CTranslate2",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="replace a model folder exported to --out before (of any format); never a run, a "
@@ -81,6 +88,11 @@ def _check_out(args: argparse.Namespace) -> Path:
 
     if args.quantize is not None and args.format != "ctranslate2":
         raise ValueError(f"--quantize: only for --format ctranslate2 (got --format {args.format})")
+    if args.keep_float_weights and args.quantize is None:
+        raise ValueError(
+            "--keep-float-weights: only with --format ctranslate2 --quantize (a float32 export "
+            "keeps them)"
+        )
     for flag in ("license", "metrics"):
         if getattr(args, flag) is not None and args.format != "huggingface":
             raise ValueError(
@@ -101,7 +113,13 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "ctranslate2":
             from ..export.ctranslate2 import export_ctranslate2
 
-            path = export_ctranslate2(saved, out, quantize=args.quantize, force=args.force)
+            path = export_ctranslate2(
+                saved,
+                out,
+                quantize=args.quantize,
+                force=args.force,
+                keep_float_weights=True if args.keep_float_weights else None,
+            )
         elif args.format == "onnx":
             from ..export.onnx import export_onnx
 
@@ -119,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     except user_errors() as e:
         flags = {k: f"--{k}" for k in ("out", "license", "metrics", "format")}
         return fail(NAME, named_by_flag(e, flags))
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB)")
+    size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+    within = "" if Path(path) == Path(out) else f" in {out}"
+    print(f"exported {saved.path} ({args.format}) -> {path} ({size / 1e6:.1f} MB written{within})")
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import SettingError
-from .._folder import CT2_OPTIONS, CT2_WEIGHTS, ONNX_CONFIG
+from .._folder import CT2_DIR, CT2_OPTIONS, CT2_WEIGHTS, ONNX_CONFIG, WEIGHTS
 
 if TYPE_CHECKING:
     from ..inference import TextTranslator
@@ -33,9 +33,10 @@ ENGINES: tuple[str, ...] = ("qkv", "ctranslate2", "onnx")
 
 def folder_engine(folder: str | Path, engine: str = "qkv") -> str:
     """The engine that runs ``folder``: an ONNX export (``onnx.json``) runs on onnxruntime, a
-    bare CTranslate2 model (``model.bin`` and ``qkv.json``) on CTranslate2; any other folder (a
-    qkv run, checkpoint or export, with or without a ``ctranslate2/`` model inside) on
-    ``engine``.
+    bare CTranslate2 model (``model.bin`` and ``qkv.json``) or an export holding a
+    ``ctranslate2/`` model without qkv's weights (a quantized one) on CTranslate2; any other
+    folder (a qkv run, checkpoint or export, with or without a ``ctranslate2/`` model inside)
+    on ``engine``.
 
     Raises:
         SettingError: keyed ``engine``: not one of :data:`ENGINES`.
@@ -47,6 +48,8 @@ def folder_engine(folder: str | Path, engine: str = "qkv") -> str:
         return "onnx"
     if (p / CT2_WEIGHTS).is_file() and (p / CT2_OPTIONS).is_file():
         return "ctranslate2"
+    if (p / CT2_DIR / CT2_WEIGHTS).is_file() and not (p / WEIGHTS).exists():
+        return "ctranslate2"  # a quantized export without qkv's float weights
     return engine
 
 

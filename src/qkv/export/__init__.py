@@ -30,6 +30,7 @@ def export_model(
     *,
     force: bool = False,
     extra: Callable[[SavedModel, Path], None] | None = None,
+    use: list[str] | None = None,
 ) -> Path:
     """Write a saved model as an inference-only model folder ``out`` (weights, config,
     tokenizers, its decoding, a ``README.md`` model card with the run's data, scores and
@@ -43,6 +44,7 @@ def export_model(
         force: replace a model folder exported before (never a run or a checkpoint).
         extra: ``fn(saved, folder)`` writing another engine's model into the folder before its
             manifest (as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
+        use: the model card's "Use" section (Markdown lines); None: qkv's commands.
 
     Returns:
         ``out``.
@@ -64,4 +66,5 @@ def export_model(
         source=saved.path,
         extra=None if extra is None else (lambda d: extra(saved, d)),
         languages=saved.languages,
+        use=use,
     )

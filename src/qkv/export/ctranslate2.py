@@ -35,7 +35,7 @@ from torch import nn
 
 from .._deps import require
 from .._errors import SettingError
-from .._folder import CT2_DIR, CT2_OPTIONS, CT2_WEIGHTS
+from .._folder import CT2_DIR, CT2_OPTIONS, CT2_WEIGHTS, WEIGHTS
 from ..data import Tokenizer, load_tokenizers, save_tokenizers
 from ..inference import (
     CheckpointError,
@@ -55,6 +55,7 @@ from ..nn.position import sinusoidal_encoding
 from ..text import Alignment
 from ..viz.display import CardDisplay
 from . import export_model
+from .readme import ct2_readme, ct2_use, write_readme
 
 __all__ = ["CT2_DIR", "QUANTIZATIONS", "Ct2Translator", "export_ctranslate2", "to_spec"]
 
@@ -230,6 +231,16 @@ def _write_ct2(saved: SavedModel, folder: Path, quantize: str | None) -> None:
     if saved.languages is not None:  # the languages travel with the CTranslate2 model too
         options["languages"] = list(saved.languages)
     (folder / CT2_OPTIONS).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
+    readme = ct2_readme(
+        saved.src_tokenizer,
+        saved.tgt_tokenizer,
+        Decoding.from_dict(options["decoding"]),
+        positions=options["positions"],
+        disable_unk=options["disable_unk"],
+        quantize=quantize,
+        languages=saved.languages,
+    )
+    write_readme(folder, readme)  # the plain CTranslate2 use, listed in its manifest
     # its own manifest: the folder checks itself when copied out alone (the manifest of the
     # qkv model folder around it lists it too)
     step = int(verify_checkpoint(saved.path, files=[]).get("step") or 0) if saved.path else 0
@@ -242,9 +253,17 @@ def export_ctranslate2(
     *,
     quantize: str | None = None,
     force: bool = False,
+    keep_float_weights: bool | None = None,
 ) -> Path:
     """Export a qkv Transformer to CTranslate2: an inference-only model folder ``out`` (see
     :func:`qkv.inference.save_model`) holding ``out/ctranslate2/``, written atomically.
+
+    A float32 export keeps qkv's weights beside CTranslate2's (``model.safetensors``: the folder
+    runs on both engines). A quantized one holds only what CTranslate2 needs: its
+    ``model.bin``, the tokenizers, the card; qkv's float32 weights (three times an int8
+    ``model.bin``) are left out unless ``keep_float_weights``, and the folder then runs on the
+    ``ctranslate2`` engine alone (:func:`qkv.engines.folder_engine` says so; qkv's engine and
+    ``qkv translate --attention`` need the float weights).
 
     Args:
         model: a :class:`~qkv.inference.SavedModel`, or a folder :func:`~qkv.inference.
@@ -253,6 +272,8 @@ def export_ctranslate2(
         quantize: the weight type of ``model.bin``: one of :data:`QUANTIZATIONS`; None:
             float32. CTranslate2 may also quantize a float32 model when it loads it.
         force: replace a model folder exported before.
+        keep_float_weights: keep qkv's float32 ``model.safetensors`` too; None: only when
+            ``quantize`` is None.
 
     Returns:
         The CTranslate2 model folder ``out/ctranslate2``.
@@ -267,7 +288,14 @@ def export_ctranslate2(
         raise ValueError(f"quantize: expected one of {QUANTIZATIONS} or None, got {quantize!r}")
     saved = model if isinstance(model, SavedModel) else load_model(model)
     to_spec(saved.model)  # refuse a Bahdanau model before writing anything
-    export_model(saved, out, force=force, extra=lambda sm, d: _write_ct2(sm, d / CT2_DIR, quantize))
+    keep = quantize is None if keep_float_weights is None else bool(keep_float_weights)
+
+    def extra(sm: SavedModel, folder: Path) -> None:
+        _write_ct2(sm, folder / CT2_DIR, quantize)
+        if not keep:  # CTranslate2 reads model.bin: qkv's float32 weights are not shipped
+            (folder / WEIGHTS).unlink()
+
+    export_model(saved, out, force=force, extra=extra, use=ct2_use(keep))
     return Path(out) / CT2_DIR
 
 

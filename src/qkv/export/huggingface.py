@@ -48,6 +48,7 @@ from .._folder import (
     HF_VOCAB,
     SPLIT,
     TRAIN_CONFIG,
+    TRAINER_STATE,
     WEIGHTS,
 )
 from ..data import Normalizer, Tokenizer
@@ -55,7 +56,14 @@ from ..data.languages import language_name
 from ..data.subwords import proto_fields, proto_message
 from ..inference import Decoding, SavedModel, load_model
 from ..inference.saved import HF_FOLDER_FORMAT, VerifiedFolder, verify_checkpoint
-from ..inference.writing import BUNDLED_DATA, check_out, run_card, write_folder
+from ..inference.writing import (
+    BUNDLED_DATA,
+    check_out,
+    describe_data_files,
+    run_card,
+    training_files,
+    write_folder,
+)
 from ..interop import marian, pegasus
 from ..nn.seq2seq import Seq2SeqConfig
 
@@ -316,10 +324,14 @@ def _training_data(folder: Path, card: Mapping[str, Any]) -> str:
         data = v.json(TRAIN_CONFIG).get("data") or BUNDLED_DATA
     if data is None:
         return "not recorded"
-    if isinstance(data, list):
-        name = " + ".join(Path(p).name for p in data) + " (aligned files)"
+    if data == BUNDLED_DATA:
+        name = data
     else:
-        name = data if data == BUNDLED_DATA else _names(data)
+        state = v.json(TRAINER_STATE) if TRAINER_STATE in v.files else None
+        files = training_files(data, state) if TRAIN_CONFIG in v.files else []
+        name = describe_data_files(files) if files else _names(str(data))
+        if isinstance(data, list):
+            name += " (aligned files)"
     if SPLIT in v.files:
         split = v.json(SPLIT)
         sizes = {k: split.get(k) for k in ("train", "valid", "test")}

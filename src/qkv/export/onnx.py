@@ -60,6 +60,7 @@ from ..inference.limits import PositionBounds
 from ..inference.saved import MANIFEST, ONNX_FOLDER_FORMAT, VerifiedFolder
 from ..inference.writing import check_out, model_card, run_card, write_folder
 from ..viz.display import CardDisplay
+from .readme import onnx_use
 
 __all__ = ["ONNX_FILES", "OnnxTranslator", "export_onnx"]
 
@@ -211,21 +212,6 @@ def _meta(saved: SavedModel, config: Any) -> dict[str, Any]:
     return meta
 
 
-#: the model card's "Use" section of an ONNX folder
-_USE = [
-    "ONNX graphs (encoder and one cached decoder step), decoded greedily with onnxruntime:",
-    "",
-    "```python",
-    "from qkv.export.onnx import OnnxTranslator",
-    'OnnxTranslator("THIS_FOLDER").translate(["Go."])',
-    "```",
-    "",
-    "```text",
-    "qkv serve --model-dir THIS_FOLDER",
-    "```",
-]
-
-
 def export_onnx(
     model: SavedModel | str | os.PathLike, out: str | os.PathLike, *, force: bool = False
 ) -> Path:
@@ -269,7 +255,8 @@ def export_onnx(
         (folder / ONNX_CONFIG).write_text(text, encoding="utf-8")
         save_tokenizers(folder / "tokenizers", saved.src_tokenizer, saved.tgt_tokenizer)
         # greedy: the model's own decoding (a beam) is not the runner's
-        readme = model_card(card, net, None, use=_USE)
+        use = onnx_use(saved.src_tokenizer, saved.tgt_tokenizer, folder)
+        readme = model_card(card, net, None, use=use)
         (folder / CARD).write_text(readme, encoding="utf-8")
         (folder / CARD_DATA).write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
 

@@ -47,6 +47,8 @@ from torch import nn
 
 from .._deps import require
 from .._folder import (
+    CT2_DIR,
+    CT2_WEIGHTS,
     DECODING,
     MANIFEST,
     MODEL_CONFIG,
@@ -672,6 +674,13 @@ def _build(v: VerifiedFolder, config: dict) -> EncoderDecoder:
     nothing is allocated for a config that cannot fit); a CheckpointError for any config it
     cannot build (a tampered file whose manifest was rewritten to match: negative or huge
     sizes, wrong types, ...)."""
+    if WEIGHTS not in v.files and f"{CT2_DIR}/{CT2_WEIGHTS}" in v.files:
+        raise CheckpointError(
+            f"model dir: {str(v.dir)!r} holds a quantized CTranslate2 model without qkv's "
+            f"float32 weights ({WEIGHTS}): translate it with --engine ctranslate2 (qkv.export."
+            "ctranslate2.Ct2Translator), or export it again with --keep-float-weights for "
+            "qkv's engine"
+        )
     try:
         checked = check_model_config(config, v.size(WEIGHTS))
         return build_model(checked)

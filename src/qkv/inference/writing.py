@@ -25,6 +25,7 @@ The files' names are :mod:`qkv._folder`'s. Every folder is written atomically
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -89,13 +90,17 @@ __all__ = [
     "atomic_file",
     "check_out",
     "current_umask",
+    "data_files",
+    "describe_data_files",
     "fsync_dir",
     "give_umask_modes",
     "is_model_folder",
     "model_card",
+    "published",
     "remove_stale_folders",
     "run_card",
     "save_model",
+    "training_files",
     "write_folder",
     "write_manifest",
     "write_model_folder",
@@ -407,6 +412,87 @@ def is_model_folder(folder: Path) -> bool:
     return fmt in (CHECKPOINT_FORMAT, ONNX_FOLDER_FORMAT, CT2_FOLDER_FORMAT, HF_FOLDER_FORMAT)
 
 
+# ---------------------------------------------------------------------------- what a card publishes
+#: the settings that name files or folders: a card keeps their names only
+PATH_SETTINGS = frozenset(
+    {"data", "valid_data", "test_data", "tokenizer_model", "init_from", "out"}
+)
+
+
+def _is_path(text: str) -> bool:
+    """Is ``text`` a local path a card must not show: absolute, or under the user's home."""
+    return os.path.isabs(text) or text.startswith("~") or bool(re.match(r"^[A-Za-z]:[\\/]", text))
+
+
+def _file_name(text: str) -> str:
+    return re.split(r"[\\/]", text.rstrip("/\\"))[-1] or text
+
+
+def published(value: Any, key: str | None = None) -> Any:
+    """``value`` (a card, its settings, any JSON value) as a shared folder may show it: every
+    local path (absolute, or under ``~``; any value of a :data:`PATH_SETTINGS` key) cut to its
+    file name, at any depth; everything else as it is."""
+    if isinstance(value, Mapping):
+        return {k: published(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [published(v, key) for v in value]
+    if isinstance(value, str) and (_is_path(value) or (key in PATH_SETTINGS and value)):
+        return _file_name(value)
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _file_record(path: str, size: int, mtime_ns: int, inode: int) -> dict[str, Any]:
+    """A file's record, hashed once per version of it in a process (the key changes with it)."""
+    return {"file": Path(path).name, "bytes": size, "sha256": sha256_file(Path(path))}
+
+
+def data_files(data: str | Path | list | tuple | None) -> list[dict[str, Any]]:
+    """The training data as a shared folder describes it: per file ``{"file": its name,
+    "bytes": its size, "sha256": its SHA-256}`` (a prepared corpus' folder: its files' total
+    size and its manifest's SHA-256; a file that is gone: its name only), never its path. A
+    file is hashed once per process for one size and modification time."""
+    if data is None:
+        return []
+    records = []
+    for item in [data] if isinstance(data, (str, Path)) else list(data):
+        p = Path(item).expanduser()
+        try:
+            st = p.stat()
+        except OSError:
+            records.append({"file": _file_name(str(item))})
+            continue
+        if p.is_dir():
+            total = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            rec: dict[str, Any] = {"file": p.name, "bytes": total}
+            if (p / MANIFEST).is_file():
+                rec["manifest_sha256"] = sha256_file(p / MANIFEST)
+            records.append(rec)
+            continue
+        records.append(dict(_file_record(str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)))
+    return records
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def describe_data_files(records: list[Mapping[str, Any]]) -> str:
+    """The card's line for :func:`data_files`' records: ``"en-fr.tsv (1.2 MB, sha256
+    0a1b...)"`` each, joined by ``" + "``."""
+    parts = []
+    for r in records:
+        what = [_size(int(r["bytes"]))] if isinstance(r.get("bytes"), int) else []
+        for k in ("sha256", "manifest_sha256"):
+            if r.get(k):
+                what.append(f"{k.replace('_', ' ')} {r[k]}")
+        parts.append(f"`{r.get('file')}`" + (f" ({', '.join(what)})" if what else ""))
+    return " + ".join(parts)
+
+
 def _number(x: Any) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
@@ -422,7 +508,8 @@ def model_card(
 
     Args:
         card: what is known of the model: ``"title"`` (str), ``"data"`` (the training data's
-            name), ``"scores"`` (``{name: value or text}``, e.g. ``{"valid BLEU": 31.2}``),
+            name), ``"data_files"`` (its files, as :func:`data_files` describes them: kept in
+            ``card.json``), ``"scores"`` (``{name: value or text}``, e.g. ``{"valid BLEU": 31.2}``),
             ``"signatures"`` (``{name: sacreBLEU signature}``), ``"settings"`` (``{name: value}``,
             the training settings), ``"notes"`` (a list of lines), ``"languages"``
             (``[source, target]`` codes), ``"source"`` (where the weights came from: an
@@ -439,13 +526,13 @@ def model_card(
     ``pipeline_tag: translation``.
     """
     card = dict(card or {})
-    known = {"title", "data", "scores", "signatures", "settings", "notes", "step", "languages",
-             "source", "license"}  # fmt: skip
+    known = {"title", "data", "data_files", "scores", "signatures", "settings", "notes", "step",
+             "languages", "source", "license"}  # fmt: skip
     unknown = set(card) - known
     if unknown:
         raise ValueError(
-            f"card: unknown keys {sorted(unknown)}; expected title, data, scores, signatures, "
-            "settings, notes, step, languages, source, license"
+            f"card: unknown keys {sorted(unknown)}; expected title, data, data_files, scores, "
+            "signatures, settings, notes, step, languages, source, license"
         )
     langs = card.get("languages")
     if langs is not None:
@@ -525,38 +612,50 @@ def run_card(folder: str | Path) -> dict[str, Any]:
         if isinstance(kept, dict):
             if langs is not None:
                 kept["languages"] = list(langs)
-            return kept
+            return published(kept)
     card: dict[str, Any] = {"scores": {}}
     if langs is not None:
         card["languages"] = list(langs)
+    state = v.json(TRAINER_STATE) if TRAINER_STATE in v.files else None
     if TRAIN_CONFIG in v.files:
         train = v.json(TRAIN_CONFIG)
         if isinstance(train, dict):
-            card["data"] = train.get("data") or BUNDLED_DATA
-            card["settings"] = {k: val for k, val in train.items() if k != "data"}
-    if TRAINER_STATE in v.files:
-        state = v.json(TRAINER_STATE)
-        if isinstance(state, dict):
-            card["step"] = state.get("step")
-            if isinstance(state.get("valid_bleu"), (int, float)):
-                card["scores"]["validation BLEU (final model, its decoding)"] = float(
-                    state["valid_bleu"]
-                )
-            evals = [h for h in state.get("history") or () if "valid_bleu" in h]
-            if evals:
-                last = evals[-1]
-                card["scores"][f"validation BLEU (greedy, update {last.get('step')})"] = last[
-                    "valid_bleu"
-                ]
-                if "valid_chrf" in last:
-                    card["scores"][f"validation chrF (greedy, update {last.get('step')})"] = last[
-                        "valid_chrf"
-                    ]
-            card["notes"] = [
-                "Validation scores are sacreBLEU's on the run's validation split (signatures "
-                "not recorded by the run); `qkv evaluate` measures a test set."
+            card["data_files"] = training_files(train.get("data"), state)
+            card["data"] = describe_data_files(card["data_files"]) or BUNDLED_DATA
+            card["settings"] = published({k: val for k, val in train.items() if k != "data"})
+    if isinstance(state, dict):
+        card["step"] = state.get("step")
+        if isinstance(state.get("valid_bleu"), (int, float)):
+            card["scores"]["validation BLEU (final model, its decoding)"] = float(
+                state["valid_bleu"]
+            )
+        evals = [h for h in state.get("history") or () if "valid_bleu" in h]
+        if evals:
+            last = evals[-1]
+            card["scores"][f"validation BLEU (greedy, update {last.get('step')})"] = last[
+                "valid_bleu"
             ]
+            if "valid_chrf" in last:
+                card["scores"][f"validation chrF (greedy, update {last.get('step')})"] = last[
+                    "valid_chrf"
+                ]
+        card["notes"] = [
+            "Validation scores are sacreBLEU's on the run's validation split (signatures "
+            "not recorded by the run); `qkv evaluate` measures a test set."
+        ]
     return card
+
+
+def training_files(data: Any, state: Any) -> list[dict[str, Any]]:
+    """The run's training files by name, size and SHA-256 (:func:`data_files`): as the run
+    recorded them in its ``trainer.json`` (``state``), else read now; none for the bundled
+    corpus."""
+    if not data:
+        return []
+    recorded = state.get("data_files") if isinstance(state, dict) else None
+    if isinstance(recorded, list) and recorded and all(isinstance(r, dict) for r in recorded):
+        return [dict(r) for r in recorded]
+    return data_files(data)
 
 
 def save_model(
@@ -572,6 +671,7 @@ def save_model(
     source: str | Path | None = None,
     extra: Callable[[Path], None] | None = None,
     languages: tuple[str, str] | None = None,
+    use: list[str] | None = None,
 ) -> Path:
     """Save a model with its tokenizers as an inference-only folder (see the module docstring)
     that :func:`~qkv.inference.load_model`, ``Translator.load`` and every ``qkv`` command read.
@@ -594,6 +694,7 @@ def save_model(
             engine's model, as :func:`qkv.export.ctranslate2.export_ctranslate2` does).
         languages: the ``(source, target)`` codes the model translates, recorded in
             ``model.json`` and the card; None: the card's ``"languages"``, else not recorded.
+        use: the card's "Use" section (see :func:`model_card`); None: qkv's commands.
 
     Returns:
         ``out``.
@@ -620,14 +721,14 @@ def save_model(
         )
     default = None if decoding is None else Decoding.coerce(decoding)
     documents = {} if default is None else {DECODING: default.to_dict()}
-    card = dict(card or {})
+    card = published(dict(card or {}))
     if languages is None and card.get("languages") is not None:
         languages = tuple(card["languages"])  # type: ignore[assignment]
     if languages is not None:
         rec = languages_record(languages)
         languages = (rec["source"], rec["target"])
         card["languages"] = list(languages)
-    readme = model_card(card, model, default)
+    readme = model_card(card, model, default, use=use)
     try:  # kept as data too: a model exported again keeps its card
         documents[CARD_DATA] = json.loads(json.dumps(dict(card or {}), allow_nan=False))
     except (TypeError, ValueError) as e:

@@ -211,7 +211,7 @@ def inspect_folder(path: str | Path, *, engine: str = "qkv") -> ModelFolder:
         langs = _json_languages(p, ONNX_CONFIG)
         size = sum(f.stat().st_size for f in p.glob("*.onnx*") if f.is_file())
         found = ("onnx", langs, size)
-    elif held == "ctranslate2" and folder_engine(p, "qkv") == "ctranslate2":  # a bare model
+    elif held == "ctranslate2" and (p / CT2_WEIGHTS).is_file():  # a bare model
         require("serving a CTranslate2 model", ["ctranslate2"])
         found = ("ctranslate2", _json_languages(p, CT2_OPTIONS), (p / CT2_WEIGHTS).stat().st_size)
     elif held == "ctranslate2":

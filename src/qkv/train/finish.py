@@ -22,6 +22,7 @@ import torch
 from .._folder import DECODING, SPLIT, TRAIN_CONFIG, TRAINER_STATE
 from ..inference import CANDIDATES, Decoding
 from ..inference.layout import RunLayout, step_of
+from ..inference.writing import data_files
 from .checkpoint import (
     average_weights,
     find_checkpoints,
@@ -146,6 +147,7 @@ def write_final(
                 "step": int(state.step),
                 "weights": source,
                 "valid_bleu": bleu,
+                "data_files": data_files(setup.config.data),  # what a card of it publishes
                 "resolved_config": setup.config.to_dict(),
                 "preset": state.preset,
                 "history": state.history,

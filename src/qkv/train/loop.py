@@ -40,7 +40,7 @@ from ..data import Batch, TokenBatcher, Tokenizer, VocabSentencePieceTokenizer
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
 from ..inference.saved import MANIFEST
-from ..runtime import LoadWatch, follow
+from ..runtime import LoadWatch, follow, thread_count
 from . import distributed as D
 from .checkpoint import (
     best_checkpoint,
@@ -403,7 +403,7 @@ class _Run:
             f"{_text_kind(config, src_tok)} text; "
             f"device {self.device}"
             + (f", {info.world_size} processes ({info.backend})" if info.distributed else "")
-            + f", {torch.get_num_threads()} threads"
+            + f", {thread_count(torch.get_num_threads())}"
         )
         preset = setup.state.preset
         if preset is not None and setup.resumed_from is None:
