@@ -216,8 +216,12 @@ def test_detection_missing_leaves_the_language_unrecorded(tmp_path, monkeypatch)
 
     monkeypatch.setattr(RD, "detect_language", absent)
     src, tgt, how = RD.run_languages(TrainConfig().updated({"data": "x.tsv"}), [("a", "b")], "fra")
-    assert (src, tgt) == (None, None)
-    assert "--src-lang/--tgt-lang" in how and "qkv[langid]" in how
+    assert (src, tgt) == (None, None)  # Latin script names no language
+    assert "--src-lang/--tgt-lang" in how and "qkv[train]" in how
+    # a script of its own does
+    src, tgt, how = RD.run_languages(TrainConfig().updated({"data": "x.tsv"}), list(zip(EN, ZH)))
+    assert (src, tgt) == (None, "zh") and "recognised by its script" in how
+    assert "the source language could not be recognised" in how
 
 
 def test_character_coverage_follows_the_script():

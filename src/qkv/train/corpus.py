@@ -447,9 +447,10 @@ def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, 
     return _Read(how, split, train, valid, test, resolved, cleaning, raw)
 
 
-def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say) -> tuple:
+def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say, given: bool) -> tuple:
     """The tokenizers a killed prepare trained already, else trained on the seeded sample of the
-    training pairs (saved into ``tokdir``, marked done)."""
+    training pairs (saved into ``tokdir``, marked done); ``given``: the vocabulary size is the
+    user's (:func:`~qkv.train.run_data.run_tokenizers`)."""
     if (tokdir / "done").is_file():
         say("tokenizers: trained before, kept")
         return load_tokenizers(tokdir)
@@ -458,7 +459,7 @@ def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say) -> tupl
     sample = norm.pairs(r.raw.pairs(rows))
     del rows
     say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
-    toks = run_tokenizers(resolved, norm, sample)
+    toks = run_tokenizers(resolved, norm, sample, vocab_given=given)
     del sample
     if tokdir.exists():
         shutil.rmtree(tokdir)
@@ -598,7 +599,7 @@ def _prepare(
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
     t = time.monotonic()
-    toks = _tokenizers(work / "tokenizers", resolved, r, say)
+    toks = _tokenizers(work / "tokenizers", resolved, r, say, config.vocab_size is not None)
     times["tokenizers"] = time.monotonic() - t
     norm = run_normalizer(resolved, toks)
     _held_out(work / "valid.jsonl", valid, norm.pairs(valid))
