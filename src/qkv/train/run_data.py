@@ -443,21 +443,43 @@ def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tup
 
 
 #: the most training pairs the tokenizers are trained on: a seeded sample of a larger corpus
-#: (SentencePiece learns its pieces from a few million sentences as well as from all)
-TOKENIZER_SAMPLE = 1_000_000
+#: (SentencePiece learns its pieces from a sample as well as from all: its own
+#: ``input_sentence_size`` exists for this)
+TOKENIZER_SAMPLE = 200_000
+#: the most characters (both sides) of that sample the tokenizers are trained on: what
+#: SentencePiece's trainer holds grows with them (its suffix array, about 20 bytes a
+#: character, measured in ``benchmarks/big_file.py``), so a corpus of long sentences is
+#: sampled further; 20M characters are about 130,000 pairs of Europarl-length sentences
+TOKENIZER_CHARS = 20_000_000
 
 
-def tokenizer_sample(pairs: list, seed: int, limit: int = TOKENIZER_SAMPLE) -> list:
-    """``pairs`` when there are at most ``limit``, else ``limit`` of them drawn without
-    replacement from ``seed`` (the split's), in their order: what the tokenizers learn from.
-    The same for a run that reads its file and for ``qkv prepare``."""
-    if len(pairs) <= limit:
+def tokenizer_sample(pairs: list, seed: int) -> list:
+    """``pairs`` when there are at most :data:`TOKENIZER_SAMPLE`, else that many of them drawn
+    without replacement from ``seed`` (the split's), in their order, then cut to
+    :data:`TOKENIZER_CHARS` characters (:func:`within_characters`): what the tokenizers learn
+    from. The same for a run that reads its file and for ``qkv prepare``."""
+    if len(pairs) > TOKENIZER_SAMPLE:
+        pairs = [pairs[i] for i in tokenizer_sample_indices(len(pairs), seed).tolist()]
+    return within_characters(pairs, seed)
+
+
+def within_characters(pairs: list, seed: int) -> list:
+    """``pairs`` when their sides hold at most :data:`TOKENIZER_CHARS` characters in all,
+    else the pairs of a seeded random order (``seed``) up to that many characters, in their
+    order."""
+    chars = TOKENIZER_CHARS
+    lengths = np.fromiter((len(s) + len(t) for s, t in pairs), np.int64, len(pairs))
+    if int(lengths.sum()) <= chars:
         return pairs
-    return [pairs[i] for i in tokenizer_sample_indices(len(pairs), seed, limit).tolist()]
+    order = np.random.default_rng([seed, 7927]).permutation(len(pairs))
+    n = int(np.searchsorted(np.cumsum(lengths[order]), chars, side="right"))
+    return [pairs[i] for i in np.sort(order[: max(n, 1)]).tolist()]
 
 
-def tokenizer_sample_indices(n: int, seed: int, limit: int = TOKENIZER_SAMPLE) -> np.ndarray:
-    """The sorted positions among ``n`` training pairs that :func:`tokenizer_sample` takes."""
+def tokenizer_sample_indices(n: int, seed: int) -> np.ndarray:
+    """The sorted positions among ``n`` training pairs that :func:`tokenizer_sample` draws
+    (before :func:`within_characters`)."""
+    limit = TOKENIZER_SAMPLE
     if n <= limit:
         return np.arange(n)
     return np.sort(np.random.default_rng([seed, 7919]).choice(n, limit, replace=False))
