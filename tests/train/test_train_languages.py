@@ -60,15 +60,21 @@ def _zh_config(files: dict[str, str], **changes) -> TrainConfig:
     )
 
 
-def test_aligned_files_and_a_valid_set_train_a_model_that_knows_its_languages(
-    tmp_path, monkeypatch
-):
-    files = _zh_files(tmp_path)
+def scorer_calls(monkeypatch) -> list[str | None]:
+    """The BLEU tokenizer of every validation score a run computes from now on, in order."""
     seen: list[str | None] = []
     real = V.corpus_scores
     monkeypatch.setattr(
         V, "corpus_scores", lambda h, r, **kw: seen.append(kw.get("tokenize")) or real(h, r, **kw)
     )
+    return seen
+
+
+def test_aligned_files_and_a_valid_set_train_a_model_that_knows_its_languages(
+    tmp_path, monkeypatch
+):
+    files = _zh_files(tmp_path)
+    seen = scorer_calls(monkeypatch)
     out = tmp_path / "run"
     said = io.StringIO()
     train(_zh_config(files), out, progress=True, stream=said)

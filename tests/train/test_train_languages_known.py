@@ -18,12 +18,12 @@ from _train_helpers import run_qkv, tiny_config
 from qkv._deps import MissingDependency
 from qkv.data import languages as L
 from qkv.train import TrainConfig, train
-from qkv.train import validation as V
 from qkv.train.corpus import prepare_corpus
 from qkv.train.run_data import vocab_above
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_data_languages import SENTENCES
+from test_train_languages import scorer_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,11 +59,7 @@ def test_an_english_chinese_run_without_py3langid_scores_with_zh(
 ):
     pairs = list(zip(SENTENCES["en"], SENTENCES["zh"]))
     data = _tsv(tmp_path / "pairs.tsv", pairs * 3)  # no column names, no suffix: the text says
-    seen: list[str | None] = []
-    real = V.corpus_scores
-    monkeypatch.setattr(
-        V, "corpus_scores", lambda h, r, **kw: seen.append(kw.get("tokenize")) or real(h, r, **kw)
-    )
+    seen = scorer_calls(monkeypatch)
     out = tmp_path / "run"
     said = io.StringIO()
     config = tiny_config(data=data, valid=6, test=2, max_steps=4, eval_every=2, save_every=2,
