@@ -60,15 +60,21 @@ def _zh_config(files: dict[str, str], **changes) -> TrainConfig:
     )
 
 
-def test_aligned_files_and_a_valid_set_train_a_model_that_knows_its_languages(
-    tmp_path, monkeypatch
-):
-    files = _zh_files(tmp_path)
+def scorer_calls(monkeypatch) -> list[str | None]:
+    """The BLEU tokenizer of every validation score a run computes from now on, in order."""
     seen: list[str | None] = []
     real = V.corpus_scores
     monkeypatch.setattr(
         V, "corpus_scores", lambda h, r, **kw: seen.append(kw.get("tokenize")) or real(h, r, **kw)
     )
+    return seen
+
+
+def test_aligned_files_and_a_valid_set_train_a_model_that_knows_its_languages(
+    tmp_path, monkeypatch
+):
+    files = _zh_files(tmp_path)
+    seen = scorer_calls(monkeypatch)
     out = tmp_path / "run"
     said = io.StringIO()
     train(_zh_config(files), out, progress=True, stream=said)
@@ -216,8 +222,12 @@ def test_detection_missing_leaves_the_language_unrecorded(tmp_path, monkeypatch)
 
     monkeypatch.setattr(RD, "detect_language", absent)
     src, tgt, how = RD.run_languages(TrainConfig().updated({"data": "x.tsv"}), [("a", "b")], "fra")
-    assert (src, tgt) == (None, None)
-    assert "--src-lang/--tgt-lang" in how and "qkv[langid]" in how
+    assert (src, tgt) == (None, None)  # Latin script names no language
+    assert "--src-lang/--tgt-lang" in how and "qkv[train]" in how
+    # a script of its own does
+    src, tgt, how = RD.run_languages(TrainConfig().updated({"data": "x.tsv"}), list(zip(EN, ZH)))
+    assert (src, tgt) == (None, "zh") and "recognised by its script" in how
+    assert "the source language could not be recognised" in how
 
 
 def test_character_coverage_follows_the_script():

@@ -163,10 +163,13 @@ def test_prepare_in_chunks_of_odd_sizes_gives_the_pairs_and_tokens_of_the_file(
         config = config.updated({"data": aligned, "valid_data": str(tmp_path / "valid.txt")})
     monkeypatch.setattr(corpus, "CHUNK", 7)
     monkeypatch.setattr(RawPairs, "BLOCK", 5)
-    # the tokenizers learn from a seeded sample of 50 of the training pairs, in both paths
-    monkeypatch.setattr(run_data.tokenizer_sample, "__defaults__", (50,))
-    monkeypatch.setattr(run_data.tokenizer_sample_indices, "__defaults__", (50,))
+    # the tokenizers learn from a seeded sample of 50 of the training pairs cut to 1,500
+    # characters, in both paths
+    monkeypatch.setattr(run_data, "TOKENIZER_SAMPLE", 50)
+    monkeypatch.setattr(run_data, "TOKENIZER_CHARS", 1500)
     folder = prepare_corpus(config, tmp_path / "bin", workers=2)
+    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    assert 10 < report["tokenizer_trained_on"] < 50
     files = read_run_files(config)  # what a run reads and splits (run_split: given files too)
     ref = load_run_data(config, split=run_split(config, files), pairs=(files.pairs, files.source))
     prepared = PreparedCorpus(folder)

@@ -23,6 +23,7 @@ so every part of qkv, the trainer, the exporters and the server, may use it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "language_script",
     "match_language",
     "rank_languages",
+    "script_language",
     "script_name",
 ]
 
@@ -351,6 +353,85 @@ def language_code(word: object) -> str | None:
     if parsed is not None:
         return _join(*parsed)
     return _BY_NAME.get(w.casefold())
+
+
+# ---------------------------------------------------------------------------- scripts
+#: scripts written by one language of the table, named as Unicode names their letters
+#: (``"CJK UNIFIED IDEOGRAPH-4E2D"`` -> CJK): the language a text mostly in it is in
+_SCRIPT_LANGUAGE = {
+    "HANGUL": "ko", "THAI": "th", "GREEK": "el", "HEBREW": "he", "GEORGIAN": "ka",
+    "ARMENIAN": "hy", "BENGALI": "bn", "TAMIL": "ta", "TELUGU": "te", "KANNADA": "kn",
+    "MALAYALAM": "ml", "GUJARATI": "gu", "GURMUKHI": "pa", "ORIYA": "or", "SINHALA": "si",
+    "KHMER": "km", "LAO": "lo", "MYANMAR": "my", "ETHIOPIC": "am", "TIBETAN": "bo",
+    "DEVANAGARI": "hi", "ARABIC": "ar", "CYRILLIC": "ru",
+}  # fmt: skip
+#: letters that only some languages of a shared script write, checked in this order: the
+#: first whose letters make up at least 0.5% of the script's letters names the language
+_DISTINCT_LETTERS = {
+    "CYRILLIC": (("uk", "іїєґ"), ("be", "ў"), ("sr", "ђћџљњј"), ("mk", "ѓќѕ"),
+                 ("kk", "әғқңөұүһ"), ("mn", "өү")),
+    "ARABIC": (("ur", "ٹڈڑںےھ"), ("fa", "پچژگکی")),
+}  # fmt: skip
+#: kana among a text's Han and kana letters from which it is Japanese (Japanese prose writes
+#: about half of its letters in kana; Chinese none)
+_KANA_SHARE = 0.05
+
+
+def _script(c: str) -> str:
+    """The script of a letter: the first word of its Unicode name, ``KANA`` for hiragana and
+    katakana (half-width included); ``""`` for a character without a name."""
+    name = unicodedata.name(c, "")
+    if name.startswith("HIRAGANA") or "KATAKANA" in name:
+        return "KANA"
+    return "CJK" if name.startswith("CJK") else name.split(" ", 1)[0]
+
+
+def script_language(texts: str | Iterable[str]) -> tuple[str, float]:
+    """The language of some texts recognised from their script alone, and the share of their
+    letters in it; needs nothing beyond the standard library (the fallback of
+    :func:`detect_language`, which needs py3langid).
+
+    A sample mostly (over half of its letters) in Han is Chinese (``zh``), with kana
+    (at least :data:`_KANA_SHARE` of its Han and kana) Japanese (``ja``), in Hangul Korean
+    (``ko``); Thai, Greek, Hebrew, Georgian, Armenian and the scripts of India and South-East
+    Asia name their language; Cyrillic is Russian unless letters only another language writes
+    say Ukrainian, Belarusian, Serbian, Macedonian, Kazakh or Mongolian; Arabic script is
+    Arabic unless Urdu's or Persian's letters appear; Devanagari is Hindi. Latin script (or no
+    letter) says nothing: ``("", 0.0)``.
+
+    >>> script_language(["我们明天去北京。", "他喜欢喝茶。"])
+    ('zh', 1.0)
+    >>> script_language("東京へ行きます")[0], script_language("Привіт, як справи?")[0]
+    ('ja', 'uk')
+    """
+    counts: dict[str, int] = {}
+    letters: dict[str, dict[str, int]] = {}
+    for text in [texts] if isinstance(texts, str) else texts:
+        for c in text:
+            if not c.isalpha():
+                continue
+            script = _script(c)
+            counts[script] = counts.get(script, 0) + 1
+            if script in _DISTINCT_LETTERS:
+                seen = letters.setdefault(script, {})
+                seen[c.lower()] = seen.get(c.lower(), 0) + 1
+    total = sum(counts.values())
+    if not total:
+        return "", 0.0
+    han, kana = counts.get("CJK", 0), counts.get("KANA", 0)
+    if han + kana > total / 2:
+        code = "ja" if kana >= _KANA_SHARE * (han + kana) else "zh"
+        return code, round((han + kana) / total, 4)
+    script = max(counts, key=lambda s: counts[s])
+    if counts[script] <= total / 2 or script not in _SCRIPT_LANGUAGE:
+        return "", 0.0
+    code = _SCRIPT_LANGUAGE[script]
+    seen = letters.get(script, {})
+    for lang, distinct in _DISTINCT_LETTERS.get(script, ()):
+        if sum(seen.get(c, 0) for c in distinct) >= 0.005 * counts[script]:
+            code = lang
+            break
+    return code, round(counts[script] / total, 4)
 
 
 # ---------------------------------------------------------------------------- detection

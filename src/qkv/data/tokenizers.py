@@ -43,6 +43,7 @@ __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
     "VocabSentencePieceTokenizer",
+    "VocabTooSmall",
     "WordTokenizer",
     "build_tokenizers",
     "encode_pairs",
@@ -266,6 +267,16 @@ class WordTokenizer(Tokenizer):
         return f"WordTokenizer(vocab_size={self.vocab_size}, normalizer={self.normalizer})"
 
 
+class VocabTooSmall(ValueError):
+    """A SentencePiece vocabulary asked smaller than the text's characters need: ``need``
+    pieces at least (the specials, byte pieces and one per character kept), ``vocab_size``
+    asked."""
+
+    def __init__(self, message: str, vocab_size: int, need: int) -> None:
+        super().__init__(message)
+        self.vocab_size, self.need = vocab_size, need
+
+
 def _spm():
     try:
         import sentencepiece
@@ -390,11 +401,13 @@ class SentencePieceTokenizer(Tokenizer):
                 raise
             need = int(m.group(2))
             extra = ", 256 byte pieces" if byte_fallback else ""
-            raise ValueError(
+            raise VocabTooSmall(
                 f"vocab_size={vocab_size} is too small for these texts: SentencePiece needs at "
                 f"least {need} pieces (the {len(SPECIALS)} specials{extra} and one per distinct "
                 f"character kept by character_coverage={character_coverage}); pass "
-                f"vocab_size >= {need}"
+                f"vocab_size >= {need}",
+                vocab_size,
+                need,
             ) from None
         return cls(buf.getvalue(), normalizer)
 

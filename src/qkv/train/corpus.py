@@ -2,7 +2,8 @@
 
 :func:`prepare_corpus` does what a run does to its file before the first update -- read it,
 find its languages, split it, choose the normaliser and the tokenizers (trained on a seeded
-sample of at most :data:`~qkv.train.run_data.TOKENIZER_SAMPLE` pairs) -- then encodes the
+sample of at most :data:`~qkv.train.run_data.TOKENIZER_SAMPLE` pairs and
+:data:`~qkv.train.run_data.TOKENIZER_CHARS` characters) -- then encodes the
 training pairs with every core and writes the token arrays of
 :mod:`qkv.data.prepared`. The pairs, the tokens and therefore the batches are the ones a run
 reading the file itself gets, for the same settings and seed.
@@ -76,7 +77,6 @@ from .config import TrainConfig
 from .presets import resolve_config
 from .run_data import (
     DETECT_SAMPLE,
-    TOKENIZER_SAMPLE,
     RunData,
     describe_data,
     iter_run_files,
@@ -85,6 +85,7 @@ from .run_data import (
     run_normalizer,
     run_tokenizers,
     tokenizer_sample_indices,
+    within_characters,
 )
 from .runlock import RunLock, check_corpus_out
 
@@ -459,24 +460,26 @@ def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, 
     return _Read(how, split, train, valid, test, resolved, cleaning, raw)
 
 
-def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say) -> tuple:
+def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say, given: bool) -> tuple:
     """The tokenizers a killed prepare trained already, else trained on the seeded sample of the
-    training pairs (saved into ``tokdir``, marked done)."""
+    training pairs (saved into ``tokdir``, marked done), and the pairs they were trained on;
+    ``given``: the vocabulary size is the user's (:func:`~qkv.train.run_data.run_tokenizers`)."""
     if (tokdir / "done").is_file():
         say("tokenizers: trained before, kept")
-        return load_tokenizers(tokdir)
+        return load_tokenizers(tokdir), int((tokdir / "done").read_text(encoding="utf-8") or 0)
     norm = run_normalizer(resolved)
     rows = r.train[tokenizer_sample_indices(len(r.train), resolved.split_seed)]
-    sample = norm.pairs(r.raw.pairs(rows))
+    sample = within_characters(norm.pairs(r.raw.pairs(rows)), resolved.split_seed)
     del rows
-    say(f"training the {resolved.tokenizer} tokenizers on {len(sample):,} pairs")
-    toks = run_tokenizers(resolved, norm, sample)
+    n = len(sample)
+    say(f"training the {resolved.tokenizer} tokenizers on {n:,} pairs")
+    toks = run_tokenizers(resolved, norm, sample, vocab_given=given)
     del sample
     if tokdir.exists():
         shutil.rmtree(tokdir)
     save_tokenizers(tokdir, *toks)
-    (tokdir / "done").write_text("", encoding="utf-8")
-    return toks
+    (tokdir / "done").write_text(str(n), encoding="utf-8")
+    return toks, n
 
 
 def _install(work: Path, out: Path) -> None:
@@ -626,7 +629,9 @@ def _prepare(
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
     t = time.monotonic()
-    toks = _tokenizers(work / "tokenizers", resolved, r, say)
+    toks, n_sample = _tokenizers(
+        work / "tokenizers", resolved, r, say, config.vocab_size is not None
+    )
     times["tokenizers"] = time.monotonic() - t
     norm = run_normalizer(resolved, toks)
     _held_out(work / "valid.jsonl", valid, norm.pairs(valid))
@@ -661,7 +666,7 @@ def _prepare(
         "languages": [src, tgt],
         "languages_from": r.how,
         "vocab_size": [toks[0].vocab_size, toks[1].vocab_size],
-        "tokenizer_trained_on": min(len(train), TOKENIZER_SAMPLE),
+        "tokenizer_trained_on": n_sample,
         "tokens": stats,
         "seconds": times,
         "workers": workers,

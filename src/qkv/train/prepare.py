@@ -286,7 +286,8 @@ def _new_run_data(
         )
         preset_info.update(notes=[], model={}, lr=run_cfg.lr)  # the model is the saved one
     toks = init.tokenizers if init is not None else None
-    data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks)
+    data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks,
+                         vocab_given=config.vocab_size is not None)  # fmt: skip
     return run_cfg, preset_info, data
 
 

@@ -25,13 +25,20 @@ from ..data import (
     Split,
     Tokenizer,
     VocabSentencePieceTokenizer,
+    VocabTooSmall,
     build_tokenizers,
     bundled_pairs,
     fingerprint,
     guess_format,
     split_pairs,
 )
-from ..data.languages import RICH_CHARACTER_SETS, base_language, detect_language, language_code
+from ..data.languages import (
+    RICH_CHARACTER_SETS,
+    base_language,
+    detect_language,
+    language_code,
+    script_language,
+)
 from ..data.prepared import PreparedCorpus, PreparedSplit
 from ..data.readers import iter_pairs
 from ..inference import CheckpointError, load_checkpoint, resolve_model_dir
@@ -133,8 +140,10 @@ def run_languages(
     columns (``--src-column en --tgt-column zh``); aligned files' suffixes (``train.en`` and
     ``train.zh``); a Tatoeba/Anki file's name (``fra.txt``: English -> French); else detected
     from :data:`DETECT_SAMPLE` pairs spread over the data with :func:`qkv.data.detect_language`
-    (the words say the confidence). A language still unknown (detection not installed, or a
-    sample with no letters) is None, and the words say how to give it.
+    (the words say the confidence), or, when py3langid is not installed, recognised from its
+    script alone (:func:`qkv.data.languages.script_language`: Chinese, Japanese, Korean, Thai,
+    Cyrillic, Greek, ...). A language still unknown (a sample with no letters, or Latin script
+    without py3langid) is None, and the words say how to give it.
     """
     langs, how = _given_languages(config, data_format)
     if all(langs):
@@ -143,13 +152,12 @@ def run_languages(
     sample = pairs[::step][:DETECT_SAMPLE]
     try:
         found = [detect_language([p[side] for p in sample]) for side in (0, 1)]
-    except MissingDependency as e:
-        unknown = " and ".join(n for n, v in zip(("source", "target"), langs) if v is None)
-        return (
-            langs[0],
-            langs[1],
-            f"{how}; the {unknown} language is not recorded: give --src-lang/--tgt-lang, or "
-            f"install py3langid to detect it ({e})",
+        by, note = "detected", ""
+    except MissingDependency:  # the script alone names zh, ja, ko, th, ru, el, ...
+        found = [script_language([p[side] for p in sample]) for side in (0, 1)]
+        by, note = (
+            "recognised by its script",
+            " (py3langid is not installed: pip install 'qkv[train]')",
         )
     known = any(langs)
     said = []
@@ -158,9 +166,15 @@ def run_languages(
         if langs[i] is None and code:
             langs[i] = code
             said.append(f"{name} {code} (confidence {confidence:.2f})")
+    missing = " and ".join(n for n, v in zip(("source", "target"), langs) if v is None)
+    unknown = (
+        f"the {missing} language could not be {by} in the data{note}: give --src-lang/--tgt-lang"
+    )
     if not said:
-        return langs[0], langs[1], f"{how}; no language could be detected in the data"
-    words = f"detected in {len(sample)} sampled pairs: {', '.join(said)}"
+        return langs[0], langs[1], f"{how}; {unknown}"
+    words = f"{by} in {len(sample)} sampled pairs{note}: {', '.join(said)}"
+    if missing:
+        words += f"; {unknown}"
     return langs[0], langs[1], words + (f"; the other from {how}" if known else "")
 
 
@@ -429,21 +443,43 @@ def saved_run_pairs(model_dir: str | Path, part: str = "test") -> tuple[list[tup
 
 
 #: the most training pairs the tokenizers are trained on: a seeded sample of a larger corpus
-#: (SentencePiece learns its pieces from a few million sentences as well as from all)
-TOKENIZER_SAMPLE = 1_000_000
+#: (SentencePiece learns its pieces from a sample as well as from all: its own
+#: ``input_sentence_size`` exists for this)
+TOKENIZER_SAMPLE = 200_000
+#: the most characters (both sides) of that sample the tokenizers are trained on: what
+#: SentencePiece's trainer holds grows with them (its suffix array, about 20 bytes a
+#: character, measured in ``benchmarks/big_file.py``), so a corpus of long sentences is
+#: sampled further; 20M characters are about 130,000 pairs of Europarl-length sentences
+TOKENIZER_CHARS = 20_000_000
 
 
-def tokenizer_sample(pairs: list, seed: int, limit: int = TOKENIZER_SAMPLE) -> list:
-    """``pairs`` when there are at most ``limit``, else ``limit`` of them drawn without
-    replacement from ``seed`` (the split's), in their order: what the tokenizers learn from.
-    The same for a run that reads its file and for ``qkv prepare``."""
-    if len(pairs) <= limit:
+def tokenizer_sample(pairs: list, seed: int) -> list:
+    """``pairs`` when there are at most :data:`TOKENIZER_SAMPLE`, else that many of them drawn
+    without replacement from ``seed`` (the split's), in their order, then cut to
+    :data:`TOKENIZER_CHARS` characters (:func:`within_characters`): what the tokenizers learn
+    from. The same for a run that reads its file and for ``qkv prepare``."""
+    if len(pairs) > TOKENIZER_SAMPLE:
+        pairs = [pairs[i] for i in tokenizer_sample_indices(len(pairs), seed).tolist()]
+    return within_characters(pairs, seed)
+
+
+def within_characters(pairs: list, seed: int) -> list:
+    """``pairs`` when their sides hold at most :data:`TOKENIZER_CHARS` characters in all,
+    else the pairs of a seeded random order (``seed``) up to that many characters, in their
+    order."""
+    chars = TOKENIZER_CHARS
+    lengths = np.fromiter((len(s) + len(t) for s, t in pairs), np.int64, len(pairs))
+    if int(lengths.sum()) <= chars:
         return pairs
-    return [pairs[i] for i in tokenizer_sample_indices(len(pairs), seed, limit).tolist()]
+    order = np.random.default_rng([seed, 7927]).permutation(len(pairs))
+    n = int(np.searchsorted(np.cumsum(lengths[order]), chars, side="right"))
+    return [pairs[i] for i in np.sort(order[: max(n, 1)]).tolist()]
 
 
-def tokenizer_sample_indices(n: int, seed: int, limit: int = TOKENIZER_SAMPLE) -> np.ndarray:
-    """The sorted positions among ``n`` training pairs that :func:`tokenizer_sample` takes."""
+def tokenizer_sample_indices(n: int, seed: int) -> np.ndarray:
+    """The sorted positions among ``n`` training pairs that :func:`tokenizer_sample` draws
+    (before :func:`within_characters`)."""
+    limit = TOKENIZER_SAMPLE
     if n <= limit:
         return np.arange(n)
     return np.sort(np.random.default_rng([seed, 7919]).choice(n, limit, replace=False))
@@ -466,11 +502,28 @@ def run_normalizer(
     return _normalizer(name)
 
 
+def vocab_above(need: int) -> int:
+    """The vocabulary qkv takes when the size it chose is below the ``need`` pieces of the
+    text's characters: a quarter more (at least 64), so that pieces join characters too."""
+    return need + max(64, need // 4)
+
+
 def run_tokenizers(
-    config: TrainConfig, norm: Normalizer, train: list[tuple[str, str]]
+    config: TrainConfig,
+    norm: Normalizer,
+    train: list[tuple[str, str]],
+    *,
+    vocab_given: bool = True,
 ) -> tuple[Tokenizer, Tokenizer]:
     """The run's tokenizers trained on ``train`` (normalised pairs) as ``config`` says, or the
-    SentencePiece model(s) it names (``tokenizer_model``), used as they are."""
+    SentencePiece model(s) it names (``tokenizer_model``), used as they are.
+
+    A ``vocab_size`` below what SentencePiece needs for the text's characters (one piece each,
+    as Chinese or Japanese text has thousands) is raised to :func:`vocab_above` of that
+    minimum, said in one line, when qkv chose it (``vocab_given=False``: the preset's or the
+    default); one the user gave is a :class:`~qkv._errors.SettingError` naming ``--set
+    vocab_size=N`` and the minimum.
+    """
     model = config.tokenizer_model
     if model is not None:
         if isinstance(model, str):
@@ -494,6 +547,26 @@ def run_tokenizers(
             "character_coverage": character_coverage(config),
         }
     )
+    try:
+        return build_tokenizers(
+            train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts
+        )
+    except VocabTooSmall as e:
+        if vocab_given:
+            raise SettingError(
+                "vocab_size",
+                f"{e.vocab_size} pieces are too few for this data: SentencePiece needs at least "
+                f"{e.need} (the specials and one per distinct character); pass --set "
+                f"vocab_size={e.need} or more, or leave it out for qkv to choose",
+            ) from None
+        opts["vocab_size"] = vocab_above(e.need)
+        log.info(
+            "vocab_size: %d pieces are too few for this data's characters (SentencePiece needs "
+            "%d); using %d",
+            e.vocab_size,
+            e.need,
+            opts["vocab_size"],
+        )
     return build_tokenizers(train, kind, joint=joint, normalizer=norm, pre_normalized=True, **opts)
 
 
@@ -525,6 +598,7 @@ def load_run_data(
     split: Split | None = None,
     tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
     pairs: tuple[list[tuple[str, str]], str] | None = None,
+    vocab_given: bool = True,
 ) -> RunData:
     """Read, split and normalise the run's pairs, and build (or take) the tokenizers.
 
@@ -532,7 +606,8 @@ def load_run_data(
     the data is the data the run was trained on. ``pairs`` gives the ``(pairs, source)`` that
     :func:`read_run_pairs` returned, when they were read already. The references of the
     validation and test parts are also kept as they were read (``raw_valid``, ``raw_test``):
-    translations are scored against those, as sacreBLEU scores.
+    translations are scored against those, as sacreBLEU scores. ``vocab_given``: the run's
+    ``vocab_size`` is the user's, not qkv's choice (:func:`run_tokenizers`).
     """
     pairs_read, source = pairs if pairs is not None else read_run_pairs(config)
     if split is None:
@@ -551,7 +626,8 @@ def load_run_data(
     norm = run_normalizer(config, tokenizers)
     train, valid, test = norm.pairs(train), norm.pairs(valid), norm.pairs(test)
     if tokenizers is None:
-        src_tok, tgt_tok = run_tokenizers(config, norm, tokenizer_sample(train, config.split_seed))
+        sample = tokenizer_sample(train, config.split_seed)
+        src_tok, tgt_tok = run_tokenizers(config, norm, sample, vocab_given=vocab_given)
     else:
         src_tok, tgt_tok = tokenizers
     return RunData(split, train, valid, test, src_tok, tgt_tok, source, raw_valid, raw_test)
