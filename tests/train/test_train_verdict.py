@@ -191,6 +191,17 @@ def test_a_slower_machine_gets_a_smaller_model():
     assert sizes[0] < sizes[1] < sizes[2]
 
 
+def test_a_speed_near_the_references_counts_as_the_reference():
+    from qkv.train.presets import choose_preset, speed_factor
+
+    assert speed_factor(1500.0) == 0.5 and speed_factor(3000.0) == 1.0
+    assert speed_factor(4000.0) == 1.0  # the probe's noise on a quiet reference machine
+    assert speed_factor(6000.0) == 2.0
+    probe, _ = _fake_probe(4000.0)
+    speed = measure_tiers(20_000, 15.0, probe)
+    assert choose_preset(20_000, minutes=15, max_steps=None, speed=speed).name == "cpu-minutes"
+
+
 def test_the_probe_is_skipped_when_the_run_is_fixed():
     probe, calls = _fake_probe(100.0)
     resolve_config(TrainConfig(data="x.tsv", max_steps=100), 20_000, probe=probe)  # no clock

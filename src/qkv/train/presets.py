@@ -130,10 +130,14 @@ TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
 
 #: a run bounded by updates only is sized as if one update took this many seconds
 _SECONDS_PER_UPDATE = {"cpu": 0.5, "cuda": 0.15}
-#: target tokens per second a tier's model trains at (2 CPU threads; one recent GPU), and
-#: target tokens per training pair, to guess how many epochs a budget allows
+#: target tokens per second a tier's model trains at on the reference machine (2 CPU threads
+#: of ~170 GFLOP/s fp32 GEMM; one recent GPU): the speed the tiers' bounds assume, and what the
+#: probe's measurement of the reference tier is compared with; and target tokens per training
+#: pair, to guess how many epochs a budget allows
 _TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
 _TOKENS_PER_PAIR = 10.0
+#: a measured speed under this many times the reference's counts as the reference's
+_FASTER = 1.5
 #: the largest vocabulary of the cpu-small tier: few updates train few embeddings well
 SMALL_VOCAB = 4_000
 #: the share of a timed budget that trains (the rest validates, saves and chooses the final
@@ -142,6 +146,15 @@ _TRAINING_SHARE = 0.85
 #: the tier whose model the speed probe measures first (the reference machine's tiers are
 #: bounded by its speed)
 REFERENCE_TIER = "cpu-minutes"
+
+
+def speed_factor(tokens_per_s: float, kind: str = "cpu") -> float:
+    """How many minutes of the reference machine one minute here is worth, from the reference
+    tier's measured ``tokens_per_s``: the ratio to :data:`_TOKENS_PER_SECOND`, except that a
+    machine up to :data:`_FASTER` times faster counts as the reference (the probe's noise must
+    not move a quiet reference machine to a larger tier)."""
+    factor = tokens_per_s / _TOKENS_PER_SECOND[kind]
+    return 1.0 if 1.0 < factor < _FASTER else factor
 
 
 def dropout_for(epochs: float) -> float:
@@ -208,7 +221,7 @@ def choose_preset(
     # several processes do the work of several devices in the same minutes
     effective = budget * max(world_size, 1)
     if speed is not None and REFERENCE_TIER in speed.tokens_per_s:
-        effective *= speed.tokens_per_s[REFERENCE_TIER] / _TOKENS_PER_SECOND[kind]
+        effective *= speed_factor(speed.tokens_per_s[REFERENCE_TIER], kind)
     if tier is not None:
         if tier not in TIERS:
             raise ValueError(f"tier: expected one of {tuple(TIERS)}, got {tier!r}")
@@ -279,7 +292,9 @@ def measure_tiers(
     speed = Speed({REFERENCE_TIER: measure(REFERENCE_TIER, first)}, torch.get_num_threads())
     chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
     left = total - max(time.monotonic() - t0, first)
-    if chosen != REFERENCE_TIER and left > 0.05:
+    # the chosen model's own speed, when what is left holds a few of its updates
+    per_update = TIERS[REFERENCE_TIER][3] / max(speed.tokens_per_s[REFERENCE_TIER], 1e-9)
+    if chosen != REFERENCE_TIER and left > 3 * per_update:
         speed.tokens_per_s[chosen] = measure(chosen, left)
     return speed
 
