@@ -225,3 +225,23 @@ def test_the_real_probe_measures_a_speed():
     assert tps > 0 and math.isfinite(tps)
     with pytest.raises(ValueError, match="seconds"):
         measure_speed(tiny, 200, 256, 0.0)
+
+
+def test_the_demo_reads_the_runs_verdict(tmp_path, monkeypatch, capsys):
+    """``qkv demo translate`` stops on the verdict of its run (the same code as qkv train's),
+    whatever its own floor says."""
+    from types import SimpleNamespace
+
+    import qkv.train
+    from qkv.demos.translate import run as demo_run
+    from qkv.train.verdict import stopped_early
+
+    verdict = judge(["va va va va"] * 8, ["go ."] * 8, ["va !"] * 8, bleu=0.0, steps=3,
+                    planned=800)  # fmt: skip
+    result = SimpleNamespace(best_bleu=95.0, step=3, minutes=0.1, stopped="max_steps",
+                             verdict=verdict)  # fmt: skip
+    monkeypatch.setattr(qkv.train, "train", lambda config, out: result)
+    assert demo_run(tmp_path, True) == 1
+    err = capsys.readouterr().err
+    assert "did not learn" in err and "repeat a word" in err and "3 updates of the 800" in err
+    assert not stopped_early(0, None).usable
