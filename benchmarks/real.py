@@ -34,7 +34,11 @@ pipeline splits words on spaces, which a Chinese sentence has none of): the othe
 ``qkv`` alone unless ``--systems`` says otherwise.
 
 Run: ``python -m benchmarks.real [--pair en-fr] [--minutes 10] [--long-minutes 30] [--threads 2]
-[--json P]``; ``--quick`` is a 1-minute smoke run of both.
+[--busy N] [--json P]``; ``--quick`` is a 1-minute smoke run of both. ``--busy 2`` runs beside
+two busy processes (``python3 -c 'while True: pass'``), started before the runs and stopped
+after; the JSON records them, the load averages at the start and the end, and the machine's
+fp32 GEMM rate on the run's threads (``benchmarks.machine``, measured before the busy processes
+start): a budget on a slower machine is scaled by the ratio of the rates.
 """
 
 from __future__ import annotations
@@ -60,9 +64,14 @@ from qkv.data import Normalizer, Vocab
 from qkv.inference import bleu_tokenizer
 from qkv.translate import corpus_scores
 
+from .machine import gemm_rate
 from .real_corpus import CORPORA, build_corpus
 from .train import PAD, book_loss, book_model, import_d2l
 
+#: ``qkv train``'s exit status when its model learned too little to use (qkv.train.verdict)
+NOT_LEARNED = 3
+#: what each busy process runs (``--busy N``): one CPU core's worth of other work
+BUSY = "while True: pass"
 BOOK_BATCH = 128
 BOOK_LR = 0.0015
 #: the pairs measured: (source, target) and the corpus (its non-English language) they come from
@@ -218,7 +227,8 @@ def run_qkv(train_tsv: Path, test_tsv: Path, minutes: float, threads: int, out: 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
     log = proc.stderr
-    if proc.returncode != 0:
+    # 3: the run ended, and its model learned too little to use (said in the log)
+    if proc.returncode not in (0, NOT_LEARNED):
         raise SystemExit(f"qkv train failed ({proc.returncode}):\n{log[-3000:]}")
     ev_cmd = [sys.executable, "-m", "qkv.cli", "evaluate", "--model-dir", str(out)]
     ev_cmd += ["--data", str(test_tsv), "--json"]
@@ -230,7 +240,11 @@ def run_qkv(train_tsv: Path, test_tsv: Path, minutes: float, threads: int, out: 
     scores = json.loads(ev.stdout.strip().splitlines()[-1])
     m = re.findall(r"stopped \((\w+)\) at update (\d+)", log)
     lines = [ln for ln in log.splitlines() if not ln.startswith("[")]
+    preset = re.findall(r"^qkv: (preset .*)$", log, re.M)
     return {
+        "exit_status": proc.returncode,
+        "learned": proc.returncode == 0,
+        "preset": preset[0] if preset else None,
         "train_wall_minutes": round(wall / 60, 2),
         "updates": int(m[-1][1]) if m else None,
         "evaluate_s": round(time.monotonic() - t1, 1),
@@ -273,13 +287,22 @@ def main(argv: list[str] | None = None) -> None:
         help="which to run, comma-separated: book, qkv, qkv-long (default: all three for "
         "en-fr, qkv alone for the other pairs)",
     )
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="start N busy processes (python3 -c 'while True: pass') for the runs, and stop "
+        "them after: a machine doing other work (0)",
+    )
     ap.add_argument("--quick", action="store_true", help="1-minute budgets, no long run")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)
+    if args.busy < 0:
+        ap.error(f"--busy: expected a number of processes >= 0, got {args.busy}")
     minutes = 1.0 if args.quick else args.minutes
     long_minutes = 0.0 if args.quick else args.long_minutes
 
-    src_lang, tgt_lang = args.pair.split("-")
+    src_lang = args.pair.split("-")[0]
     corpus = build_corpus(args.cache, verbose=False, lang=PAIRS[args.pair])
     train_pairs = _read_tsv(corpus.train)
     test_src, test_ref = _read_lines(corpus.test_src), _read_lines(corpus.test_ref)
@@ -304,9 +327,42 @@ def main(argv: list[str] | None = None) -> None:
         "corpus": CORPORA[PAIRS[args.pair]].name,
         "minutes": minutes,
         "threads": args.threads,
+        # the machine's speed, measured before any busy process starts (scale budgets by it)
+        "gemm_fp32_gflops": round(gemm_rate(args.threads), 1),
+        "busy_processes": args.busy,
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "systems": {},
     }
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
+    try:
+        _run_systems(args, results, train_pairs, train_tsv, test_tsv, test_src, test_ref, runs)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    _report(args, results, minutes, long_minutes, len(test_src))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    if not math.isfinite(sum(r["bleu"] for r in results["systems"].values())):
+        raise SystemExit("a BLEU was not finite")
+
+
+def _run_systems(
+    args: argparse.Namespace,
+    results: dict,
+    train_pairs: list[tuple[str, str]],
+    train_tsv: Path,
+    test_tsv: Path,
+    test_src: list[str],
+    test_ref: list[str],
+    runs: Path,
+) -> None:
+    """Train and score every system asked for, into ``results["systems"]``."""
+    minutes = 1.0 if args.quick else args.minutes
+    long_minutes = 0.0 if args.quick else args.long_minutes
+    tgt_lang = args.pair.split("-")[1]
     default = "book,qkv,qkv-long" if args.pair == "en-fr" else "qkv"
     systems = set((args.systems or default).split(","))
     if "book" in systems:
@@ -343,7 +399,12 @@ def main(argv: list[str] | None = None) -> None:
             )
         print(f"{label}: {results['systems'][label]}", flush=True)
 
-    print(f"\nreal {args.pair}, {len(test_src)} test sentences, cased sacreBLEU vs raw refs")
+
+def _report(
+    args: argparse.Namespace, results: dict, minutes: float, long_minutes: float, n_test: int
+) -> None:
+    """The table of the systems' figures, and the difference to the book's."""
+    print(f"\nreal {args.pair}, {n_test} test sentences, cased sacreBLEU vs raw refs")
     print(f"{'system':<14} {'budget':>7} {'updates':>8} {'BLEU':>6} {'chrF':>6} {'degenerate':>10}")
     for name, r in results["systems"].items():
         budget = long_minutes if name.startswith("qkv-") else minutes
@@ -356,12 +417,6 @@ def main(argv: list[str] | None = None) -> None:
         diff = sysd["qkv"]["bleu"] - sysd["book"]["bleu"]
         results["qkv_minus_book_bleu"] = round(diff, 2)
         print(f"qkv - book at {minutes:g} min: {diff:+.2f} BLEU (target >= +5)")
-    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    if not math.isfinite(sum(r["bleu"] for r in sysd.values())):
-        raise SystemExit("a BLEU was not finite")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+#: the exit statuses of a tiny test run that ended: 0, or 3 when its model learned too little to
+#: use (qkv.train.verdict.EXIT_NOT_LEARNED; tests/train/test_train_verdict.py checks which)
+ENDED = (0, 3)
+
 TINY = {
     "transformer": {
         "kind": "transformer",

@@ -24,7 +24,8 @@ AGAIN = 2 * BUDGET
 
 
 def _result(run_dir: Path, **kw) -> SimpleNamespace:
-    base = dict(out=run_dir, step=350, minutes=7.0, stopped="max_minutes", best_bleu=40.0)
+    base = dict(out=run_dir, step=350, minutes=7.0, stopped="max_minutes", best_bleu=40.0,
+                verdict=None)  # fmt: skip
     return SimpleNamespace(**{**base, **kw})
 
 

@@ -145,7 +145,9 @@ def test_a_timed_run_plans_its_length_and_decays_within_the_budget(
     assert lrs[-1] < 0.3 * peak  # decayed to (nearly) nothing by the end of the budget
     assert lrs.index(peak) < 0.3 * len(lrs)  # and peaked early
     evals = [h["step"] for h in res.history if "valid_bleu" in h]
-    assert len(evals) >= 4  # several evaluations over the run, not "every 1000"
+    # several evaluations over the run, not "every 1000": as many as fit in a tenth of the
+    # budget once the first is measured (a loaded machine fits fewer), and the final one
+    assert len(evals) >= 2
     state = json.loads(
         (find_checkpoints(tmp_path / "checkpoints")[-1] / "trainer.json").read_text()
     )
@@ -290,7 +292,8 @@ def test_final_model_is_the_average_when_it_validates_better(tmp_path, corpus_fi
     # scheduled evaluations score 5 and 6; the average scores 9; beams score 1
     scores = itertools.chain([5.0, 6.0, 6.0, 9.0], itertools.repeat(1.0))
     monkeypatch.setattr(validation, "validation_bleu",
-                        lambda *a, **k: SimpleNamespace(bleu=next(scores), chrf=1.0, n=1))  # fmt: skip
+                        lambda *a, **k: SimpleNamespace(bleu=next(scores), chrf=1.0, n=1,
+                                                        hypotheses=[t for _, t in a[1]]))  # fmt: skip
     cfg = tiny_config(data=str(corpus_file), max_steps=12, eval_every=4, save_every=4,
                       keep_last=3, average_last=3)  # fmt: skip
     res = train(cfg, tmp_path, progress=False)
@@ -310,7 +313,7 @@ def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_
 
     def fake(model, pairs, src_tok, tgt_tok, device, decoding, **k):
         bleu = 20.0 if (decoding.beam_size, decoding.length_penalty) == (4, 0.6) else 10.0
-        return SimpleNamespace(bleu=bleu, chrf=1.0, n=1)
+        return SimpleNamespace(bleu=bleu, chrf=1.0, n=1, hypotheses=[t for _, t in pairs])
 
     monkeypatch.setattr(validation, "validation_bleu", fake)
     train(tiny_config(data=str(corpus_file), max_steps=4, eval_every=4, average_last=0),
@@ -361,8 +364,9 @@ def test_resume_keeps_the_resolved_plan(tmp_path, corpus_file):
     ck = find_checkpoints(tmp_path / "checkpoints")[-1]
     state = json.loads((ck / "trainer.json").read_text())
     assert state["resolved_config"]["tokenizer"] == "sentencepiece"
-    # chosen once, from the first invocation's budget (3 updates), and kept on resume
-    assert state["preset"]["name"] == "cpu-minutes" and "3 updates" in state["preset"]["reason"]
+    # chosen once, from the first invocation's budget (3 updates: few, a small model), and kept
+    # on resume
+    assert state["preset"]["name"] == "cpu-small" and "3 updates" in state["preset"]["reason"]
 
 
 def test_a_timed_run_resumed_keeps_its_budget_and_its_final_model(tmp_path, corpus_file):

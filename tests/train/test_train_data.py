@@ -6,7 +6,7 @@ import logging
 import re
 
 import pytest
-from _train_helpers import tiny_config
+from _train_helpers import ENDED, tiny_config
 
 from qkv.cli import main
 from qkv.data import bundled_pairs
@@ -156,7 +156,7 @@ def test_a_run_trains_on_named_jsonl_fields(tmp_path, capsys):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     out = tmp_path / "run"
     argv = ["--data", str(data), "--src-column", "en", "--tgt-column", "de", "--out", str(out)]
-    assert _train(*argv, "--set", "tokenizer=word", "--set", "tune_decoding=false") == 0
+    assert _train(*argv, "--set", "tokenizer=word", "--set", "tune_decoding=false") in ENDED
     saved = json.loads(next((out / "checkpoints").glob("step-*/train.json")).read_text())
     assert (saved["src_column"], saved["tgt_column"]) == ("en", "de")
 
@@ -193,7 +193,7 @@ def test_data_that_changed_under_a_run_names_the_file_and_the_way_out(tmp_path, 
     data = _fra(tmp_path / "d.txt", good=300)
     out = tmp_path / "run"
     common = ["--set", "tokenizer=word", "--set", "tune_decoding=false"]
-    assert _train("--data", str(data), "--out", str(out), *common) == 0
+    assert _train("--data", str(data), "--out", str(out), *common) in ENDED
     capsys.readouterr()
     _fra(data, good=299)  # a line lost
     assert _train("--data", str(data), "--out", str(out), "--resume", *common) == 2

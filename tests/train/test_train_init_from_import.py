@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 from _hf_models import corpus
+from _train_helpers import ENDED
 
 from qkv.cli import main
 from qkv.data import load_tokenizers, write_pairs
@@ -100,7 +101,7 @@ def test_the_command_line_fine_tunes_an_import(imported, domain, tmp_path, capsy
          str(tmp_path / "run"), "--max-steps", "2", "--set", "valid=20", "--set", "test=20",
          "--set", "eval_sentences=10", "--set", "tune_decoding=false", "--quiet"]
     )  # fmt: skip
-    assert code == 0
+    assert code in ENDED
     assert (tmp_path / "run" / "checkpoints" / "step-00000000").is_dir()
     history = json.loads((tmp_path / "run" / "final" / "trainer.json").read_text())["history"]
     assert history[0]["step"] == 0

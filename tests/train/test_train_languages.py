@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _train_helpers import run_qkv, tiny_config
+from _train_helpers import ENDED, run_qkv, tiny_config
 
 from qkv._deps import MissingDependency
 from qkv.data import Split
@@ -279,7 +279,7 @@ def test_cli_aligned_files_valid_and_pair(tmp_path):
         "train", "--data", files["train.en"], files["train.zh"], "--valid", files["dev.en"],
         files["dev.zh"], "--out", str(out), *common, timeout=300,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in ENDED, r.stderr
     assert load_model(out).languages == ("en", "zh")
     # --pair with a prefix
     out2 = tmp_path / "run2"
@@ -288,7 +288,7 @@ def test_cli_aligned_files_valid_and_pair(tmp_path):
         "train", "--data", prefix, "--pair", "en-zh", "--valid", str(tmp_path / "dev"),
         "--out", str(out2), *common, timeout=300,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in ENDED, r.stderr
     assert load_model(out2).languages == ("en", "zh")
     # qkv evaluate == sacrebleu -l en-zh on the same output and references
     r = run_qkv(

@@ -42,7 +42,10 @@ def test_the_run_messages_are_log_records(tmp_path, corpus_file, caplog):
         train(_quick(corpus_file, preset="cpu-minutes"), tmp_path, progress=False)
     ours = [r for r in caplog.records if r.name == "qkv.train.loop"]
     text = "\n".join(r.getMessage() for r in ours)
-    assert all(r.levelno == logging.INFO for r in ours)
+    # every message is INFO but the verdict on two updates: a warning that they learned nothing
+    verdicts = [r for r in ours if r.getMessage().startswith("the model is not usable")]
+    assert len(verdicts) == 1 and verdicts[0].levelno == logging.WARNING
+    assert all(r.levelno == logging.INFO for r in ours if r not in verdicts)
     assert "new run; transformer model" in text
     assert "preset cpu-minutes: " in text and "note: your settings win: " in text
     assert "schedule: peak lr 0.003" in text
@@ -76,10 +79,13 @@ def test_an_application_without_logging_sees_warnings_only(tmp_path, corpus_file
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == ""
-    assert res.stderr.splitlines() == [
+    # the warnings: the lock taken over, and the verdict on two updates (they learned nothing)
+    lines = res.stderr.splitlines()
+    assert lines[0] == (
         f"took over the lock {out / LOCK_NAME} left by pid {dead.pid} on "
         f"{socket.gethostname()} since then: that process is gone"
-    ]
+    )
+    assert len(lines) == 2 and lines[1].startswith("the model is not usable: ")
 
 
 class _Terminal(io.StringIO):

@@ -155,7 +155,7 @@ def test_early_stopping(tmp_path, corpus_file, monkeypatch):
     # a validation BLEU that never improves after the first evaluation
     monkeypatch.setattr(
         "qkv.train.validation.validation_bleu",
-        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
+        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1, hypotheses=[t for _, t in a[1]]),
     )
     cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)
     res = train(cfg, tmp_path, progress=False)
@@ -270,7 +270,7 @@ def test_resuming_an_early_stopped_run_does_nothing(tmp_path, corpus_file, monke
 
     monkeypatch.setattr(
         "qkv.train.validation.validation_bleu",
-        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1),
+        lambda *a, **k: SimpleNamespace(bleu=5.0, chrf=1.0, n=1, hypotheses=[t for _, t in a[1]]),
     )
     cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)
     res = train(cfg, tmp_path, progress=False)

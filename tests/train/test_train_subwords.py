@@ -13,7 +13,7 @@ import torch
 
 spm = pytest.importorskip("sentencepiece")
 
-from _train_helpers import kill_when_checkpointed, run_qkv, tiny_config  # noqa: E402
+from _train_helpers import ENDED, kill_when_checkpointed, run_qkv, tiny_config  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from qkv._errors import SettingError  # noqa: E402
@@ -225,10 +225,10 @@ def test_a_sampled_run_killed_and_resumed_matches_an_uninterrupted_one(tmp_path,
     )
     assert code == -signal.SIGKILL
     resumed = run_qkv(*_args(corpus_file, cut_out), "--resume")
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode in ENDED, resumed.stderr
     assert "resumed at update" in resumed.stderr and "subword sampling alpha 0.3" in resumed.stderr
     reference = run_qkv(*_args(corpus_file, ref_out))
-    assert reference.returncode == 0, reference.stderr
+    assert reference.returncode in ENDED, reference.stderr
     a = latest_checkpoint(ref_out / "checkpoints")
     b = latest_checkpoint(cut_out / "checkpoints")
     assert a.name == b.name == f"step-{STEPS:08d}"

@@ -27,6 +27,9 @@ from ._train_settings import (
 )
 
 NAME = "train"
+#: the exit status of a run whose model is not usable (== qkv.train.verdict.EXIT_NOT_LEARNED,
+#: without importing torch for --help; tested)
+EXIT_NOT_LEARNED = 3
 
 MODEL_KINDS = ("transformer", "bahdanau")  # == qkv.nn.seq2seq.MODEL_KINDS (tested)
 #: the flags that take one file or two aligned files
@@ -41,6 +44,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Train a Transformer or Bahdanau translator. Settings: defaults < --config "
         "FILE < flags < --set KEY=VALUE. Under `torchrun --nproc_per_node N` it trains with "
         "DistributedDataParallel.",
+        epilog="Exit status: 0 when the model learned (its validation BLEU beats copying the "
+        "source and repeating one frequent sentence, without degenerate output); "
+        f"{EXIT_NOT_LEARNED} when it learned nothing or too little to use (the model is still "
+        "written, and a line says why and how to train it further); 1 an error; 2 bad "
+        "settings; 130 or 143 stopped by SIGINT or SIGTERM (resumable).",
     )
     p.add_argument("--config", metavar="FILE", help="a YAML or TOML file of settings")
     p.add_argument("--out", default="runs/qkv", help="run folder (default: runs/qkv)")
@@ -129,4 +137,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"model: {result.final_model} (valid BLEU {bleu}, {how})")
     elif result.best_checkpoint is not None:
         print(f"best checkpoint: {result.best_checkpoint} (valid BLEU {result.best_bleu:.2f})")
+    if result.verdict is not None and not result.verdict.usable:
+        return EXIT_NOT_LEARNED  # the verdict's line (why, and the fix) was logged
     return 0

@@ -215,7 +215,10 @@ def run(out: Path, quick: bool) -> int:
     )
     result = train(config, run_dir)
     floor = QUICK_FLOOR if quick else FULL_FLOOR
-    why = did_not_learn(result.best_bleu, floor)
+    # the verdict of every run (qkv train's: baselines, degenerate output), then the demo's floor
+    verdict = result.verdict
+    why = verdict.reason if verdict is not None and not verdict.usable else None
+    why = why or did_not_learn(result.best_bleu, floor)
     if why is not None:
         return _stop(why, result, run_dir, settings, quick)
     print(_trained_line(result, settings), flush=True)

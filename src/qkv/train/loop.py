@@ -57,6 +57,7 @@ from .progress import Progress, Say, messages_on, sayer
 from .rng import rng_state
 from .runlock import RunLock, RunLockedError, check_out
 from .update import StepStats, TrainingError, train_update
+from .verdict import SMALLEST, Verdict, fix_for, judge, stopped_early
 
 __all__ = ["TrainResult", "train"]
 
@@ -80,6 +81,9 @@ class TrainResult:
             average of the last checkpoints when that validates better, with the decoding
             settings chosen on the validation split (None before any evaluation).
         final_bleu: its validation BLEU with those settings; ``decoding`` the settings.
+        verdict: whether the model learned enough to use, against trivial baselines
+            (:mod:`qkv.train.verdict`; rank 0; None on the other ranks, or when this
+            invocation had nothing to train and validated nothing).
     """
 
     out: Path
@@ -95,6 +99,7 @@ class TrainResult:
     final_model: Path | None = None
     final_bleu: float | None = None
     decoding: Decoding | None = None
+    verdict: Verdict | None = None
 
 
 def train(
@@ -343,6 +348,7 @@ class _Run:
         # the tokens trained on since the last progress line, and since when (not counting
         # evaluations and checkpoint writes)
         self.window_tokens, self.window_t0 = 0, time.monotonic()
+        self.slower_said = False  # the warning that the machine slowed down, said once
         setup.model.train()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -472,6 +478,24 @@ class _Run:
         total = int(D.all_reduce_sum(mine).item())
         total = max(min(total, self.limit), step)
         schedule.plan(total_steps=total, warmup_steps=plan.warmup(total))
+        self._say_if_slower(total, done_steps)
+
+    def _say_if_slower(self, total: int, done_steps: int) -> None:
+        """Say once when the re-planned run makes under half the updates the preset sized its
+        model for: the machine slowed down since the probe (other work started). The model
+        cannot change once trained; the schedule follows the speed measured now."""
+        preset = self.setup.state.preset or {}
+        expected = preset.get("updates")
+        if self.slower_said or not expected or done_steps < 10 or not self.info.is_main:
+            return
+        if total < 0.5 * expected and self.setup.resumed_from is None:
+            self.slower_said = True
+            self.say(
+                f"this machine trains slower now than when the model was chosen: {total} "
+                f"updates fit in the budget, the preset planned about {expected}; the model "
+                f"stays, the schedule follows the speed measured now",
+                logging.WARNING,
+            )
 
     @property
     def _planned(self) -> int:
@@ -603,6 +627,8 @@ class _Run:
             self.writer.add_scalar("valid/chrf", scores.chrf, step)
         took = time.monotonic() - t0
         self.clock.evals.append(took)
+        if config.eval_every is None:  # a timed run's evaluations fit in a tenth of its budget
+            setup.plan.fit_evals(self.budget_s + self.seconds_before, self.clock.eval_cost(0.0))
         self.say(
             f"valid @ {step}: loss {vloss:.3f} (ppl {math.exp(min(vloss, 50)):.2f}), "
             f"BLEU {scores.bleu:.2f}, chrF {scores.chrf:.2f} on {scores.n} sentences "
@@ -752,4 +778,32 @@ class _Run:
             final_model=final.folder,
             final_bleu=final.bleu,
             decoding=final.decoding,
+            verdict=self._verdict() if info.is_main else None,
         )
+
+    def _verdict(self) -> Verdict | None:
+        """Did the model learn? Its best validation translations of this invocation against
+        the trivial baselines, said in one line (a warning when it did not)."""
+        state, validation = self.setup.state, self.setup.validation
+        preset = state.preset or {}
+        planned = preset.get("updates")
+        best = validation.best
+        if state.best_step is None:
+            verdict = stopped_early(int(state.step), planned)
+        elif best is None:  # nothing validated now: the verdict was said when it was
+            return None
+        else:
+            verdict = judge(
+                best.hypotheses,
+                [s for s, _ in validation.pairs],
+                validation.references,
+                bleu=best.bleu,
+                steps=int(state.step),
+                planned=planned,
+                tokenize=validation.tokenize,
+            )
+        config = self.setup.config
+        tier = preset.get("name") if config.preset != "none" else SMALLEST
+        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier)
+        self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
+        return verdict

@@ -5,7 +5,9 @@ measures its speed (:class:`Clock`: the time of its updates, of its evaluations 
 checkpoint writes) and :class:`Plan` re-plans the updates that fit in the budget, so the learning
 rate decays to the end of the budget on any machine. The cadences (``eval_every``,
 ``save_every``) are the user's, or follow from the planned length (about :attr:`Plan.EVALS`
-evaluations and :attr:`Plan.SAVES` checkpoints a run); ``qkv train --help`` shows them from here.
+evaluations and :attr:`Plan.SAVES` checkpoints a run; a timed run measures its first
+evaluation and plans only as many as fit in :attr:`Plan.EVAL_SHARE` of its budget);
+``qkv train --help`` shows them from here.
 """
 
 from __future__ import annotations
@@ -63,8 +65,20 @@ class Plan:
     MIN_WARMUP = 10
     FINAL_EVALS = 7.0  # the final evaluation, the averaged model's, greedy and two beams (~2x)
 
+    EVAL_SHARE = 0.1  # the most of a timed run's budget its scheduled evaluations take
+
     def __init__(self, config: TrainConfig, timed: bool) -> None:
         self.config, self.timed = config, timed
+        self.evals = self.EVALS  # scheduled evaluations, until their cost is measured
+
+    def fit_evals(self, budget_s: float, eval_cost: float) -> int:
+        """Plan as many scheduled evaluations (at most :attr:`EVALS`, at least one) as fit in
+        :attr:`EVAL_SHARE` of a timed run's ``budget_s`` at ``eval_cost`` seconds each (a
+        measured one); returns the number."""
+        if self.timed and math.isfinite(budget_s) and eval_cost > 0:
+            fit = int(self.EVAL_SHARE * budget_s / eval_cost)
+            self.evals = max(1, min(self.EVALS, fit))
+        return self.evals
 
     def warmup(self, total: int) -> int:
         """Warm-up updates of a run of ``total`` updates: the configured ones, or a tenth."""
@@ -74,7 +88,7 @@ class Plan:
 
     def eval_every(self, total: int) -> int:
         """The automatic evaluation interval of a run of ``total`` updates."""
-        return max(1, math.ceil(total / self.EVALS))
+        return max(1, math.ceil(total / self.evals))
 
     def save_every(self, total: int, eval_every: int | None = None) -> int:
         """Half the evaluation interval (rounded up, so a checkpoint never falls one update
@@ -129,7 +143,7 @@ class Plan:
         total = float(step + max(remaining, 0.0) / per_update)
         for _ in range(3):  # the evaluations and saves still to come shorten the run
             left = max(total - step, 0.0) / max(total, 1.0)
-            busy_left = left * (self.EVALS * eval_cost + self.SAVES * save_cost)
+            busy_left = left * (self.evals * eval_cost + self.SAVES * save_cost)
             busy_left = min(busy_left, 0.25 * max(remaining, 0.0))
             total = step + max(remaining - busy_left, 0.0) / per_update
         return max(int(total), step)
@@ -150,6 +164,8 @@ class Plan:
         cadence = (
             f"evaluation every {c.eval_every} updates"
             if c.eval_every
+            else f"up to {self.EVALS} evaluations (at most {self.EVAL_SHARE:.0%} of the budget)"
+            if self.timed
             else f"about {self.EVALS} evaluations"
         )
         saves = (

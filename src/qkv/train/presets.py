@@ -19,10 +19,24 @@ root; dropout helps only once the data is seen many times (0.05 at ~10 epochs, 0
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FINE_TUNING_LR", "TIERS", "Preset", "choose_preset", "vocab_size_for"]
+import torch
+
+from .speed import SpeedProbe, measure_speed, probe_seconds
+
+__all__ = [
+    "FINE_TUNING_LR",
+    "REFERENCE_TIER",
+    "TIERS",
+    "Preset",
+    "Speed",
+    "choose_preset",
+    "measure_tiers",
+    "vocab_size_for",
+]
 
 #: the peak learning rate of a run that starts from a trained model's weights (``init_from``,
 #: an imported model): an order of magnitude under a from-scratch run's, so the model moves
@@ -43,6 +57,9 @@ class Preset:
         vocab_size: subword vocabulary size (joint SentencePiece).
         reason: one sentence for the run's first lines.
         notes: extra remarks (a small corpus, a model shrunk to fit it, ...).
+        speed: target tokens per second the choice assumed (measured, or the reference
+            machine's); None: not known (a run bounded by updates only).
+        updates: the updates the budget allows at that speed (None: not known).
     """
 
     name: str
@@ -52,6 +69,8 @@ class Preset:
     vocab_size: int
     reason: str
     notes: tuple[str, ...] = field(default=())
+    speed: float | None = None
+    updates: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,7 +81,23 @@ class Preset:
             "vocab_size": self.vocab_size,
             "reason": self.reason,
             "notes": list(self.notes),
+            "speed": self.speed,
+            "updates": self.updates,
         }
+
+
+@dataclass(frozen=True)
+class Speed:
+    """What the speed probe measured: target tokens per second of a tier's model on this
+    machine now, per tier name, on ``threads`` threads."""
+
+    tokens_per_s: dict[str, float]
+    threads: int
+
+    def describe(self, tier: str) -> str:
+        """``"measured 5,300 tokens/s on 2 threads"`` (the tier's, or the reference's)."""
+        name = tier if tier in self.tokens_per_s else REFERENCE_TIER
+        return f"measured {self.tokens_per_s[name]:,.0f} tokens/s on {self.threads} threads"
 
 
 def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any]:
@@ -78,8 +113,14 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 
 
 #: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr);
-#: the model's dropout comes from :func:`dropout_for` (the epochs the budget allows)
+#: the model's dropout comes from :func:`dropout_for` (the epochs the budget allows). A bound is
+#: in minutes of the reference machine (:data:`_TOKENS_PER_SECOND`); a CPU run whose speed was
+#: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
+#: gets the tier of half the budget
+#: (cpu-small: a shallow decoder (Kasai et al. 2021) and a vocabulary of at most
+#: :data:`SMALL_VOCAB` for runs of few updates, Sennrich & Zhang 2019)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
+    "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
     "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
     "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3), 1024, 1.5e-3),
     "cpu-long": ("cpu", float("inf"), _transformer(512, 2048, 8, 6), 4096, 7e-4),
@@ -89,10 +130,31 @@ TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
 
 #: a run bounded by updates only is sized as if one update took this many seconds
 _SECONDS_PER_UPDATE = {"cpu": 0.5, "cuda": 0.15}
-#: target tokens per second a tier's model trains at (2 CPU threads; one recent GPU), and
-#: target tokens per training pair, to guess how many epochs a budget allows
+#: target tokens per second a tier's model trains at on the reference machine (2 CPU threads
+#: of ~170 GFLOP/s fp32 GEMM; one recent GPU): the speed the tiers' bounds assume, and what the
+#: probe's measurement of the reference tier is compared with; and target tokens per training
+#: pair, to guess how many epochs a budget allows
 _TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
 _TOKENS_PER_PAIR = 10.0
+#: a measured speed under this many times the reference's counts as the reference's
+_FASTER = 1.5
+#: the largest vocabulary of the cpu-small tier: few updates train few embeddings well
+SMALL_VOCAB = 4_000
+#: the share of a timed budget that trains (the rest validates, saves and chooses the final
+#: model), to guess the updates a run will make
+_TRAINING_SHARE = 0.85
+#: the tier whose model the speed probe measures first (the reference machine's tiers are
+#: bounded by its speed)
+REFERENCE_TIER = "cpu-minutes"
+
+
+def speed_factor(tokens_per_s: float, kind: str = "cpu") -> float:
+    """How many minutes of the reference machine one minute here is worth, from the reference
+    tier's measured ``tokens_per_s``: the ratio to :data:`_TOKENS_PER_SECOND`, except that a
+    machine up to :data:`_FASTER` times faster counts as the reference (the probe's noise must
+    not move a quiet reference machine to a larger tier)."""
+    factor = tokens_per_s / _TOKENS_PER_SECOND[kind]
+    return 1.0 if 1.0 < factor < _FASTER else factor
 
 
 def dropout_for(epochs: float) -> float:
@@ -127,6 +189,7 @@ def choose_preset(
     device: str = "cpu",
     world_size: int = 1,
     tier: str | None = None,
+    speed: Speed | None = None,
 ) -> Preset:
     """The preset for a run of ``n_pairs`` training pairs.
 
@@ -138,6 +201,9 @@ def choose_preset(
         world_size: processes training together (their throughput adds up).
         tier: a name of :data:`TIERS` to use instead of choosing one (a small corpus still
             shrinks it).
+        speed: what the probe measured on this machine now (:func:`measure_tiers`): the
+            budget counts in minutes of the reference machine, scaled by the reference tier's
+            measured speed; None: this machine is taken as the reference.
 
     Returns:
         A :class:`Preset`.
@@ -154,6 +220,8 @@ def choose_preset(
         budget, how = float("inf"), "no budget"
     # several processes do the work of several devices in the same minutes
     effective = budget * max(world_size, 1)
+    if speed is not None and REFERENCE_TIER in speed.tokens_per_s:
+        effective *= speed_factor(speed.tokens_per_s[REFERENCE_TIER], kind)
     if tier is not None:
         if tier not in TIERS:
             raise ValueError(f"tier: expected one of {tuple(TIERS)}, got {tier!r}")
@@ -166,7 +234,13 @@ def choose_preset(
     model = dict(model)
     notes: list[str] = []
     seconds = budget * 60 * max(world_size, 1)
-    epochs = seconds * _TOKENS_PER_SECOND[kind] / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+    tps = _TOKENS_PER_SECOND[kind]
+    if speed is not None and speed.tokens_per_s:
+        tps = speed.tokens_per_s.get(name, speed.tokens_per_s.get(REFERENCE_TIER, tps))
+    epochs = seconds * tps / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+    # bounded by updates (or by nothing): the updates are known; else what the speed fits
+    timed = minutes is not None
+    updates = int(_TRAINING_SHARE * seconds * tps / max_tokens) if timed else max_steps
     model["dropout"] = dropout_for(epochs)
     # a small corpus cannot feed a large model: cap it, and regularise more
     if n_pairs < 5_000 and (model["num_hiddens"] > 256 or model["num_enc_layers"] > 2):
@@ -180,6 +254,11 @@ def choose_preset(
         model.update(_transformer(256, 1024, 4, model["num_enc_layers"]))
         notes.append(f"{n_pairs} training pairs: width 256 instead of the tier's")
     vocab = vocab_size_for(n_pairs)
+    if name == "cpu-small":
+        vocab = min(vocab, SMALL_VOCAB)
+    assumed = speed.describe(name) if speed is not None else None
+    if minutes is not None:
+        how += f" (about {updates:,} updates at {assumed or f'{tps:,.0f} tokens/s'})"
     reason = (
         f"preset {name}: {n_pairs} training pairs, {how}, device {kind}"
         + (f" x {world_size}" if world_size > 1 else "")
@@ -188,7 +267,36 @@ def choose_preset(
         f"epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
         f"vocabulary of up to {vocab}"
     )
-    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes))
+    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes),
+                  speed=tps if minutes is not None else None, updates=updates)  # fmt: skip
+
+
+def measure_tiers(
+    n_pairs: int, minutes: float, probe: SpeedProbe, *, seconds: float | None = None
+) -> Speed:
+    """Measure the speed of this machine now for the preset of a ``minutes`` budget: the
+    reference tier's model first, then (time left) the model of the tier that speed
+    chooses, with ``probe`` (:func:`qkv.train.speed.measure_speed`, or a test's fake) in
+    :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it)."""
+    total = probe_seconds(minutes) if seconds is None else seconds
+    t0 = time.monotonic()
+
+    def measure(tier: str, share: float) -> float:
+        _, _, model, max_tokens, _ = TIERS[tier]
+        vocab = vocab_size_for(n_pairs)
+        if tier == "cpu-small":
+            vocab = min(vocab, SMALL_VOCAB)
+        return float(probe(dict(model, dropout=0.1), vocab, max_tokens, share))
+
+    first = 0.6 * total
+    speed = Speed({REFERENCE_TIER: measure(REFERENCE_TIER, first)}, torch.get_num_threads())
+    chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
+    left = total - max(time.monotonic() - t0, first)
+    # the chosen model's own speed, when what is left holds a few of its updates
+    per_update = TIERS[REFERENCE_TIER][3] / max(speed.tokens_per_s[REFERENCE_TIER], 1e-9)
+    if chosen != REFERENCE_TIER and left > 3 * per_update:
+        speed.tokens_per_s[chosen] = measure(chosen, left)
+    return speed
 
 
 def resolve_config(
@@ -198,6 +306,7 @@ def resolve_config(
     device: str = "cpu",
     world_size: int = 1,
     fine_tuning: bool = False,
+    probe: SpeedProbe | None = measure_speed,
 ) -> tuple[Any, Preset | None]:
     """``config`` (a :class:`qkv.train.TrainConfig`) with its automatic settings decided.
 
@@ -207,7 +316,10 @@ def resolve_config(
     ``schedule="auto"`` becomes ``"linear"``. ``warmup_steps``, ``eval_every`` and
     ``save_every`` stay None when not given: the loop sets them from the run's planned length.
     ``fine_tuning`` (a run from a trained model's weights, whose model options are set
-    already): the peak learning rate is :data:`FINE_TUNING_LR` unless given.
+    already): the peak learning rate is :data:`FINE_TUNING_LR` unless given. ``probe``
+    measures this machine's speed first (:func:`measure_tiers`) when the preset is chosen
+    (``preset="auto"``) for a timed CPU run of one process whose model is not the user's or a
+    saved one's; None never measures (the reference machine's speed is assumed).
 
     Returns:
         ``(resolved config, the preset or None)``.
@@ -236,6 +348,18 @@ def resolve_config(
         if config.vocab_size is None:
             changes["vocab_size"] = vocab_size_for(n_pairs)
     elif config.preset != "none":
+        speed = None
+        shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
+        if (
+            probe is not None
+            and config.preset == "auto"
+            and config.max_minutes is not None
+            and device != "cuda"
+            and world_size == 1
+            and not fine_tuning
+            and not shape & set(config.model_options)
+        ):
+            speed = measure_tiers(n_pairs, config.max_minutes, probe)
         preset = choose_preset(
             n_pairs,
             minutes=config.max_minutes,
@@ -243,6 +367,7 @@ def resolve_config(
             device=device,
             world_size=world_size,
             tier=None if config.preset == "auto" else config.preset,
+            speed=speed,
         )
     options = dict(config.model_options)
     if preset is not None:

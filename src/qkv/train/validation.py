@@ -10,8 +10,10 @@ weights and decoding (:mod:`qkv.train.finish`) score through it.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +23,12 @@ from ..inference import Decoding, Evaluation, corpus_scores, decode_texts
 from ..nn.seq2seq import EncoderDecoder
 from .losses import sequence_loss
 
-__all__ = ["ValidationSet", "validation_bleu", "validation_loss"]
+__all__ = ["ValidationSet", "reference_caps", "validation_bleu", "validation_loss"]
+
+#: a validation translation gets at most ``RATIO x`` its reference's tokens ``+ SLACK``
+#: (``<eos>`` counted), rounded up to a multiple of ``STEP`` (sentences of one cap decode in one
+#: call): a model that never ends its sentences decodes no further than that
+RATIO, SLACK, STEP = 1.5, 10, 4
 
 
 @torch.no_grad()
@@ -52,6 +59,45 @@ def validation_loss(
     return nll / max(tokens, 1)
 
 
+def reference_caps(targets: Sequence[str], tgt_tok: Tokenizer, cap: int | None) -> list[int]:
+    """Per validation sentence the most tokens its translation may have: ``RATIO`` times its
+    reference's tokens (normalised ``targets``, ``<eos>`` counted) plus ``SLACK``, rounded up
+    to a multiple of ``STEP``, and never over ``cap`` (the run's pair limit; None: none)."""
+    caps = []
+    for text in targets:
+        n = len(tgt_tok.encode_normalized(text)) + 1
+        limit = STEP * math.ceil((RATIO * n + SLACK) / STEP)
+        caps.append(limit if cap is None else min(limit, cap))
+    return caps
+
+
+def _decode_capped(
+    model: EncoderDecoder,
+    sources: Sequence[str],
+    caps: Sequence[int] | None,
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    device: torch.device,
+    decoding: Decoding | None,
+) -> list[Any]:
+    """:func:`decode_texts` of ``sources``, each sentence's length capped at its ``caps``
+    entry as well as by ``decoding`` (one call per distinct cap), in input order."""
+    base = decoding or Decoding()
+    groups: dict[int | None, list[int]] = {}
+    for i in range(len(sources)):
+        groups.setdefault(None if caps is None else caps[i], []).append(i)
+    hyps: list[Any] = [None] * len(sources)
+    for cap, idx in groups.items():
+        dec = base
+        if cap is not None:
+            dec = base.replace(output_len_cap=min(cap, base.output_len_cap or cap))
+        out = decode_texts(model, [sources[i] for i in idx], src_tok, tgt_tok, dec,
+                           device=device, pre_normalized=True, warn=False)  # fmt: skip
+        for i, h in zip(idx, out):
+            hyps[i] = h
+    return hyps
+
+
 def validation_bleu(
     model: EncoderDecoder,
     pairs: Sequence[tuple[str, str]],
@@ -62,6 +108,7 @@ def validation_bleu(
     *,
     references: Sequence[str] | None = None,
     tokenize: str | None = None,
+    caps: Sequence[int] | None = None,
 ) -> Evaluation:
     """sacreBLEU (and chrF) of ``model``'s translations of the normalised sources of ``pairs``.
 
@@ -75,18 +122,11 @@ def validation_bleu(
     longer than a learned table gets an empty hypothesis, never a crash in the middle of a
     run; nothing is logged: the run said before its first update what its table cannot hold).
     BLEU tokenizes with ``tokenize`` (the run's target's: ``zh``, ``ja-mecab``, ... ; None:
-    ``13a``), as ``qkv evaluate`` and ``sacrebleu -l`` score.
+    ``13a``), as ``qkv evaluate`` and ``sacrebleu -l`` score. ``caps`` (one per pair, see
+    :func:`reference_caps`) caps each translation's length further, so a model that never ends
+    a sentence costs about what a good one costs.
     """
-    hyps = decode_texts(
-        model,
-        [s for s, _ in pairs],
-        src_tok,
-        tgt_tok,
-        decoding,
-        device=device,
-        pre_normalized=True,
-        warn=False,
-    )
+    hyps = _decode_capped(model, [s for s, _ in pairs], caps, src_tok, tgt_tok, device, decoding)
     refs = list(references) if references is not None else [t for _, t in pairs]
     return corpus_scores([tgt_tok.decode(ids) for ids in hyps], refs, tokenize=tokenize)
 
@@ -106,6 +146,11 @@ class ValidationSet:
             at its pair limit (``max_pair_len``: its model never saw longer targets).
         tokenize: sacreBLEU's BLEU tokenizer of every score of the run (its checkpoints, the
             average, the decoding choice): its target language's, as ``sacrebleu -l`` picks it.
+        caps: each pair's decode length cap (:func:`reference_caps`, from its reference and
+            the decoding's cap; set when the set is made).
+        best: the best-scoring evaluation of this invocation, its translations included (the
+            final model's: the weights and decoding that validate best), for the run's verdict
+            (:mod:`qkv.train.verdict`); None before the first.
     """
 
     batches: TokenBatcher
@@ -116,6 +161,13 @@ class ValidationSet:
     device: torch.device
     decoding: Decoding
     tokenize: str = "13a"
+    best: Evaluation | None = field(default=None, repr=False)
+    caps: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.caps:
+            cap = self.decoding.output_len_cap
+            self.caps = reference_caps([t for _, t in self.pairs], self.tgt_tokenizer, cap)
 
     def loss(self, model: nn.Module, *, bf16: bool = False) -> float:
         """:func:`validation_loss` of ``model`` on :attr:`batches`."""
@@ -123,8 +175,8 @@ class ValidationSet:
 
     def bleu(self, model: EncoderDecoder, decoding: Decoding | None = None) -> Evaluation:
         """:func:`validation_bleu` of ``model`` decoding :attr:`pairs` with ``decoding`` (None:
-        :attr:`decoding`)."""
-        return validation_bleu(
+        :attr:`decoding`); the best of them is kept as :attr:`best`."""
+        scores = validation_bleu(
             model,
             self.pairs,
             self.src_tokenizer,
@@ -133,4 +185,8 @@ class ValidationSet:
             decoding or self.decoding,
             references=self.references,
             tokenize=self.tokenize,
+            caps=self.caps,
         )
+        if self.best is None or scores.bleu >= self.best.bleu:
+            self.best = scores
+        return scores

@@ -1,0 +1,85 @@
+"""How fast this machine trains a model shape now: the speed probe behind the automatic preset.
+
+:func:`measure_speed` builds a Transformer of the shape asked, and times full updates (forward,
+backward, optimizer step) on synthetic batches of the planned token count, on the threads the run
+will use, for a bounded number of seconds. The preset (:mod:`qkv.train.presets`) sizes the model
+from what it measures instead of from a table of one machine's speed; tests pass a fake probe
+(any callable of the same signature) to choose under speeds of their own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import torch
+
+from ..nn.seq2seq import build_model
+from .losses import sequence_loss
+
+__all__ = ["PROBE_SECONDS", "SpeedProbe", "measure_speed", "probe_seconds"]
+
+#: the most seconds the probe takes, and its share of a timed budget when that is less
+PROBE_SECONDS, PROBE_SHARE = 5.0, 0.02
+#: the sentence length of the probe's synthetic batches (target tokens, ``<eos>`` counted): the
+#: mean of a sentence-level corpus's subword lengths
+PROBE_LENGTH = 24
+
+
+class SpeedProbe(Protocol):
+    """``probe(model_options, vocab_size, max_tokens, seconds) -> target tokens per second``."""
+
+    def __call__(
+        self, model: dict[str, Any], vocab_size: int, max_tokens: int, seconds: float
+    ) -> float: ...
+
+
+def probe_seconds(minutes: float | None) -> float:
+    """The probe's time for a run of ``minutes`` (None: no clock): :data:`PROBE_SECONDS`, or
+    :data:`PROBE_SHARE` of the budget when that is less."""
+    if minutes is None:
+        return PROBE_SECONDS
+    return min(PROBE_SECONDS, PROBE_SHARE * minutes * 60)
+
+
+def measure_speed(model: dict[str, Any], vocab_size: int, max_tokens: int, seconds: float) -> float:
+    """Target tokens per second of full training updates of a Transformer of ``model``'s
+    options (a :class:`~qkv.nn.seq2seq.Seq2SeqConfig`'s, a joint ``vocab_size`` with tied
+    embeddings) on batches of ``max_tokens`` positions a side (``B x PROBE_LENGTH`` each), on
+    the CPU with torch's current threads, for about ``seconds`` (one untimed warm-up update
+    first, then at least one timed one).
+
+    Returns:
+        tokens/s (a float > 0).
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds: expected > 0, got {seconds!r}")
+    options = {k: v for k, v in model.items() if k != "kind"}
+    options.update(dropout=float(options.get("dropout", 0.1)))
+    sizes = {"src_vocab_size": vocab_size, "tgt_vocab_size": vocab_size}
+    tied = {"share_embeddings": True, "tie_embeddings": True}
+    net = build_model({"kind": "transformer", **sizes, **tied, **options})
+    net.train()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    batch = max(1, max_tokens // PROBE_LENGTH)
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (batch, PROBE_LENGTH), generator=gen)
+    tgt = torch.randint(4, vocab_size, (batch, PROBE_LENGTH + 1), generator=gen)
+    lens = torch.full((batch,), PROBE_LENGTH)
+
+    def update() -> None:
+        opt.zero_grad(set_to_none=True)
+        logits = net(src, tgt[:, :-1], lens)
+        loss, _, n = sequence_loss(logits, tgt[:, 1:], label_smoothing=0.1)
+        (loss / n).backward()
+        opt.step()
+
+    t_start = time.monotonic()
+    update()  # the first update allocates what the others reuse
+    t0, done = time.monotonic(), 0
+    deadline = t_start + seconds
+    while done == 0 or time.monotonic() < deadline:
+        update()
+        done += 1
+    took = max(time.monotonic() - t0, 1e-9)
+    return done * batch * PROBE_LENGTH / took

@@ -1,0 +1,247 @@
+"""Issue 40: a run never ends silently with a model that learned nothing (the verdict against
+trivial baselines, its line and exit status), validation costs no more for a degenerate model,
+evaluations fit in a tenth of the budget, and the preset follows the measured speed."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from _train_helpers import run_qkv, tiny_config
+
+from qkv.data import bundled_pairs
+from qkv.train import TrainConfig, train
+from qkv.train.presets import REFERENCE_TIER, TIERS, measure_tiers, resolve_config
+from qkv.train.verdict import EXIT_NOT_LEARNED, degenerate, judge
+
+
+def _real_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    pairs = bundled_pairs()
+    rng = random.Random(seed)
+    return [pairs[i] for i in rng.sample(range(len(pairs)), n)]
+
+
+# ---------------------------------------------------------------- the verdict
+def test_degenerate_output_is_measured():
+    rep, same = degenerate(["die die die die .", "a b c", "x x x x x", "ok ."])
+    assert rep == pytest.approx(0.5) and same == pytest.approx(0.25)
+    assert degenerate(["die die die", "a a b a"]) == (0.0, 0.0)  # 3 in a row is not 4
+    assert degenerate(["va !"] * 5)[1] == 1.0
+    assert degenerate([]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_constant_model_is_not_usable_and_a_good_one_is(seed):
+    pairs = _real_pairs(200, seed)
+    src, ref = [s for s, _ in pairs], [t for _, t in pairs]
+    from qkv.inference import corpus_scores
+
+    constant = ["Die Die Die Die"] * len(ref)
+    bad = judge(constant, src, ref, bleu=corpus_scores(constant, ref).bleu, steps=154, planned=3000)
+    assert not bad.usable
+    assert "repeat a word" in bad.reason and "one same sentence" in bad.reason
+    assert "154 updates of the 3000 its plan needed" in bad.reason
+    line = bad.line("Fix: more time")
+    assert line.startswith("the model is not usable:") and line.endswith("Fix: more time")
+    # copying the source is a baseline: a model that copies is not usable either
+    copied = judge(src, src, ref, bleu=corpus_scores(src, ref).bleu, steps=10)
+    assert not copied.usable and "no better than copying the source" in copied.reason
+    # the references themselves (a perfect model) learned
+    good = judge(ref, src, ref, bleu=100.0, steps=10)
+    assert good.usable and good.reason is None and good.copy_bleu < 100.0
+    assert "the model learned" in good.line("unused")
+    with pytest.raises(ValueError, match="translations, sources, references"):
+        judge(ref[:3], src, ref, bleu=1.0, steps=1)
+
+
+def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file):
+    res = train(tiny_config(data=str(corpus_file), max_steps=1), tmp_path, progress=False)
+    assert res.verdict is not None and not res.verdict.usable
+    assert res.final_model is not None  # the model is still written
+
+
+def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    r = run_qkv("train", "--data", str(corpus_file), "--out", str(out), "--max-steps", "1",
+                "--set", "preset=none", "--set", "threads=1", "--set", "valid=40",
+                "--set", "test=40", "--set", "eval_sentences=40", "--set", "max_tokens=512",
+                "--set", "model.num_hiddens=32", "--set", "model.ffn_num_hiddens=64",
+                "--set", "model.num_heads=2", "--set", "model.num_enc_layers=1",
+                "--set", "model.num_dec_layers=1")  # fmt: skip
+    assert r.returncode == EXIT_NOT_LEARNED, r.stderr
+    assert "the model is not usable:" in r.stderr and "qkv train --out" in r.stderr
+    assert "--resume --max-steps" in r.stderr
+
+
+def test_cli_exit_status_is_the_libraries():
+    from qkv.cli import train as cli_train
+
+    assert cli_train.EXIT_NOT_LEARNED == EXIT_NOT_LEARNED
+
+
+def test_a_good_tiny_run_says_it_learned(tmp_path, corpus_file):
+    cfg = tiny_config(data=str(corpus_file), max_steps=120, eval_every=60, save_every=60)
+    res = train(cfg, tmp_path, progress=False)
+    assert res.verdict is not None and res.verdict.usable, res.verdict
+    assert res.verdict.bleu > max(res.verdict.copy_bleu, res.verdict.frequent_bleu)
+
+
+# ---------------------------------------------------------------- validation in the budget
+class _FakeDecoder:
+    """``decode_texts`` of a fake model: a good one ends each sentence at its reference's
+    length, a degenerate one never ends (decodes to its limit); counts the tokens decoded (the
+    decode steps)."""
+
+    def __init__(self, ref_len: dict[str, int]) -> None:
+        self.ref_len, self.degenerate, self.steps = ref_len, False, 0
+
+    def __call__(self, model, texts, src_tok, tgt_tok, decoding, **_kw):
+        out = []
+        for text in texts:
+            limit = decoding.output_limit(len(src_tok.encode_normalized(text)) + 1)
+            n = limit if self.degenerate else min(self.ref_len[text], limit)
+            self.steps += n
+            out.append([5] * (n - 1))
+        return out
+
+
+def test_a_degenerate_model_validates_at_about_a_good_ones_cost(monkeypatch):
+    import qkv.train.validation as V
+    from qkv.data import Normalizer, SentencePieceTokenizer
+    from qkv.inference import Decoding
+
+    pairs = list(dict(_real_pairs(300, 3)).items())  # one reference per source
+    tok = SentencePieceTokenizer.train([t for p in pairs for t in p], vocab_size=300,
+                                       normalizer=Normalizer())  # fmt: skip
+    fake = _FakeDecoder({s: len(tok.encode_normalized(t)) + 1 for s, t in pairs})
+    monkeypatch.setattr(V, "decode_texts", fake)
+
+    def cost(degenerate: bool, **kw) -> int:
+        vs = V.ValidationSet(batches=None, pairs=pairs, references=[t for _, t in pairs],
+                             src_tokenizer=tok, tgt_tokenizer=tok, device="cpu",
+                             decoding=Decoding(output_len_cap=64), **kw)  # fmt: skip
+        fake.degenerate, fake.steps = degenerate, 0
+        vs.bleu(None)
+        return fake.steps
+
+    good, bad = cost(False), cost(True)
+    # per sentence: the source's rule (2 x its tokens + 10), 64, and the reference's cap
+    per = [
+        min(2 * (len(tok.encode_normalized(s)) + 1) + 10, 64,
+            V.STEP * math.ceil((V.RATIO * fake.ref_len[s] + V.SLACK) / V.STEP))
+        for s, _ in pairs
+    ]  # fmt: skip
+    assert bad == sum(per)
+    assert bad <= V.RATIO * good + (V.SLACK + V.STEP) * len(pairs)
+    assert cost(False) == good  # a good model's translations are not cut
+    # without the references' caps it decoded to the source rule's length: more
+    assert cost(True, caps=[64] * len(pairs)) > bad
+
+
+def test_evaluations_fit_in_a_tenth_of_the_budget():
+    from qkv.train.plan import Plan
+
+    plan = Plan(TrainConfig(max_minutes=10, max_steps=100_000), timed=True)
+    assert plan.evals == plan.EVALS
+    assert plan.fit_evals(600.0, 5.0) == plan.EVALS  # 6 x 5 s of 600 s: all of them
+    assert plan.fit_evals(600.0, 20.0) == 3  # 60 s of evaluations at most
+    assert plan.fit_evals(600.0, 100.0) == 1  # the final one at least
+    assert plan.eval_every(600) == 600
+    untimed = Plan(TrainConfig(max_steps=1000), timed=False)
+    assert untimed.fit_evals(math.inf, 100.0) == untimed.EVALS
+
+
+# ---------------------------------------------------------------- the model from measured speed
+def _fake_probe(reference_speed: float):
+    """A probe of a machine whose reference-tier model trains at ``reference_speed`` tokens/s,
+    the others in proportion to their width x layers (calls recorded)."""
+    calls = []
+
+    def probe(model, vocab, max_tokens, seconds):
+        calls.append((model["num_enc_layers"], model["num_dec_layers"], vocab, max_tokens, seconds))
+        ref = TIERS[REFERENCE_TIER][2]
+        size = lambda m: m["num_hiddens"] * (m["num_enc_layers"] + m["num_dec_layers"])  # noqa: E731
+        return reference_speed * size(ref) / size(model)
+
+    return probe, calls
+
+
+@pytest.mark.parametrize("speed,tier", [(600.0, "cpu-small"), (3000.0, "cpu-minutes"),
+                                        (9000.0, "cpu-hour")])  # fmt: skip
+def test_the_preset_follows_the_measured_speed(speed, tier):
+    probe, calls = _fake_probe(speed)
+    cfg = TrainConfig(data="x.tsv", max_minutes=10)
+    _, preset = resolve_config(cfg, 20_000, probe=probe)
+    assert preset.name == tier
+    assert "tokens/s on" in preset.reason and "measured" in preset.reason
+    assert f"{preset.speed:,.0f} tokens/s" in preset.reason
+    assert sum(c[-1] for c in calls) <= 5.0 + 1e-9  # the probe's time is bounded
+    assert preset.updates == int(0.85 * 600 * preset.speed / preset.max_tokens)
+
+
+def test_a_slower_machine_gets_a_smaller_model():
+    sizes = []
+    for speed in (400.0, 3000.0, 20_000.0):
+        probe, _ = _fake_probe(speed)
+        run, _ = resolve_config(TrainConfig(data="x.tsv", max_minutes=10), 20_000,
+                                probe=probe)  # fmt: skip
+        m = run.model_options
+        sizes.append(m["num_hiddens"] * (m["num_enc_layers"] + m["num_dec_layers"]))
+    assert sizes[0] < sizes[1] < sizes[2]
+
+
+def test_a_speed_near_the_references_counts_as_the_reference():
+    from qkv.train.presets import choose_preset, speed_factor
+
+    assert speed_factor(1500.0) == 0.5 and speed_factor(3000.0) == 1.0
+    assert speed_factor(4000.0) == 1.0  # the probe's noise on a quiet reference machine
+    assert speed_factor(6000.0) == 2.0
+    probe, _ = _fake_probe(4000.0)
+    speed = measure_tiers(20_000, 15.0, probe)
+    assert choose_preset(20_000, minutes=15, max_steps=None, speed=speed).name == "cpu-minutes"
+
+
+def test_the_probe_is_skipped_when_the_run_is_fixed():
+    probe, calls = _fake_probe(100.0)
+    resolve_config(TrainConfig(data="x.tsv", max_steps=100), 20_000, probe=probe)  # no clock
+    resolve_config(TrainConfig(data="x.tsv", max_minutes=10, preset="cpu-hour"), 20_000,
+                   probe=probe)  # fmt: skip
+    resolve_config(TrainConfig(data="x.tsv", max_minutes=10).updated({"model.num_hiddens": 128}),
+                   20_000, probe=probe)  # fmt: skip
+    resolve_config(TrainConfig(data="x.tsv", max_minutes=10), 20_000, device="cuda", probe=probe)
+    assert calls == []
+    # a 1-minute budget probes for at most 2% of it
+    measure_tiers(20_000, 1.0, probe)
+    assert sum(c[-1] for c in calls) <= 1.2 + 1e-9
+
+
+def test_the_real_probe_measures_a_speed():
+    from qkv.train.speed import measure_speed
+
+    tiny = {"num_hiddens": 32, "ffn_num_hiddens": 64, "num_heads": 2, "num_enc_layers": 1,
+            "num_dec_layers": 1, "norm_first": True}  # fmt: skip
+    tps = measure_speed(tiny, 200, 256, 0.2)
+    assert tps > 0 and math.isfinite(tps)
+    with pytest.raises(ValueError, match="seconds"):
+        measure_speed(tiny, 200, 256, 0.0)
+
+
+def test_the_demo_reads_the_runs_verdict(tmp_path, monkeypatch, capsys):
+    """``qkv demo translate`` stops on the verdict of its run (the same code as qkv train's),
+    whatever its own floor says."""
+    from types import SimpleNamespace
+
+    import qkv.train
+    from qkv.demos.translate import run as demo_run
+    from qkv.train.verdict import stopped_early
+
+    verdict = judge(["va va va va"] * 8, ["go ."] * 8, ["va !"] * 8, bleu=0.0, steps=3,
+                    planned=800)  # fmt: skip
+    result = SimpleNamespace(best_bleu=95.0, step=3, minutes=0.1, stopped="max_steps",
+                             verdict=verdict)  # fmt: skip
+    monkeypatch.setattr(qkv.train, "train", lambda config, out: result)
+    assert demo_run(tmp_path, True) == 1
+    err = capsys.readouterr().err
+    assert "did not learn" in err and "repeat a word" in err and "3 updates of the 800" in err
+    assert not stopped_early(0, None).usable
