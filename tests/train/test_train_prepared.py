@@ -5,6 +5,9 @@ named; a killed prepare continued; a second prepare a no-op."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -415,3 +418,27 @@ def test_workers_fork_only_a_process_of_one_thread(tmp_path, corpus_file, monkey
     for name in names:
         if name.name not in ("manifest.json", "report.json"):  # they say how long it took
             assert (alone / name).read_bytes() == (served / name).read_bytes(), name
+
+
+# a run's handlers installed (as qkv train installs them), then a prepare's pool: forked in a
+# process of one thread, its workers would run the run's handler on the SIGTERM the pool's end
+# sends them (a traceback each)
+_WORKERS_UNDER_A_RUNS_HANDLERS = """
+import signal
+from qkv.train.corpus import _pool, start_method
+from qkv.train.interrupt import StopSignals
+
+with StopSignals(lambda signum: None):
+    with _pool(2) as pool:
+        got = pool.apply(signal.getsignal, (signal.SIGTERM,)), pool.apply(signal.getsignal, (signal.SIGINT,))
+print(start_method(), got == (signal.SIG_DFL, signal.SIG_IGN))
+"""
+
+
+def test_a_prepares_workers_do_not_run_the_runs_signal_handlers():
+    res = subprocess.run(
+        [sys.executable, "-c", _WORKERS_UNDER_A_RUNS_HANDLERS],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["fork", "True"], (res.stdout, res.stderr)

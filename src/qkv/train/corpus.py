@@ -37,6 +37,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -599,8 +600,16 @@ def _pool(workers: int) -> Iterator[Any]:
     if workers <= 1:
         yield None
         return
-    with multiprocessing.get_context(start_method()).Pool(workers) as pool:
+    with multiprocessing.get_context(start_method()).Pool(workers, _worker_signals) as pool:
         yield pool
+
+
+def _worker_signals() -> None:
+    """A worker's signals: SIGTERM ends it (the pool's own end sends one to every worker; a
+    forked worker would otherwise run the training run's handler and print its traceback), and
+    Ctrl-C, which the terminal sends to every process of the group, is the parent's to handle."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _prepare(
