@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _folders import folder_size, quiet_cli
+from _train_helpers import ENDED
 
 from qkv.data import bundled_pairs, write_pairs
 from qkv.inference import writing
@@ -44,7 +45,7 @@ def exported(tmp_path_factory) -> dict:
     )
     run = private / "run"
     rc, _, err = quiet_cli("train", "--data", str(data), "--config", str(config), "--out", str(run))
-    assert rc == 0, err
+    assert rc in ENDED, err  # 10 updates: a model to export, not one worth using (status 3)
     outs = {}
     for name, extra in EXPORTS.items():
         out = tmp_path_factory.mktemp("shared") / name

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_helpers import run_qkv, tiny_config
+from _train_helpers import ENDED, run_qkv, tiny_config
 
 from qkv._deps import MissingDependency
 from qkv.data import languages as L
@@ -121,5 +121,5 @@ def test_2000_chinese_pairs_train_with_the_defaults(tmp_path):
     data = _tsv(tmp_path / "en-zh.tsv", _han_pairs(2000, 1500))
     r = run_qkv("train", "--data", data, "--out", str(tmp_path / "run"), "--set", "max_steps=2",
                 "--set", "eval_sentences=4", "--set", "tune_decoding=false", timeout=600)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode in ENDED, r.stderr[-3000:]  # 2 updates learn nothing: status 3
     assert re.search(r"vocab_size: \d+ pieces are too few .* using \d+", r.stderr + r.stdout)
