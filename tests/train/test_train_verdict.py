@@ -13,7 +13,7 @@ from _train_helpers import run_qkv, tiny_config
 from qkv.data import bundled_pairs
 from qkv.train import TrainConfig, train
 from qkv.train.presets import REFERENCE_TIER, TIERS, measure_tiers, resolve_config
-from qkv.train.verdict import EXIT_NOT_LEARNED, degenerate, judge
+from qkv.train.verdict import EXIT_NOT_LEARNED, degenerate, fix_for, judge
 
 
 def _real_pairs(n: int, seed: int) -> list[tuple[str, str]]:
@@ -72,6 +72,17 @@ def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
     assert r.returncode == EXIT_NOT_LEARNED, r.stderr
     assert "the model is not usable:" in r.stderr and "qkv train --out" in r.stderr
     assert "--resume --max-steps" in r.stderr
+    assert "fewer other processes" not in r.stderr  # no speed measured: nothing said of it
+
+
+@pytest.mark.parametrize(
+    "speed, busy", [(None, False), (3000.0, False), (2400.0, False), (1200.0, True)]
+)
+def test_the_fix_names_the_machine_only_when_its_measured_speed_was_low(speed, busy):
+    fix = fix_for("runs/x", 3.0, 458, 354, "cpu-small", speed)
+    assert fix.startswith("Fix: train it longer (qkv train --out runs/x --resume --max-minutes 6)")
+    assert ("on a machine with fewer other processes" in fix) == busy, fix
+    assert "--preset cpu-small" not in fix  # the smallest already
 
 
 def test_cli_exit_status_is_the_libraries():

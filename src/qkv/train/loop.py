@@ -804,6 +804,7 @@ class _Run:
             )
         config = self.setup.config
         tier = preset.get("name") if config.preset != "none" else SMALLEST
-        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier)
+        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier,
+                      preset.get("speed"))  # fmt: skip
         self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
         return verdict

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..inference import corpus_scores
 from .interrupt import resume_command
+from .presets import speed_factor
 
 __all__ = [
     "EXIT_NOT_LEARNED",
@@ -45,6 +46,8 @@ DEGENERATE_SHARE = 0.5
 MARGIN = 1.0
 #: the smallest preset (:data:`qkv.train.presets.TIERS`), which makes the most updates
 SMALLEST = "cpu-small"
+#: a measured speed under this share of the reference machine's: the fix names the machine too
+SLOW = 0.5
 
 
 @dataclass(frozen=True)
@@ -176,11 +179,18 @@ def stopped_early(steps: int, planned: int | None) -> Verdict:
 
 
 def fix_for(
-    out: Any, minutes: float | None, steps: int, planned: int | None, tier: str | None = None
+    out: Any,
+    minutes: float | None,
+    steps: int,
+    planned: int | None,
+    tier: str | None = None,
+    speed: float | None = None,
 ) -> str:
     """What to do about a model that is not usable: train the run in ``out`` on (a larger
     budget: at least twice this one, or as much more as the plan needed), or start smaller
-    (unless its preset ``tier`` is the smallest already)."""
+    (unless its preset ``tier`` is the smallest already); and, when the speed measured at the
+    start (``speed``, target tokens/s) was under :data:`SLOW` of the reference machine's, on
+    a machine with fewer other processes."""
     go_on = resume_command(out)
     if minutes is not None:
         more = max(2.0, (planned or 0) / max(steps, 1))
@@ -188,4 +198,7 @@ def fix_for(
     else:
         go_on += f" --max-steps {max(2 * steps, planned or 0, 100)}"
     smaller = "" if tier == SMALLEST else f", or start a smaller model (--preset {SMALLEST})"
-    return f"Fix: train it longer ({go_on}){smaller}, on a machine with fewer other processes"
+    busy = speed is not None and speed_factor(speed) < SLOW
+    return f"Fix: train it longer ({go_on}){smaller}" + (
+        ", on a machine with fewer other processes" if busy else ""
+    )
