@@ -254,3 +254,54 @@ def test_qkv_serve_outlasts_45_clients_sending_a_byte_a_second(model_dir):
     assert len(answers) == 45 and answers.count(b"HTTP/1.1 408 Request Timeout") >= 40, answers
     assert set(answers) <= {b"HTTP/1.1 408 Request Timeout", b"HTTP/1.1 503 Service Unavailable"}
     assert len(others) >= 5 and set(others) == {b"HTTP/1.1 200 OK"}, others
+
+
+def test_a_full_server_closes_a_lingering_connection_to_make_room(translator):
+    """A request answered before its body came (a wrong key in a header: 401) leaves its
+    connection in a lingering close, dropping what still comes for seconds; such connections
+    could not be closed to make room, so a client without the key, one such request per
+    connection, kept every other client at 503. A full server now closes the one lingering
+    longest (a second at least) for a newcomer."""
+    with _serve(translator, api_key="sesame", body_timeout=30.0, max_connections=4) as s:
+        held = []
+        for _ in range(4):
+            sock = _connect(s)
+            sock.settimeout(5)
+            sock.sendall(_head(10_000_000, "X-API-Key: wrong\r\n"))
+            assert read_answer(sock)[0] == 401
+            held.append(sock)
+        time.sleep(1.5)
+        r = s.client.get(s.url + "/health")
+        assert r.status_code == 200, r.text
+        for sock in held:
+            sock.close()
+
+
+def _stalled_reader(live) -> socket.socket:
+    """A client that asks for the page again and again, pipelined, and reads nothing."""
+    port = int(live.url.rsplit(":", 1)[1])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(5)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n" * 300)
+    return sock
+
+
+def test_a_client_that_reads_no_answer_is_closed_and_makes_room(translator):
+    """A client that took none of its answers held its connection for ever (no send timeout;
+    a connection being answered was never slow): a few of them kept every other client at
+    503. Such a connection now makes room for a new one after a second, and is closed when it
+    has taken nothing for the body timeout (nginx's ``send_timeout``)."""
+    with _serve(translator, body_timeout=2.0, max_connections=3) as s:
+        held = [_stalled_reader(s) for _ in range(3)]
+        wait_until(lambda: sum(
+            c.flow.write_paused for c in s.server.server_state.connections
+        ) == 3, 30, "three stalled answers")  # fmt: skip
+        time.sleep(1.2)
+        r = s.client.get(s.url + "/health")
+        assert r.status_code == 200, r.text
+        s.client.close()  # the httpx client's own connection, kept alive: closed
+        wait_until(lambda: not s.server.server_state.connections, 10, "the send timeout")
+        for sock in held:
+            sock.close()

@@ -92,6 +92,9 @@ MIN_BODY_RATE = 500.0
 #: a connection is closed to make room for a new one only when it has been receiving its
 #: request this many seconds at least, under the minimum body rate
 EVICT_AFTER = 1.0
+#: seconds a client may take none of its answer before its connection is closed when no
+#: body timeout is set (nginx's ``send_timeout`` is 60 s)
+SEND_TIMEOUT = 60.0
 #: after a body timeout's 408: the most seconds the rest is read and dropped before closing
 #: (short: the client is the slow one; long enough that the 408 is read, not reset)
 BODY_LINGER_SECONDS = 2.0
@@ -276,6 +279,9 @@ class _Protocol(H11Protocol):
         self._heard = 0  # bytes received since the last answer
         self._header_timer: asyncio.TimerHandle | None = None
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._linger_since: float | None = None  # when its lingering close began
+        self._stalled_since: float | None = None  # when its client stopped taking its answer
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_start = self._body_last = 0.0  # when the body's clock started, last byte
         self._body_bytes = 0  # bytes of the body received since its clock started
@@ -325,9 +331,18 @@ class _Protocol(H11Protocol):
         """Since when (loop time) this connection has been receiving its request (or waiting
         for its next one, kept alive), when it is slow at it: for :data:`EVICT_AFTER` seconds
         at least, and under the minimum body rate on the whole (a request that arrives at a
-        good pace is never closed to make room). None otherwise: its request is being
-        answered, it is closing, or it is sending at a good pace."""
-        if self._refused or self._lingering or self._raw.is_closing():
+        good pace is never closed to make room); or since when it has been in its lingering
+        close, or its client has taken none of its answer, for as long. None otherwise: its
+        request is being answered, it is closing, or it is sending at a good pace."""
+        if self._refused or self._raw.is_closing():
+            return None
+        now = self.loop.time()
+        # answered already, the rest of its request dropped; or its client takes none of its
+        # answer: either for EVICT_AFTER seconds at least
+        for since in (self._linger_since, self._stalled_since):
+            if since is not None and now - since >= EVICT_AFTER:
+                return since
+        if self._lingering:
             return None
         cycle = self.cycle
         receiving = cycle is None or cycle.response_complete  # headers, or nothing yet
@@ -345,6 +360,9 @@ class _Protocol(H11Protocol):
         408 when it sent part of a request, the app told the client left."""
         cycle = self.cycle
         answering = cycle is not None and not cycle.response_complete
+        if self._lingering or self._stalled_since is not None:
+            self._raw.abort()  # answered, or not reading what it is sent: nothing to say
+            return
         if self._heard and not (answering and cycle.response_started):
             message = (
                 "connections: the server is full and this request was the slowest to arrive; "
@@ -502,8 +520,10 @@ class _Protocol(H11Protocol):
         self._linger(LINGER_SECONDS)
 
     def _linger(self, seconds: float) -> None:
-        """Stop writing; read and drop what still comes for ``seconds`` at most, then close."""
+        """Stop writing; read and drop what still comes for ``seconds`` at most, then close
+        (sooner when a new connection needs its place: :meth:`slow_since`)."""
         self._lingering = True
+        self._linger_since = self.loop.time()
         self._cancel_timer("_header_timer")
         self._cancel_timer("_body_timer")
         self._unset_keepalive_if_required()
@@ -512,10 +532,34 @@ class _Protocol(H11Protocol):
         if self._raw.can_write_eof():
             self._raw.write_eof()
 
+    def pause_writing(self) -> None:
+        """The client stopped taking its answer (the transport's buffer is full): it gets
+        :data:`SEND_TIMEOUT` seconds (the body timeout when set) to take some again, as
+        nginx's ``send_timeout``, and may be closed sooner to make room."""
+        super().pause_writing()
+        self._stalled_since = self.loop.time()
+        timeout = self.limits.body_timeout or SEND_TIMEOUT
+        self._cancel_timer("_send_timer")
+        self._send_timer = self.loop.call_later(timeout, self._send_late)
+
+    def resume_writing(self) -> None:
+        self._stalled_since = None
+        self._cancel_timer("_send_timer")
+        super().resume_writing()
+
+    def _send_late(self) -> None:
+        """The client took nothing of its answer for the send timeout: closed."""
+        self._send_timer = None
+        self.limits.events.note(
+            "send", "closed connections whose clients took nothing of their answer in time"
+        )
+        self._raw.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer("_header_timer")
         self._cancel_timer("_body_timer")
         self._cancel_timer("_linger_timer")
+        self._cancel_timer("_send_timer")
         if self._refused:
             return
         held = self.limits.by_client
