@@ -128,6 +128,9 @@ def test_prepare_into_a_model_folder_refuses_and_the_model_still_loads(tmp_path,
         ({"manifest.json": b'{"format": "qkv.export"}'}, "manifest.json is another kind's"),
         ({"notes.txt": b"mine"}, "files qkv prepare does not write ('notes.txt')"),
         ({".notes.json.qkv-tmp-12": b"mine"}, "files qkv prepare does not write ('.notes.j"),
+        # names a corpus has, but the user's files: no manifest, no trace of a prepare
+        ({"tokenizers/my.model": b"mine"}, "'tokenizers' but no manifest.json"),
+        ({"valid.jsonl": b"{}\n", "test.jsonl": b"{}\n"}, "'test.jsonl' but no manifest.json"),
     ],
 )
 def test_prepare_refuses_any_folder_it_did_not_write(tmp_path, two_files, contents, said):

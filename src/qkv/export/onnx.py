@@ -170,8 +170,22 @@ def _export_graphs(model: nn.Module, folder: Path) -> None:
             },
             verbose=False,
         )
-    encoder.save(str(folder / "encoder.onnx"))
-    step.save(str(folder / "decoder_step.onnx"))
+    for program, name in ((encoder, "encoder.onnx"), (step, "decoder_step.onnx")):
+        _without_stack_traces(program.model)
+        program.save(str(folder / name))
+
+
+#: the exporter's metadata of each node that names files of the exporting machine
+_LOCAL_METADATA = ("pkg.torch.onnx.stack_trace",)
+
+
+def _without_stack_traces(model: Any) -> None:
+    """Drop the stack traces the exporter records on every node (the paths of this machine's
+    qkv, Python and home folder): an export publishes nothing local."""
+    for graph in (*model.graphs(), *model.functions.values()):
+        for node in graph.all_nodes() if hasattr(graph, "all_nodes") else graph:
+            for key in _LOCAL_METADATA:
+                node.metadata_props.pop(key, None)
 
 
 @contextlib.contextmanager

@@ -181,6 +181,12 @@ def _foreign(folder: Path) -> str | None:
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         return f"it holds files qkv prepare does not write ({foreign[0]!r}{more})"
+    writing = any(_temp_of(n) in (MANIFEST, REPORT) for n in names)
+    if WORK_DIR not in names and not writing and not (folder / MANIFEST).is_file():
+        # names a corpus has, without its manifest or a trace of a killed prepare: the user's
+        kept = sorted(names & set(CORPUS_FILES))
+        if kept:
+            return f"it holds {kept[0]!r} but no {MANIFEST}: not a corpus qkv prepare wrote"
     return None
 
 
