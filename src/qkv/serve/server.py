@@ -517,13 +517,16 @@ class _Protocol(H11Protocol):
         if self.conn.their_state is not h11.SEND_BODY:
             self._raw.close()
             return
-        self._linger(LINGER_SECONDS)
+        self._linger(LINGER_SECONDS, evictable=True)
 
-    def _linger(self, seconds: float) -> None:
-        """Stop writing; read and drop what still comes for ``seconds`` at most, then close
-        (sooner when a new connection needs its place: :meth:`slow_since`)."""
+    def _linger(self, seconds: float, *, evictable: bool = False) -> None:
+        """Stop writing; read and drop what still comes for ``seconds`` at most, then close;
+        ``evictable``: sooner when a new connection needs its place (:meth:`slow_since`): a
+        request refused before its body, whose linger is long. A 408's short linger is left to
+        end, so that a client still sending reads its 408 rather than a reset."""
         self._lingering = True
-        self._linger_since = self.loop.time()
+        if evictable:
+            self._linger_since = self.loop.time()
         self._cancel_timer("_header_timer")
         self._cancel_timer("_body_timer")
         self._unset_keepalive_if_required()
