@@ -4,6 +4,8 @@ length 0, pre-norm, biases, quantized layers, and weights changed between calls.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from _seq2seq_models import BOS, EOS, batch, tiny
@@ -117,6 +119,32 @@ def test_changed_weights_are_seen():
     fast, _ = _steps(model, src, lens, True, n=3)
     slow, _ = _steps(model, src, lens, False, n=3)
     for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("optimizer", ["fused", "data"])
+def test_weights_changed_unseen_by_version_counters_are_seen_after_train(optimizer):
+    """torch's fused AdamW and ``p.data`` updates leave the version counters as they were: the
+    weights the fast path kept are dropped when the model changes mode, as every training loop
+    does around its updates (the weights a run validated with were once its first
+    evaluation's)."""
+    model = _model(torch.float32, seed=6)
+    src, lens = batch(B=4, L=7, seed=6)
+    _steps(model, src, lens, True, n=2)  # keeps the encoder's and the decoder's weights
+    model.train()
+    if optimizer == "fused":
+        opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+        tgt = torch.randint(3, 37, (4, 5))
+        model(src, tgt, lens).logsumexp(-1).mean().backward()
+        opt.step()
+    else:
+        for p in model.parameters():
+            p.data.add_(0.05 * torch.randn_like(p))
+    model.eval()
+    fresh = copy.deepcopy(model)  # new modules: nothing kept for them
+    kept, _ = _steps(model, src, lens, True, n=3)
+    new, _ = _steps(fresh, src, lens, True, n=3)
+    for a, b in zip(kept, new):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 

@@ -47,6 +47,7 @@ from ..functional.decode import (
 from ._inference import (
     Linear,
     Product,
+    forget,
     fused_product,
     fused_projection,
     linear,
@@ -68,6 +69,7 @@ __all__ = [
     "encode_packed",
     "end_beams",
     "expand_beams",
+    "forget",
     "reorder_beams",
     "why_not_fast_path",
 ]

@@ -35,6 +35,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 __all__ = [
     "Linear",
+    "forget",
     "fused_product",
     "fused_projection",
     "linear",
@@ -48,6 +49,17 @@ Product = Callable[[Tensor], Tensor]  # x (N, in) -> (N, out)
 # module -> (the weights' identity and versions, the product with the kept weights)
 _CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Product]] = weakref.WeakKeyDictionary()
 _FUSED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Product]] = weakref.WeakKeyDictionary()
+
+
+def forget(module: nn.Module) -> None:
+    """Drop the weights kept for ``module`` and every module inside it. A kept weight is
+    recognised by its tensor's version counter, which an in-place update bumps, except one
+    that bypasses autograd's counters (torch's fused AdamW, ``p.data.add_()``): such
+    updates are made in training mode, so a module that changes mode forgets what it kept
+    (``_Stack.train`` calls this)."""
+    for m in module.modules():
+        _CACHE.pop(m, None)
+        _FUSED.pop(m, None)
 
 
 def _version(t: Tensor) -> int | None:

@@ -151,6 +151,12 @@ class _Stack(nn.Module):
             return None
         return RotaryEmbedding(num_hiddens // num_heads, max_len=max_len)
 
+    def train(self, mode: bool = True) -> _Stack:
+        """``nn.Module.train``; the weights the fast inference path kept are dropped (an
+        optimizer may now change them unseen: :func:`qkv.nn._fast_decode.forget`)."""
+        fast.forget(self)
+        return super().train(mode)
+
     def _embed(self, X: Tensor, offset: int = 0) -> Tensor:
         # the book: embeddings are scaled by sqrt(num_hiddens) (embed_scale; 1 with
         # scale_embedding=False), then the positions are added

@@ -45,12 +45,19 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    # torch's fused kernel: one pass over each parameter, the same arithmetic whatever the
+    # parameter layout (as the per-parameter loop, and unlike foreach's grouping), 2.5x faster
+    # than that loop on a CPU (3.5% of the cpu-minutes model's update); on other devices the
+    # loop. It leaves the parameters' version counters as they were: the weights qkv's fast
+    # inference path keeps are dropped when the model changes mode (qkv.nn._fast_decode.forget)
+    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
     return torch.optim.AdamW(
         groups,
         lr=config.lr,
         betas=config.betas,
         eps=config.adam_eps,
-        foreach=False,  # the same arithmetic whatever the parameter layout
+        foreach=False,
+        fused=fused or None,
     )
 
 
