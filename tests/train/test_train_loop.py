@@ -160,7 +160,11 @@ def test_early_stopping(tmp_path, corpus_file, monkeypatch):
     cfg = tiny_config(data=str(corpus_file), max_steps=50, eval_every=3, patience=2)
     res = train(cfg, tmp_path, progress=False)
     assert res.stopped == "early_stopping" and res.step == 9
-    assert res.best_step == 3 and res.best_checkpoint.name == "step-00000003"
+    # the same BLEU each time, and a validation loss that went down: the latest is the best
+    # (patience counts BLEU only)
+    losses = [h["valid_loss"] for h in res.history if "valid_loss" in h]
+    assert losses == sorted(losses, reverse=True)
+    assert res.best_step == 9 and res.best_checkpoint.name == "step-00000009"
 
 
 def test_time_limit(tmp_path, corpus_file):
@@ -287,3 +291,27 @@ def test_resuming_an_early_stopped_run_does_nothing(tmp_path, corpus_file, monke
     # more patience goes on: one more evaluation without a better BLEU, then it stops again
     more = train(cfg.updated({"patience": 3}), tmp_path, resume=True, progress=False)
     assert more.stopped == "early_stopping" and more.step == 12
+
+
+def _evals(*pairs):
+    history = [{"step": 10, "loss": 5.0, "lr": 1e-3, "tok_s": 100}]  # a training line
+    for step, (bleu, loss) in enumerate(pairs, 1):
+        history.append({"step": 100 * step, "valid_loss": loss, "valid_bleu": bleu})
+    return history
+
+
+def test_the_best_checkpoint_is_the_highest_bleu_or_a_close_one_with_a_lower_loss():
+    from qkv.train.loop import BLEU_NOISE, is_better
+
+    assert is_better([], None, 0.0, 9.0)  # the first evaluation
+    history = _evals((30.41, 1.791))
+    assert is_better(history, 100, 30.5, 1.9)  # a higher BLEU wins whatever its loss
+    assert is_better(history, 100, 29.98, 1.756)  # within the noise, a lower loss
+    assert not is_better(history, 100, 29.98, 1.80)  # within the noise, a higher loss
+    assert not is_better(history, 100, 30.41 - BLEU_NOISE - 0.01, 1.0)  # clearly lower BLEU
+    # the band is measured from the highest BLEU, not from a best that was chosen by its loss:
+    # a run cannot walk down a point at a time
+    history = _evals((30.41, 1.791), (29.6, 1.70))
+    assert not is_better(history, 200, 29.3, 1.60)
+    assert not is_better(history, 200, 30.0, 1.75)  # above the best's BLEU, not its loss
+    assert is_better(history, 200, 29.5, 1.65)
