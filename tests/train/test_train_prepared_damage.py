@@ -220,6 +220,27 @@ def test_a_manifest_that_is_not_json_is_named(corpus):
         PreparedCorpus(corpus)
 
 
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"resolved": None}, "lacks 'resolved'"),
+        ({"sources": "train.tsv"}, "holds a str as 'sources', not a list"),
+        ({"resolved": {"normalizer": "plain"}}, "lacks 'resolved.src_lang'"),
+    ],
+)
+def test_a_manifest_without_what_its_readers_need_stops_qkv_train_in_one_line(
+    corpus, tmp_path, changes, said
+):
+    _manifest(corpus, **changes)
+    err = io.StringIO()
+    argv = ["train", "--quiet", "--data", str(corpus), "--out", str(tmp_path / "run")]
+    argv += ["--preset", "none", "--max-steps", "2"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    line = one_line(err.getvalue(), "train")
+    assert rc == 2 and f"manifest.json' {said}; rebuild it with qkv prepare --data" in line, line
+
+
 def test_a_corpus_prepared_before_the_checks_still_opens(corpus):
     _manifest(corpus, vocab_sizes=None, max_ids=None, tokenizer_sha256=None)
     data = _run_data(corpus)

@@ -497,7 +497,29 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
             f"{str(folder)!r} is a prepared corpus of version {version!r}; this qkv "
             f"reads versions up to {PREPARED_VERSION}: prepare it again with this qkv",
         )
+    for key, kind in _MANIFEST_KEYS.items():
+        if not isinstance(m.get(key), kind):
+            what = (
+                f"lacks {key!r}"
+                if key not in m
+                else f"holds a {type(m[key]).__name__} as {key!r}, not a {kind.__name__}"
+            )
+            raise DamagedCorpusError(path, what, _rebuild(Path(folder), m))
+    langs = [k for k in ("src_lang", "tgt_lang") if k not in m["resolved"]]
+    if langs:
+        raise DamagedCorpusError(path, f"lacks 'resolved.{langs[0]}'", _rebuild(Path(folder), m))
     return m
+
+
+#: what every reader of a manifest relies on, by type (the checks of the arrays read the rest)
+_MANIFEST_KEYS = {
+    "fingerprint": str,
+    "sources": list,
+    "settings": dict,
+    "resolved": dict,
+    "split": dict,
+    "counts": dict,
+}
 
 
 @dataclass(frozen=True)
