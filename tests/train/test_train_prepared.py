@@ -72,6 +72,23 @@ def test_a_second_prepare_is_a_no_op_and_other_settings_prepare_again(tmp_path, 
     assert not (folder / ".work").exists()
 
 
+def test_a_linked_tokenizers_folder_is_replaced_by_a_new_prepare_and_its_target_kept(
+    tmp_path, corpus_file
+):
+    config = tiny_config(data=str(corpus_file))
+    folder = prepare_corpus(config, tmp_path / "bin")
+    elsewhere = tmp_path / "kept-tokenizers"
+    (folder / "tokenizers").rename(elsewhere)
+    (folder / "tokenizers").symlink_to(elsewhere, target_is_directory=True)
+    files = lambda: {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}  # noqa: E731
+    before = files()
+    assert before
+    prepare_corpus(config.updated({"valid": 60}), folder)
+    assert not (folder / "tokenizers").is_symlink() and (folder / "tokenizers").is_dir()
+    assert files() == before
+    PreparedCorpus(folder)  # its tokenizers are the ones the manifest records
+
+
 class _Killed(BaseException):
     pass
 

@@ -484,10 +484,13 @@ def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say, given: 
 
 
 def _install(work: Path, out: Path) -> None:
-    """Move the finished files of ``work`` into ``out`` (replacing older ones)."""
+    """Move the finished files of ``work`` into ``out`` (replacing older ones; a link the user
+    put in their place is replaced, never what it points to)."""
     for name in CORPUS_FILES:
         target = out / name
-        if target.is_dir():
+        if target.is_symlink():
+            target.unlink()
+        elif target.is_dir():
             shutil.rmtree(target)
         replace(work / name, target)
 
