@@ -209,6 +209,39 @@ def test_readme_quotes_the_other_pairs_of_the_json():
             assert f"{run['bleu_13a']:.2f}" in cells[6], (label, cells)
 
 
+PLANNED_RUNS = {
+    "real-en-fr-10.json": "English→French, 10 min",
+    "real-en-de-10.json": "English→German, 10 min",
+    "real-en-de-3-busy.json": "English→German, 3 min beside two busy processes",
+}
+
+
+def test_readme_quotes_the_runs_of_todays_defaults_from_their_json():
+    """The rows of ``benchmarks.real`` with the preset sized from measured speed and the
+    verdict: the preset and speed its log printed, its figures, and its exit status."""
+    section = _figures_section()
+    for name, label in PLANNED_RUNS.items():
+        real = json.loads((ROOT / "benchmarks/results" / name).read_text(encoding="utf-8"))
+        run = real["systems"]["qkv"]
+        row = next((r for r in section.splitlines() if r.startswith(f"| {label} |")), None)
+        assert row is not None, f"no row for {label} in README's measured figures"
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        command = cells[1]
+        assert f"--pair {real['pair']}" in command, (label, cells)
+        if real["minutes"] != 10:
+            assert f"--minutes {real['minutes']:g}" in command, (label, cells)
+        assert (f"--busy {real['busy_processes']}" in command) == bool(real["busy_processes"])
+        tier, speed = re.match(
+            r"preset ([\w-]+): .*measured ([\d,]+) tokens/s", run["preset"]
+        ).groups()
+        assert cells[2] == f"{tier} ({speed} tokens/s)", (label, cells)
+        assert cells[3] == f"{run['updates']:,}", (label, cells)
+        assert cells[4] == f"{run['bleu']:.2f}", (label, cells)
+        assert cells[5] == f"{run['chrf']:.2f}", (label, cells)
+        assert cells[6].startswith(f"{run['degenerate']:,}"), (label, cells)
+        assert cells[7].endswith(f"({run['exit_status']})"), (label, cells)
+
+
 def test_each_real_corpus_figure_is_quoted_once():
     real = json.loads((ROOT / "benchmarks/results/real.json").read_text(encoding="utf-8"))
     figures = [f"{s['bleu']:.2f}" for s in real["systems"].values()]
