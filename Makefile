@@ -13,10 +13,11 @@ QKV_CHROMIUM ?= /usr/bin/chromium
 export QKV_CHROMIUM
 
 # pytest's processes (pytest-xdist; each test runs on one torch thread, see tests/conftest.py):
-# one per CPU, at most 4, each test file in one process (its fixtures built once);
+# one per CPU, at most 4, each test file in one process (its fixtures built once), the longest
+# files handed out first (tests/conftest.py's LONGEST_FIRST), the others in the order collected;
 # PYTEST_WORKERS=0 runs them all in this one
 PYTEST_WORKERS ?= auto
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder)
 
 .PHONY: demo test test-quick docs docs-check browser fonts lint format bench clean
 

@@ -1,7 +1,10 @@
-"""Tiny training settings and a way to run `qkv` in a subprocess, shared by the train tests."""
+"""Tiny training settings and ways to run `qkv` (in a subprocess, or in this process where a
+test is about what a command does and not about its process), shared by the train tests."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -85,6 +88,22 @@ def run_qkv(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
         env=env,
         **kw,
     )
+
+
+def qkv_here(*args: str) -> subprocess.CompletedProcess:
+    """``qkv ARGS`` called in this process (``qkv.cli.main``, on the test's one torch thread):
+    what :func:`run_qkv` returns, without the second or two of a process starting torch. For
+    what a command computes and writes; signals, exit statuses and the streams of a real
+    process stay with :func:`run_qkv`."""
+    from qkv.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["qkv", *args], code, out.getvalue(), err.getvalue())
 
 
 def kill_when_checkpointed(args: list[str], checkpoint: Path, within_s: float = 120) -> int:

@@ -148,6 +148,34 @@ SLOW_TESTS = {
     },
 }
 
+#: the files that take longest (seconds of a 2-core machine's `pytest --durations=0`, summed per
+#: file), longest first: collected first, so that pytest-xdist (`--dist loadfile
+#: --no-loadscope-reorder`, as the Makefile runs it) hands them out first and the many short
+#: files fill the end of every worker's share, instead of one long file running on alone at the
+#: end (xdist's own order, by number of tests, sends long files of few tests last)
+LONGEST_FIRST = (
+    "interop/test_interop_import_exact.py",  # 5 MarianMTModels trained by transformers
+    "train/test_train_prepared.py",
+    "export/test_export_huggingface.py",
+    "export/test_export_onnx.py",
+    "train/test_train_auto.py",
+    "notebooks/test_notebooks.py",
+    "cli/test_cli_openmp.py",
+    "serve/test_serve_bodies.py",  # 45 clients sending a byte a second: 24 s by design
+    "train/test_train_subwords.py",
+    "train/test_train_resume.py",
+    "nn/test_nn_learning.py",
+    "train/test_train_signals.py",
+    "test_docs.py",
+    "train/test_train_languages.py",
+    "serve/test_serve_pairs.py",
+    "train/test_train_data.py",
+    "serve/test_serve_cli.py",
+    "cli/test_cli_prepare.py",
+    "export/test_export_manifests.py",
+    "cli/test_cli_train.py",
+)
+
 
 @pytest.fixture(autouse=True)
 def _seed_everything():
@@ -167,11 +195,17 @@ def one_thread():
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     checked: set[str] = set()
+    rank = {rel: i for i, rel in enumerate(LONGEST_FIRST)}
+    gone = sorted(set(LONGEST_FIRST) - {p.relative_to(HERE).as_posix() for p in HERE.rglob("test_*.py")})  # fmt: skip
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FIRST names {gone}, not in tests/")
+    order = {}
     for item in items:
         try:
             rel = item.path.relative_to(HERE).as_posix()
         except ValueError:  # a test outside tests/
             continue
+        order[item.nodeid] = rank.get(rel, len(rank))
         if rel not in OWN_THREADS:
             item.add_marker(pytest.mark.usefixtures("one_thread"))
         slow = SLOW_TESTS.get(rel, set())
@@ -183,6 +217,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = getattr(item, "originalname", item.name)
         if name in slow or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: order.get(item.nodeid, len(rank)))  # stable: a file's own order
 
 
 @pytest.fixture(scope="session")

@@ -35,13 +35,15 @@ def reverse_task(n: int, g: torch.Generator, max_len: int = 6):
 def test_learns_to_reverse_and_decodes_it(kind):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
+    # the smallest sizes and fewest updates that learn it on seeds 0, 1 and 2 (32 of 32 right)
+    width, updates = (32, 400) if kind == "transformer" else (64, 120)
     model = build_model(
         dict(
             src_vocab_size=V,
             tgt_vocab_size=V,
             kind=kind,
-            num_hiddens=64,
-            ffn_num_hiddens=128,
+            num_hiddens=width,
+            ffn_num_hiddens=2 * width,
             num_heads=4,
             embed_size=32,
             num_enc_layers=2,
@@ -51,7 +53,7 @@ def test_learns_to_reverse_and_decodes_it(kind):
     )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(500 if kind == "transformer" else 250):
+    for _ in range(updates):
         src, lens, tgt = reverse_task(64, g)
         logits = model(src, tgt[:, :-1], lens)
         loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=PAD)

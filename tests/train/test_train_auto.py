@@ -131,9 +131,9 @@ def test_a_timed_run_plans_its_length_and_decays_within_the_budget(
     tmp_path, corpus_file, monkeypatch
 ):
     # minutes: enough updates to see warm-up and decay on a loaded 2-core machine, on a clock
-    # running 2.5 times faster (the plan of a machine 2.5 times slower, in 12 s)
+    # running 4 times faster (the plan of a machine 4 times slower, in 7.5 s)
     budget = 0.5
-    monkeypatch.setattr("qkv.train.loop.time", DilatedTime(2.5))
+    monkeypatch.setattr("qkv.train.loop.time", DilatedTime(4))
     cfg = tiny_config(data=str(corpus_file), max_steps=100_000, max_minutes=budget,
                       schedule="auto", warmup_steps=None, eval_every=None, save_every=None,
                       log_every=1)  # fmt: skip
@@ -369,7 +369,10 @@ def test_resume_keeps_the_resolved_plan(tmp_path, corpus_file):
     assert state["preset"]["name"] == "cpu-small" and "3 updates" in state["preset"]["reason"]
 
 
-def test_a_timed_run_resumed_keeps_its_budget_and_its_final_model(tmp_path, corpus_file):
+def test_a_timed_run_resumed_keeps_its_budget_and_its_final_model(
+    tmp_path, corpus_file, monkeypatch
+):
+    monkeypatch.setattr("qkv.train.loop.time", DilatedTime(3))  # 9 s of budget in 3
     cfg = tiny_config(data=str(corpus_file), max_steps=None, max_minutes=0.15, schedule="auto",
                       warmup_steps=None, eval_every=None, save_every=None)  # fmt: skip
     first = train(cfg, tmp_path, progress=False)

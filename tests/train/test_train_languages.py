@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _train_helpers import ENDED, run_qkv, tiny_config
+from _train_helpers import ENDED, qkv_here, run_qkv, tiny_config
 
 from qkv._deps import MissingDependency
 from qkv.data import Split
@@ -275,23 +275,23 @@ def test_cli_aligned_files_valid_and_pair(tmp_path):
     common += ["--set", "model.num_dec_layers=1", "--set", "vocab_size=700", "--quiet"]
     common += ["--set", "test=2", "--set", "eval_sentences=5", "--set", "tune_decoding=false"]
     out = tmp_path / "run"
-    r = run_qkv(
+    r = qkv_here(
         "train", "--data", files["train.en"], files["train.zh"], "--valid", files["dev.en"],
-        files["dev.zh"], "--out", str(out), *common, timeout=300,
+        files["dev.zh"], "--out", str(out), *common,
     )  # fmt: skip
     assert r.returncode in ENDED, r.stderr
     assert load_model(out).languages == ("en", "zh")
     # --pair with a prefix
     out2 = tmp_path / "run2"
     prefix = str(tmp_path / "train")
-    r = run_qkv(
+    r = qkv_here(
         "train", "--data", prefix, "--pair", "en-zh", "--valid", str(tmp_path / "dev"),
-        "--out", str(out2), *common, timeout=300,
+        "--out", str(out2), *common,
     )  # fmt: skip
     assert r.returncode in ENDED, r.stderr
     assert load_model(out2).languages == ("en", "zh")
     # qkv evaluate == sacrebleu -l en-zh on the same output and references
-    r = run_qkv(
+    r = qkv_here(
         "evaluate", "--model-dir", str(out), "--data", files["dev.en"], files["dev.zh"], "--json"
     )
     assert r.returncode == 0, r.stderr
@@ -306,8 +306,8 @@ def test_cli_aligned_files_valid_and_pair(tmp_path):
     )
     assert f"{got['bleu']:.1f}" == sb.stdout.strip()
     # --tokenize overrides, and the signature says so
-    r = run_qkv("evaluate", "--model-dir", str(out), "--data", files["dev.en"], files["dev.zh"],
-                "--tokenize", "13a")  # fmt: skip
+    r = qkv_here("evaluate", "--model-dir", str(out), "--data", files["dev.en"], files["dev.zh"],
+                 "--tokenize", "13a")  # fmt: skip
     assert r.returncode == 0 and "tok:13a" in r.stdout, r.stderr
     # a bad --pair, a bad language: one line naming the flag
     r = run_qkv("train", "--data", prefix, "--pair", "enzh", "--out", str(tmp_path / "x"))

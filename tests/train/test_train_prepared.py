@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _train_helpers import ENDED, kill_when_checkpointed, run_qkv, tiny_config
+from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, run_qkv, tiny_config
 from safetensors.torch import load_file
 
 from qkv.data.prepared import PreparedCorpus
@@ -210,7 +210,7 @@ def test_a_changed_source_file_is_named(tmp_path, corpus_file):
     folder = prepare_corpus(tiny_config(data=str(data)), tmp_path / "bin")
     with open(data, "a", encoding="utf-8") as f:
         f.write("One more.\tEncore un.\n")
-    r = run_qkv("train", "--data", str(folder), "--out", str(tmp_path / "run"), "--max-steps", "2")
+    r = qkv_here("train", "--data", str(folder), "--out", str(tmp_path / "run"), "--max-steps", "2")
     assert r.returncode == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith(f"qkv train: error: --data: '{data}' changed since it was prepared "
@@ -220,8 +220,8 @@ def test_a_changed_source_file_is_named(tmp_path, corpus_file):
 
 def test_a_setting_the_corpus_was_not_made_with_is_named(tmp_path, corpus_file):
     folder = prepare_corpus(tiny_config(data=str(corpus_file)), tmp_path / "bin")
-    r = run_qkv("train", "--data", str(folder), "--out", str(tmp_path / "run"),
-                "--set", "split_seed=3")  # fmt: skip
+    r = qkv_here("train", "--data", str(folder), "--out", str(tmp_path / "run"),
+                 "--set", "split_seed=3")  # fmt: skip
     assert r.returncode == 2
     assert "split_seed: the prepared corpus" in r.stderr and "was made with 0, given 3" in r.stderr
 
@@ -253,7 +253,7 @@ def test_a_run_on_prepared_data_killed_mid_epoch_resumes_exactly(tmp_path, corpu
     assert killed_at["epoch"] == 0 and killed_at["batch_index"] == 7  # mid-epoch
     resumed = run_qkv(*_train_args(folder, cut_out), "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
-    reference = run_qkv(*_train_args(folder, ref_out))
+    reference = qkv_here(*_train_args(folder, ref_out))
     assert reference.returncode in ENDED, reference.stderr
     a = latest_checkpoint(ref_out / "checkpoints")
     b = latest_checkpoint(cut_out / "checkpoints")
@@ -376,7 +376,7 @@ def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, 
     resumed = run_qkv(*args, "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     assert "data: preparing" not in resumed.stderr and manifest.stat().st_mtime_ns == stamp
-    reference = run_qkv(*_train_args(corpus_file, ref_out), "--prepare-data", "never")
+    reference = qkv_here(*_train_args(corpus_file, ref_out), "--prepare-data", "never")
     assert reference.returncode in ENDED, reference.stderr
     assert not (ref_out / "data").exists()
     a = latest_checkpoint(ref_out / "checkpoints")
@@ -392,8 +392,8 @@ def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, 
 
 def test_a_run_that_prepares_says_so_in_one_line(tmp_path, corpus_file):
     out = tmp_path / "run"
-    r = run_qkv("train", "--data", str(corpus_file), "--out", str(out), "--max-steps", "1",
-                "--prepare-data", "always", "--set", "tokenizer=word", "--threads", "1")  # fmt: skip
+    r = qkv_here("train", "--data", str(corpus_file), "--out", str(out), "--max-steps", "1",
+                 "--prepare-data", "always", "--set", "tokenizer=word", "--threads", "1")  # fmt: skip
     assert r.returncode in ENDED, r.stderr
     said = [line for line in r.stderr.splitlines() if "data: preparing" in line]
     assert len(said) == 1 and f"into {out.resolve() / 'data'} (prepare_data=always)" in said[0]

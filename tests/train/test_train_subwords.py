@@ -13,7 +13,7 @@ import torch
 
 spm = pytest.importorskip("sentencepiece")
 
-from _train_helpers import ENDED, kill_when_checkpointed, run_qkv, tiny_config  # noqa: E402
+from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, run_qkv, tiny_config  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from qkv._errors import SettingError  # noqa: E402
@@ -133,13 +133,13 @@ def test_bad_subword_settings_are_named(changes, key, match):
 
 def test_the_cli_names_the_flags(tmp_path, corpus_file, user_models):
     m = str(user_models["joint"])
-    res = run_qkv("train", "--data", str(corpus_file), "--out", str(tmp_path / "a"),
-                  "--tokenizer", m, m, m)  # fmt: skip
+    res = qkv_here("train", "--data", str(corpus_file), "--out", str(tmp_path / "a"),
+                   "--tokenizer", m, m, m)  # fmt: skip
     assert res.returncode == 2 and "--tokenizer: expected one SentencePiece model" in res.stderr
-    res = run_qkv("train", "--out", str(tmp_path / "b"), "--subword-alpha", "0.1")
+    res = qkv_here("train", "--out", str(tmp_path / "b"), "--subword-alpha", "0.1")
     assert res.returncode == 2 and "--subword-alpha: expected 0 with the word" in res.stderr
-    res = run_qkv("train", "--data", str(corpus_file), "--out", str(tmp_path / "c"),
-                  "--tokenizer", str(tmp_path / "nope.model"))  # fmt: skip
+    res = qkv_here("train", "--data", str(corpus_file), "--out", str(tmp_path / "c"),
+                   "--tokenizer", str(tmp_path / "nope.model"))  # fmt: skip
     assert res.returncode == 2 and "--tokenizer: expected a SentencePiece .model file" in res.stderr
 
 
@@ -227,7 +227,7 @@ def test_a_sampled_run_killed_and_resumed_matches_an_uninterrupted_one(tmp_path,
     resumed = run_qkv(*_args(corpus_file, cut_out), "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     assert "resumed at update" in resumed.stderr and "subword sampling alpha 0.3" in resumed.stderr
-    reference = run_qkv(*_args(corpus_file, ref_out))
+    reference = qkv_here(*_args(corpus_file, ref_out))
     assert reference.returncode in ENDED, reference.stderr
     a = latest_checkpoint(ref_out / "checkpoints")
     b = latest_checkpoint(cut_out / "checkpoints")
