@@ -76,11 +76,20 @@ def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def quiet_cli(*args: str) -> tuple[int, str, str]:
-    """``qkv ARGS --quiet`` in this process: its exit status, stdout and stderr."""
+def cli_here(*args: str) -> tuple[int, str, str]:
+    """``qkv ARGS`` in this process (``qkv.cli.main``): its exit status (argparse's usage
+    errors included), stdout and stderr."""
     from qkv.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([*args, "--quiet"])
+        try:
+            rc = main(list(args))
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code if isinstance(e.code, int) else 1
     return rc, out.getvalue(), err.getvalue()
+
+
+def quiet_cli(*args: str) -> tuple[int, str, str]:
+    """``qkv ARGS --quiet`` in this process: its exit status, stdout and stderr."""
+    return cli_here(*args, "--quiet")

@@ -3,14 +3,14 @@ test is about what a command does and not about its process), shared by the trai
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _folders import cli_here
 
 #: the exit statuses of a tiny test run that ended: 0, or 3 when its model learned too little to
 #: use (qkv.train.verdict.EXIT_NOT_LEARNED; tests/train/test_train_verdict.py checks which)
@@ -91,19 +91,12 @@ def run_qkv(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
 
 
 def qkv_here(*args: str) -> subprocess.CompletedProcess:
-    """``qkv ARGS`` called in this process (``qkv.cli.main``, on the test's one torch thread):
-    what :func:`run_qkv` returns, without the second or two of a process starting torch. For
-    what a command computes and writes; signals, exit statuses and the streams of a real
-    process stay with :func:`run_qkv`."""
-    from qkv.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code if isinstance(e.code, int) else 1
-    return subprocess.CompletedProcess(["qkv", *args], code, out.getvalue(), err.getvalue())
+    """``qkv ARGS`` called in this process (:func:`_folders.cli_here`, on the test's one torch
+    thread): what :func:`run_qkv` returns, without the second or two of a process starting
+    torch. For what a command computes and writes; signals, exit statuses and the streams of a
+    real process stay with :func:`run_qkv`."""
+    code, out, err = cli_here(*args)
+    return subprocess.CompletedProcess(["qkv", *args], code, out, err)
 
 
 def kill_when_checkpointed(args: list[str], checkpoint: Path, within_s: float = 120) -> int:

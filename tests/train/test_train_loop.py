@@ -315,3 +315,40 @@ def test_the_best_checkpoint_is_the_highest_bleu_or_a_close_one_with_a_lower_los
     assert not is_better(history, 200, 29.3, 1.60)
     assert not is_better(history, 200, 30.0, 1.75)  # above the best's BLEU, not its loss
     assert is_better(history, 200, 29.5, 1.65)
+
+
+def test_a_validation_keeps_the_model_in_evaluation_mode_across_its_decoding_calls(
+    tmp_path, corpus_file, monkeypatch
+):
+    """The fast path's kept weights are dropped when a model changes mode: a validation that
+    went back to training mode after each of its decoding calls (one per length cap) made
+    them again for every call (25% of a validation's time on the 10-minute benchmark's model)."""
+    from qkv.nn import _fast_decode
+    from qkv.train import validation
+
+    forgets, calls, seen = [0], [0], []
+    real_forget, real_decode = _fast_decode.forget, validation.decode_texts
+
+    def counting_forget(module):
+        forgets[0] += 1
+        real_forget(module)
+
+    def counting_decode(*a, **k):
+        calls[0] += 1
+        return real_decode(*a, **k)
+
+    real_capped = validation._decode_capped
+
+    def capped(*a, **k):
+        forgets[0], calls[0] = 0, 0
+        out = real_capped(*a, **k)
+        seen.append((calls[0], forgets[0]))
+        return out
+
+    monkeypatch.setattr(_fast_decode, "forget", counting_forget)
+    monkeypatch.setattr(validation, "decode_texts", counting_decode)
+    monkeypatch.setattr(validation, "_decode_capped", capped)
+    train(tiny_config(data=str(corpus_file), max_steps=3, eval_every=3), tmp_path, progress=False)
+    assert seen and max(c for c, _ in seen) >= 2, seen  # several length caps, several calls
+    # into evaluation mode and back once (the encoder's and the decoder's stacks each)
+    assert all(f <= 4 for _, f in seen), seen

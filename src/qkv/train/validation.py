@@ -81,20 +81,27 @@ def _decode_capped(
     decoding: Decoding | None,
 ) -> list[Any]:
     """:func:`decode_texts` of ``sources``, each sentence's length capped at its ``caps``
-    entry as well as by ``decoding`` (one call per distinct cap), in input order."""
+    entry as well as by ``decoding`` (one call per distinct cap), in input order. The model
+    stays in evaluation mode for all of them: the weights the fast path keeps are made once,
+    not again after each call's return to training mode (which drops them)."""
     base = decoding or Decoding()
     groups: dict[int | None, list[int]] = {}
     for i in range(len(sources)):
         groups.setdefault(None if caps is None else caps[i], []).append(i)
     hyps: list[Any] = [None] * len(sources)
-    for cap, idx in groups.items():
-        dec = base
-        if cap is not None:
-            dec = base.replace(output_len_cap=min(cap, base.output_len_cap or cap))
-        out = decode_texts(model, [sources[i] for i in idx], src_tok, tgt_tok, dec,
-                           device=device, pre_normalized=True, warn=False)  # fmt: skip
-        for i, h in zip(idx, out):
-            hyps[i] = h
+    training = model.training
+    model.eval()
+    try:
+        for cap, idx in groups.items():
+            dec = base
+            if cap is not None:
+                dec = base.replace(output_len_cap=min(cap, base.output_len_cap or cap))
+            out = decode_texts(model, [sources[i] for i in idx], src_tok, tgt_tok, dec,
+                               device=device, pre_normalized=True, warn=False)  # fmt: skip
+            for i, h in zip(idx, out):
+                hyps[i] = h
+    finally:
+        model.train(training)
     return hyps
 
 
