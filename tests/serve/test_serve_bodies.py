@@ -200,6 +200,32 @@ def test_one_address_cannot_take_every_connection(translator, logs):
     assert len(lines) == 1 and "--max-connections-per-client (3)" in lines[0], lines
 
 
+def test_a_refused_client_still_sending_reads_its_503_not_a_reset(translator, logs):
+    """A refused connection was answered 503 and closed at once: what its client sent next
+    reached a closed socket, the kernel reset the connection, and the client's next send
+    failed (BrokenPipeError) or its read lost the 503. CI saw it in the 45-client attack. Now
+    what it sends is read and dropped for a moment before the close."""
+    with _serve(translator, max_connections=8, max_connections_per_client=1) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        held = socket.create_connection(("127.0.0.1", port), 30, ("127.0.0.2", 0))
+        held.sendall(_head(len(BODY)))
+        wait_until(lambda: len(s.server.server_state.connections) >= 1, what="1 connection")
+        refused = socket.create_connection(("127.0.0.1", port), 30, ("127.0.0.2", 0))
+        time.sleep(0.3)  # the 503 is written and the server stopped writing
+        refused.sendall(_head(len(BODY)) + BODY[:10])
+        time.sleep(0.3)  # a reset, if any, has arrived
+        refused.sendall(BODY[10:])  # raised BrokenPipeError
+        status, body = read_answer(refused)
+        assert status == 503 and body["error"].startswith("connections: your address holds 1")
+        assert refused.recv(100) == b""  # then closed in order
+        refused.close()
+        held.sendall(BODY)
+        assert held.recv(65536).startswith(b"HTTP/1.1 200")
+        held.close()
+        limits = s.server.limits
+        wait_until(lambda: not limits.refused_lingering, what="the lingering refusals ended")
+
+
 @pytest.mark.slow
 def test_qkv_serve_outlasts_45_clients_sending_a_byte_a_second(model_dir):
     """The hostile pass's attack on a real ``qkv serve --max-connections 40`` with its default

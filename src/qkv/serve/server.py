@@ -29,7 +29,10 @@ Each connection (:class:`_Protocol`, uvicorn's h11 protocol with these additions
   connection give way to the next one, and a request arriving at a good pace is never cut;
   when none is that slow, the new one is answered 503 and closed, so the process never runs
   out of file descriptors; so is one beyond ``max_connections_per_client``
-  from one address, when given, so that one client cannot take every connection;
+  from one address, when given, so that one client cannot take every connection. What a
+  refused client sends is read and dropped for :data:`REFUSAL_LINGER_SECONDS` before the close
+  (:data:`REFUSAL_LINGERING` of them at once at most), so that it reads its 503 rather than a
+  connection reset;
 * when the server answers before a request's body has all arrived (a 413 on its
   ``Content-Length``) and closes, the rest of the body is read and dropped, up to
   :data:`LINGER_BYTES` and :data:`LINGER_SECONDS` (a "lingering close", as nginx and Apache
@@ -102,6 +105,13 @@ BODY_LINGER_SECONDS = 2.0
 #: the most seconds spent, before the connection is closed anyway
 LINGER_BYTES = 64 * 2**20
 LINGER_SECONDS = 10.0
+#: after a refusal's 503: the most seconds, and bytes, what the client sends is read and
+#: dropped before closing (closing with its request unread resets the connection, and the
+#: client may lose the 503 or fail its send), and the most refused connections lingering at
+#: once (beyond them a refusal closes at once: a flood cannot hold file descriptors)
+REFUSAL_LINGER_SECONDS = 2.0
+REFUSAL_LINGER_BYTES = 64 * 2**10
+REFUSAL_LINGERING = 128
 #: how often a kind of event is logged at most, seconds
 LOG_EVERY = 60.0
 #: uvicorn's warnings that clients cause one per request (how they begin): rate-limited like the
@@ -192,6 +202,8 @@ class _Limits:
     per_client: int | None = None
     #: the connections open per client address (with ``per_client``)
     by_client: dict[str, int] = field(default_factory=dict)
+    #: the refused connections in their lingering close now
+    refused_lingering: set[Any] = field(default_factory=set)
 
 
 def _seconds(key: str, value: object, *, zero: bool) -> None:
@@ -290,9 +302,7 @@ class _Protocol(H11Protocol):
         self._peer: str | None = str(peer[0]) if isinstance(peer, tuple) and peer else None
         refusal = self._refusal()
         if refusal is not None:
-            self._refused = True
-            transport.write(_answer(503, "Service Unavailable", refusal))
-            transport.close()
+            self._refuse(refusal)
             return
         if self._peer is not None and self.limits.per_client is not None:
             held = self.limits.by_client
@@ -300,6 +310,21 @@ class _Protocol(H11Protocol):
         super().connection_made(transport)
         self.transport = _Transport(transport, self)  # type: ignore[assignment]
         self._await_headers()
+
+    def _refuse(self, refusal: str) -> None:
+        """Answer a refused connection 503; read and drop what its client sends for
+        :data:`REFUSAL_LINGER_SECONDS` (or until it closes), so that it reads the 503 rather
+        than a reset; at once when :data:`REFUSAL_LINGERING` refused ones linger already."""
+        self._refused = True
+        self._raw.write(_answer(503, "Service Unavailable", refusal))
+        lingering = self.limits.refused_lingering
+        if len(lingering) >= REFUSAL_LINGERING or not self._raw.can_write_eof():
+            self._raw.close()
+            return
+        lingering.add(self)
+        self._lingering = True
+        self._raw.write_eof()
+        self._linger_timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, self._raw.close)
 
     def _refusal(self) -> str | None:
         """Why a new connection is refused (logged), or None: the server holds
@@ -405,9 +430,9 @@ class _Protocol(H11Protocol):
         self._raw.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:  # the rest of a body already answered: dropped
+        if self._lingering:  # the rest of a body already answered, or a refused request: dropped
             self._dropped += len(data)
-            if self._dropped > LINGER_BYTES:
+            if self._dropped > (REFUSAL_LINGER_BYTES if self._refused else LINGER_BYTES):
                 self._raw.close()
             return
         if self._heard == 0:
@@ -564,6 +589,7 @@ class _Protocol(H11Protocol):
         self._cancel_timer("_linger_timer")
         self._cancel_timer("_send_timer")
         if self._refused:
+            self.limits.refused_lingering.discard(self)
             return
         held = self.limits.by_client
         if self._peer in held:
