@@ -108,10 +108,11 @@ LINGER_SECONDS = 10.0
 #: after a refusal's 503: the most seconds, and bytes, what the client sends is read and
 #: dropped before closing (closing with its request unread resets the connection, and the
 #: client may lose the 503 or fail its send), and the most refused connections lingering at
-#: once (beyond them a refusal closes at once: a flood cannot hold file descriptors)
+#: once (beyond them a refusal closes at once: their descriptors come out of the margin
+#: :func:`default_max_connections` leaves under the open-file limit, with a burst of accepts)
 REFUSAL_LINGER_SECONDS = 2.0
 REFUSAL_LINGER_BYTES = 64 * 2**10
-REFUSAL_LINGERING = 128
+REFUSAL_LINGERING = 16
 #: how often a kind of event is logged at most, seconds
 LOG_EVERY = 60.0
 #: uvicorn's warnings that clients cause one per request (how they begin): rate-limited like the
