@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.machine import gemm_rate
 from benchmarks.real_corpus import pairs_by_source, split_by_groups
 
 A_SOURCES = ("libreoffice-l10n-fr", "cinnamon-l10n")
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    results["gemm_gflops"] = round(gemm_rate(args.threads), 1)  # fp32, on the run's threads
     files = domains(work)
     results["data"] = {k: len(_read_tsv(v)) for k, v in files.items()}
     foreign = work / "foreign"
