@@ -363,6 +363,19 @@ def test_a_thread_count_that_is_not_one_is_replaced_and_warned_about(value):
     assert "1 thread used instead" in busy.invalid[0]
 
 
+@pytest.mark.parametrize("value", ["1,2", " 1 , 2"])
+def test_openmps_list_of_counts_per_level_is_a_count(value):
+    """``OMP_NUM_THREADS=1,2`` is OpenMP's list of counts per nesting level (libgomp reads
+    it, torch runs the first): it was called invalid and replaced."""
+    c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": value})
+    assert (c.threads, c.automatic, c.invalid, dict(c.env)) == (1, False, (), {})
+    assert "OMP_NUM_THREADS given" in c.reason
+    for wrong in ("1,x", "1,0", "1,", ","):  # libgomp refuses these
+        assert choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": wrong}).invalid
+    # MKL reads one number
+    assert choose(TWO, Load(0.1, 0.2), {"MKL_NUM_THREADS": "1,2"}).invalid
+
+
 def test_a_bad_variable_beside_a_good_one_takes_the_good_ones_count():
     c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": "junk", "MKL_NUM_THREADS": "1"})
     assert (c.threads, c.automatic, dict(c.env)) == (1, False, {"OMP_NUM_THREADS": "1"})

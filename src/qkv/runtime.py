@@ -278,12 +278,18 @@ def _user_vars(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
     return {n: env[n] for n in names if n in env and ours.get(n) != env[n]}
 
 
-def _count(value: str) -> int | None:
-    try:
-        n = int(value.strip())
-    except ValueError:
-        return None
-    return n if n >= 1 else None
+def _count(value: str, name: str = "") -> int | None:
+    """The thread count ``value`` of variable ``name`` asks for, None when it is none.
+    ``OMP_NUM_THREADS`` may be OpenMP's list of counts per nesting level (``4,2``): the
+    first is the one torch's threads follow."""
+    parts = value.split(",") if name == "OMP_NUM_THREADS" else [value]
+    counts = []
+    for part in parts:
+        try:
+            counts.append(int(part.strip()))
+        except ValueError:
+            return None
+    return counts[0] if min(counts) >= 1 else None
 
 
 def auto_threads(cpus: Cpus, load: Load | None) -> int:
@@ -314,10 +320,10 @@ def choose(
     user_threads = _user_vars(env, THREAD_VARS)
     given = threads if threads else None
     given_by = "--threads" if given else None
-    bad = {name: value for name, value in user_threads.items() if _count(value) is None}
+    bad = {name: value for name, value in user_threads.items() if _count(value, name) is None}
     for name, value in user_threads.items():
         if given is None and name not in bad:
-            given, given_by = _count(value), name
+            given, given_by = _count(value, name), name
     busy = load is not None and load.busy_cpus > 0
     seen = (
         f"others kept {load.others:.1f} CPUs busy over {load.seconds:.1f} s"

@@ -200,6 +200,35 @@ def test_one_address_cannot_take_every_connection(translator, logs):
     assert len(lines) == 1 and "--max-connections-per-client (3)" in lines[0], lines
 
 
+def test_a_client_over_its_share_closes_no_other_clients_connection(translator, logs):
+    """On a full server, a connection from an address over --max-connections-per-client first
+    closed the slowest connection (another client's) to make room, then was refused itself:
+    a client could close others' connections without holding more. Now it is refused first."""
+    with _serve(translator, max_connections=4, max_connections_per_client=2) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+
+        def from_(address: str) -> socket.socket:
+            return socket.create_connection(("127.0.0.1", port), 30, (address, 0))
+
+        others = [from_("127.0.0.3") for _ in range(2)]  # the oldest, and slow
+        for sock in others:
+            sock.sendall(_head(len(BODY)))
+        wait_until(lambda: len(s.server.server_state.connections) >= 2, what="2 connections")
+        time.sleep(1.5)  # slow for longer than a connection must be to be closed for room
+        mine = [from_("127.0.0.2") for _ in range(2)]
+        for sock in mine:
+            sock.sendall(_head(len(BODY)))
+        wait_until(lambda: len(s.server.server_state.connections) >= 4, what="4 connections")
+        status, body = read_answer(from_("127.0.0.2"))
+        assert status == 503 and body["error"].startswith("connections: your address holds 2")
+        for sock in [*others, *mine]:
+            sock.sendall(BODY)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock.close()
+    lines = [r.getMessage() for r in logs.records]
+    assert len(lines) == 1 and "--max-connections-per-client (2)" in lines[0], lines
+
+
 def test_a_refused_client_still_sending_reads_its_503_not_a_reset(translator, logs):
     """A refused connection was answered 503 and closed at once: what its client sent next
     reached a closed socket, the kernel reset the connection, and the client's next send

@@ -328,9 +328,19 @@ class _Protocol(H11Protocol):
         self._linger_timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, self._raw.close)
 
     def _refusal(self) -> str | None:
-        """Why a new connection is refused (logged), or None: the server holds
-        ``max_connections``, or its client's address holds ``per_client`` of them."""
+        """Why a new connection is refused (logged), or None: its client's address holds
+        ``per_client`` connections (checked first: a client over its share closes no other's
+        connection), or the server holds ``max_connections`` and none is slow enough to close
+        to make room."""
         cap, events = self.limits.max_connections, self.limits.events
+        per = self.limits.per_client
+        held = self.limits.by_client.get(self._peer, 0) if self._peer is not None else 0
+        if per is not None and held >= per:  # before any other connection is closed for room
+            events.note(
+                "per_client",
+                f"refused connections beyond --max-connections-per-client ({per:,}) with 503",
+            )
+            return f"connections: your address holds {per:,} already; try again shortly"
         if len(self.server_state.connections) >= cap:
             victim = _slowest(self.server_state.connections)
             if victim is None:  # every one is being answered
@@ -344,14 +354,7 @@ class _Protocol(H11Protocol):
                 f"closed the connections slowest to send their request to make room under "
                 f"--max-connections ({cap:,}) (a 408 to those that had sent part of one)",
             )
-        per = self.limits.per_client
-        if per is None or self._peer is None or self.limits.by_client.get(self._peer, 0) < per:
-            return None
-        events.note(
-            "per_client",
-            f"refused connections beyond --max-connections-per-client ({per:,}) with 503",
-        )
-        return f"connections: your address holds {per:,} already; try again shortly"
+        return None
 
     def slow_since(self) -> float | None:
         """Since when (loop time) this connection has been receiving its request (or waiting
