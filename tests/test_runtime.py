@@ -376,6 +376,27 @@ def test_openmps_list_of_counts_per_level_is_a_count(value):
     assert choose(TWO, Load(0.1, 0.2), {"MKL_NUM_THREADS": "1,2"}).invalid
 
 
+def test_more_threads_than_cpus_given_is_warned_about(monkeypatch):
+    """``--threads 8`` on 2 CPUs ran 8 threads taking turns (slower), and nothing said so."""
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(8))
+    c = choose(TWO, Load(0.1, 0.2), {}, threads=8)
+    assert c.warnings() == [
+        f"--threads=8: 8 threads on the {TWO.describe()} this process may use take turns on "
+        "them, slower than 2 would be"
+    ]
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(3))
+    quota = Cpus((0, 1, 2, 3), 4, quota=1.5)
+    assert choose(quota, None, {"OMP_NUM_THREADS": "3"}).warnings() == [
+        "OMP_NUM_THREADS=3: 3 threads on the 4 CPUs, cgroup quota 1.5 CPUs this process may "
+        "use take turns on them, slower than 2 would be"
+    ]
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(2))
+    for fine in (choose(TWO, None, {}, threads=2), choose(quota, None, {}, threads=2)):
+        assert fine.warnings() == []
+    monkeypatch.delitem(sys.modules, "torch")  # before torch loads: not said yet
+    assert choose(TWO, None, {}, threads=8).warnings() == []
+
+
 def test_a_bad_variable_beside_a_good_one_takes_the_good_ones_count():
     c = choose(TWO, Load(0.1, 0.2), {"OMP_NUM_THREADS": "junk", "MKL_NUM_THREADS": "1"})
     assert (c.threads, c.automatic, dict(c.env)) == (1, False, {"OMP_NUM_THREADS": "1"})

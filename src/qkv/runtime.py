@@ -246,9 +246,10 @@ class ThreadChoice:
         return f"threads: {count}, OpenMP wait: {wait} ({self.reason})"
 
     def warnings(self) -> list[str]:
-        """One line per thread count of the user's that is not used as given: a variable that
-        is not a count (replaced by qkv's choice), and, once torch is loaded, a count torch
-        does not run (it caps its threads)."""
+        """One line per thread count of the user's that is not used as given, or not well: a
+        variable that is not a count (replaced by qkv's choice), and once torch is loaded, a
+        count torch does not run (it caps its threads) and more threads running than the CPUs
+        this process may use (they take turns on them: slower, not faster)."""
         lines = list(self.invalid)
         running = torch_threads() if self.applied else None
         if self.given_by and self.threads is not None and running not in (None, self.threads):
@@ -256,6 +257,14 @@ class ThreadChoice:
                 f"{self.given_by}={self.threads} was not honoured: torch runs "
                 f"{thread_count(running)}"  # type: ignore[arg-type]
             )
+        if self.given_by and self.cpus is not None and running is not None:
+            room = max(1, math.ceil(self.cpus.capacity - 1e-9))
+            if running > room:
+                lines.append(
+                    f"{self.given_by}={self.threads}: {thread_count(running)} on the "
+                    f"{self.cpus.describe()} this process may use take turns on them, slower "
+                    f"than {room} would be"
+                )
         return lines
 
 
