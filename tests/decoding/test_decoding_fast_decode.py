@@ -148,6 +148,24 @@ def test_weights_changed_unseen_by_version_counters_are_seen_after_train(optimiz
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 
+def test_the_kept_weights_stay_while_the_mode_does_not_change():
+    """Every ``train(False)`` dropped them, also on a model in evaluation mode already: each
+    attention map of ``Translator.attention`` (an ``eval()`` and a ``train(False)``) made the
+    next translation build them again."""
+    from qkv.nn import _inference
+
+    model = _model(torch.float32, seed=7)
+    src, lens = batch(B=3, L=6, seed=7)
+    _steps(model, src, lens, True, n=2)
+    kept = {m: v for m in model.modules() if (v := _inference._CACHE.get(m)) is not None}
+    assert kept
+    model.eval()
+    model.train(False)
+    assert all(_inference._CACHE.get(m) is v for m, v in kept.items())
+    model.train()
+    assert not any(m in _inference._CACHE for m in kept)
+
+
 def test_quantized_model_fast_and_general_agree():
     model = quantize_model(_model(torch.float32, seed=3), "int8")
     src, lens = batch(B=4, L=6, seed=3)

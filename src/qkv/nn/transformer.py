@@ -152,9 +152,12 @@ class _Stack(nn.Module):
         return RotaryEmbedding(num_hiddens // num_heads, max_len=max_len)
 
     def train(self, mode: bool = True) -> _Stack:
-        """``nn.Module.train``; the weights the fast inference path kept are dropped (an
-        optimizer may now change them unseen: :func:`qkv.nn._fast_decode.forget`)."""
-        fast.forget(self)
+        """``nn.Module.train``; on a change of mode the weights the fast inference path kept
+        are dropped (an optimizer may change them unseen in training mode:
+        :func:`qkv.nn._fast_decode.forget`). ``eval()`` of a model in evaluation mode already
+        (an attention map's call, a decoding's guard) keeps them."""
+        if mode != self.training:
+            fast.forget(self)
         return super().train(mode)
 
     def _embed(self, X: Tensor, offset: int = 0) -> Tensor:

@@ -319,13 +319,11 @@ class _Protocol(H11Protocol):
         self._refused = True
         self._raw.write(_answer(503, "Service Unavailable", refusal))
         lingering = self.limits.refused_lingering
-        if len(lingering) >= REFUSAL_LINGERING or not self._raw.can_write_eof():
+        if len(lingering) >= REFUSAL_LINGERING:
             self._raw.close()
             return
         lingering.add(self)
-        self._lingering = True
-        self._raw.write_eof()
-        self._linger_timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, self._raw.close)
+        self._linger(REFUSAL_LINGER_SECONDS)
 
     def _refusal(self) -> str | None:
         """Why a new connection is refused (logged), or None: its client's address holds
