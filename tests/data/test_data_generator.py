@@ -45,6 +45,16 @@ def test_bundled_corpus_loads_in_one_call(corpus):
         assert len(f.readline().rstrip("\n").split("\t")) == 3  # fra.txt's three columns
 
 
+def test_bundled_pairs_are_read_once_and_each_call_gets_its_own_list(monkeypatch):
+    from qkv.data import corpus as bundled
+
+    first = bundled_pairs()
+    first.clear()  # the caller's list: the next call still gets every pair
+    monkeypatch.setattr(bundled, "read_pairs", lambda *a, **k: pytest.fail("read again"))
+    again = bundled_pairs()
+    assert len(again) == 30_000 and again is not bundled_pairs()
+
+
 def test_book_sentences_with_their_translations(corpus):
     table = dict(corpus)
     assert table["go ."] == "va !"

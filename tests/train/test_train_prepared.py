@@ -437,6 +437,21 @@ def test_workers_fork_only_a_process_of_one_thread(tmp_path, corpus_file, monkey
             assert (alone / name).read_bytes() == (served / name).read_bytes(), name
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc")
+def test_a_fork_servers_workers_are_forked_with_torch_already_loaded(monkeypatch):
+    """A pool started from a fork server: the server imports the prepare's module (torch and
+    qkv) once, and its workers, forked from it, start with them loaded; else each worker of
+    every pool imports them itself (about 2 s of CPU each)."""
+    from qkv.train import corpus
+
+    monkeypatch.setattr(corpus, "start_method", lambda: "forkserver")
+    with corpus._pool(2) as pool:
+        server = pool.apply(os.getppid)
+    assert server != os.getpid()
+    with open(f"/proc/{server}/maps") as f:
+        assert "libtorch" in f.read()
+
+
 # a run's handlers installed (as qkv train installs them), then a prepare's pool: forked in a
 # process of one thread, its workers would run the run's handler on the SIGTERM the pool's end
 # sends them (a traceback each)

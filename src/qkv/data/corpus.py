@@ -9,6 +9,7 @@ naming the template each pair came from. Its text is already normalised the book
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -33,5 +34,11 @@ def bundled_pairs() -> list[tuple[str, str]]:
     The file is clean: every line is a pair (``read_pairs`` on ``bundled_corpus_path()`` gives
     the report too).
     """
+    return list(_bundled())
+
+
+@functools.cache
+def _bundled() -> tuple[tuple[str, str], ...]:
+    """The bundled pairs, read once per process (the file ships with the package)."""
     pairs, _ = read_pairs(bundled_corpus_path(), format="fra")
-    return pairs
+    return tuple(pairs)
