@@ -19,6 +19,11 @@ export QKV_CHROMIUM
 PYTEST_WORKERS ?= auto
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder)
 
+# pytest runs with bytecode written (into __pycache__/, which git ignores) even where the
+# environment sets PYTHONDONTWRITEBYTECODE: else each of the suite's many `qkv` subprocesses
+# compiles qkv's sources again, and pytest rewrites every test module again on every run
+PYTEST  = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+
 .PHONY: demo test test-quick docs docs-check browser fonts lint format bench clean
 
 $(BIN)/python:
@@ -44,13 +49,13 @@ test: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/python -m tools.docs_site check
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # the same without the tests marked slow (a few minutes less; see pyproject's pytest markers)
 test-quick: $(VENV)/.installed-dev browser fonts
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
-	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # The documentation site (MkDocs Material) in site/: English, and Chinese in site/zh/. Every
 # notebook is executed and shown with its outputs; the executed copies are kept in

@@ -34,7 +34,14 @@ OWN_THREADS = frozenset(
 # unless the test gives their environment another choice (set before any test starts one)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: fixtures that train models for the run: a test needing one is slow
-TRAINING_FIXTURES = frozenset({"trained", "marian_trained"})
+TRAINING_FIXTURES = frozenset(
+    {
+        "trained",
+        "marian_trained",
+        "trained_runs",  # export/test_export_huggingface.py: two SentencePiece runs
+        "trained_exports",  # export/test_export_published.py: a run exported to every format
+    }
+)
 #: tests marked slow by name, per file (relative to tests/; a name no longer in its file is an
 #: error), so that `make test-quick` (-m "not slow") stays a quick loop while `make test` runs
 #: them all: each takes 2.5 s or more on a busy 2-core machine (`pytest -m "not slow"
@@ -77,11 +84,15 @@ SLOW_TESTS = {
         "test_prepared_data_gives_the_batches_of_the_file",
         "test_a_killed_prepare_continues_where_it_stopped",
         "test_a_prepare_killed_while_reading_reads_again_and_gives_the_same_folder",
+        "test_a_linked_tokenizers_folder_is_replaced_by_a_new_prepare_and_its_target_kept",
+        "test_a_prepares_workers_do_not_run_the_runs_signal_handlers",
     },
     "train/test_train_subwords.py": {
         "test_the_cli_names_the_flags",
         "test_sampling_changes_training_and_never_validation",
         "test_sampling_is_refused_on_a_prepared_corpus",
+        "test_a_run_trains_with_one_model_per_side",
+        "test_a_run_trains_with_the_users_joint_model",
     },
     "decoding/test_decoding_search.py": {
         "test_beam_finds_at_least_the_greedy_score_without_length_penalty"
@@ -92,6 +103,8 @@ SLOW_TESTS = {
         "test_the_choice_reaches_torch_and_is_logged",
         "test_the_users_wait_policy_reaches_torch_and_none_is_imposed",
         "test_importing_qkv_changes_nothing_and_loads_torch_on_first_use",
+        "test_a_thread_count_torch_caps_is_reported_as_torch_runs_it",
+        "test_an_invalid_omp_num_threads_is_warned_about_in_one_line",
     },
     "cli/test_cli_prepare.py": {
         "test_prepare_prints_the_folder_and_a_second_run_does_nothing",
@@ -107,6 +120,10 @@ SLOW_TESTS = {
         "test_the_cli_refuses_a_second_trainer_in_one_line",
     },
     "train/test_train_logging.py": {"test_an_application_without_logging_sees_warnings_only"},
+    "train/test_train_verdict.py": {
+        "test_cli_exit_status_says_the_model_learned_nothing",
+        "test_a_good_tiny_run_says_it_learned",
+    },
     "serve/test_serve_cli.py": {
         "test_a_signal_finishes_the_requests_in_flight_then_exits_0",
         "test_the_shutdown_timeout_answers_503_and_exits_1",
@@ -135,6 +152,7 @@ SLOW_TESTS = {
         "test_torch_export_of_a_transformer_encoder_equals_eager",
         "test_torch_export_of_the_step_takes_any_past_length_from_0",
         "test_torch_export_of_multihead_attention_equals_eager",
+        "test_torch_export_of_vit_attention_equals_eager",
     },
     "nn/test_nn_window_export.py": {"test_onnx_export_of_multihead_attention_runs_in_onnxruntime"},
     "functional/test_functional_chunked.py": {"test_bfloat16_gradients_accumulate_in_float32"},
@@ -145,6 +163,23 @@ SLOW_TESTS = {
     "demos/test_demos_seeds.py": {
         "test_one_head_cannot_fetch_two_neighbours_two_can",
         "test_vit_squares_and_maps",
+    },
+    # a run trained for one message, a process started, and figures, samples and documents
+    # at full size (a 500-token map, sampling statistics, random Word files)
+    "viz/test_viz_heatmaps.py": {
+        "test_plot_attention_size_is_bounded_at_500_tokens",
+    },
+    "train/test_train_languages_known.py": {
+        "test_a_vocabulary_the_user_gave_too_small_is_one_line_naming_the_setting",
+    },
+    "data/test_data_subwords.py": {
+        "test_unigram_sampling_draws_kudos_distribution",
+    },
+    "notebooks/test_notebooks_progress.py": {
+        "test_the_terminal_output_is_unchanged_outside_a_notebook",
+    },
+    "text/test_text_office.py": {
+        "test_random_word_files_keep_every_run_and_its_formatting",
     },
 }
 

@@ -41,7 +41,7 @@ def _quiet_transformers():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, corpus_file):
+def trained_runs(tmp_path_factory, corpus_file):
     """qkv-trained SentencePiece models (plain text, as for a user's data): post-norm (a
     Marian) and pre-norm (a Pegasus), briefly trained."""
     out = {}
@@ -97,9 +97,9 @@ DECODINGS = [
 
 
 @pytest.mark.parametrize("kind", ["post", "pre"])
-def test_transformers_generates_qkvs_tokens(runs, tmp_path, kind):
-    saved = load_model(runs[kind])
-    q = Translator.load(runs[kind])
+def test_transformers_generates_qkvs_tokens(trained_runs, tmp_path, kind):
+    saved = load_model(trained_runs[kind])
+    q = Translator.load(trained_runs[kind])
     finished = 0
     for decoding in DECODINGS:
         folder = _export(saved, tmp_path, decoding)
@@ -120,8 +120,8 @@ def test_transformers_generates_qkvs_tokens(runs, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["post", "pre"])
-def test_the_tokenizer_gives_qkvs_ids(runs, tmp_path, kind):
-    saved = load_model(runs[kind])
+def test_the_tokenizer_gives_qkvs_ids(trained_runs, tmp_path, kind):
+    saved = load_model(trained_runs[kind])
     _, tok = _load(_export(saved, tmp_path))
     src, tgt = saved.src_tokenizer, saved.tgt_tokenizer
     # qkv's plain normaliser (NFC, whitespace) is in the exported SentencePiece models' rules
@@ -223,7 +223,7 @@ def test_a_word_tokenizer_or_the_books_normaliser_is_refused(trained, tmp_path):
         export_huggingface(trained["transformer"], tmp_path / "hf")
 
 
-def test_the_cli_writes_a_hub_ready_folder(runs, tmp_path):
+def test_the_cli_writes_a_hub_ready_folder(trained_runs, tmp_path):
     test = tmp_path / "data" / "newstest.tsv"
     test.parent.mkdir()
     test.write_text("".join(f"{s}\t{t}\n" for s, t in bundled_pairs()[7000:7040]), encoding="utf-8")
@@ -231,11 +231,21 @@ def test_the_cli_writes_a_hub_ready_folder(runs, tmp_path):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert (
-            main(["evaluate", "--model-dir", str(runs["post"]), "--data", str(test), "--json"]) == 0
+            main(
+                [
+                    "evaluate",
+                    "--model-dir",
+                    str(trained_runs["post"]),
+                    "--data",
+                    str(test),
+                    "--json",
+                ]
+            )
+            == 0
         )
     scores.write_text(buf.getvalue())
     out = tmp_path / "en-fr-hf"
-    args = ["export", "--model-dir", str(runs["post"]), "--out", str(out), "--format",
+    args = ["export", "--model-dir", str(trained_runs["post"]), "--out", str(out), "--format",
             "huggingface", "--license", "cc-by-4.0", "--metrics", str(scores)]  # fmt: skip
     assert main(args) == 0
     names = {p.name for p in out.iterdir()}
@@ -252,7 +262,7 @@ def test_the_cli_writes_a_hub_ready_folder(runs, tmp_path):
     assert "`en-fr.txt` (" in card and ", sha256 " in card  # by name, size and hash
     assert "): 520 training pairs (40 validation and 40 test pairs held out)" in card
     gen = json.loads((out / "generation_config.json").read_text())
-    dec = load_model(runs["post"]).decoding
+    dec = load_model(trained_runs["post"]).decoding
     assert gen["num_beams"] == dec.beam_size and gen["bad_words_ids"] == [[0], [1]]
     # again without --force: refused; with it: replaced
     assert main(args) == 2
@@ -270,54 +280,23 @@ def test_the_cli_writes_a_hub_ready_folder(runs, tmp_path):
         (["--metrics", "nope.json"], "--metrics: cannot read"),
     ],
 )
-def test_bad_card_flags_are_named(runs, tmp_path, extra, message, capsys):
-    args = ["export", "--model-dir", str(runs["post"]), "--out", str(tmp_path / "o"),
+def test_bad_card_flags_are_named(trained_runs, tmp_path, extra, message, capsys):
+    args = ["export", "--model-dir", str(trained_runs["post"]), "--out", str(tmp_path / "o"),
             "--format", "huggingface", *extra]  # fmt: skip
     assert main(args) == 2
     assert message in capsys.readouterr().err
 
 
-def test_license_and_metrics_only_with_huggingface(runs, tmp_path, capsys):
-    args = ["export", "--model-dir", str(runs["post"]), "--out", str(tmp_path / "o"),
+def test_license_and_metrics_only_with_huggingface(trained_runs, tmp_path, capsys):
+    args = ["export", "--model-dir", str(trained_runs["post"]), "--out", str(tmp_path / "o"),
             "--license", "mit"]  # fmt: skip
     assert main(args) == 2
     assert "--license: only for --format huggingface" in capsys.readouterr().err
 
 
-def test_the_default_decoding_length_is_the_models_limit(runs, tmp_path):
-    saved = load_model(runs["post"])
+def test_the_default_decoding_length_is_the_models_limit(trained_runs, tmp_path):
+    saved = load_model(trained_runs["post"])
     folder = _export(saved, tmp_path, Decoding(beam_size=2))
     gen = json.loads((folder / "generation_config.json").read_text())
     assert gen["max_length"] == saved.model.config.max_len
     assert gen["early_stopping"] is True and math.isclose(gen["length_penalty"], 1.0)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["swish-tied", "gelu-noscale-vocabs", "swish-multi"])
-def test_an_imported_marian_exports_to_its_own_weights(tmp_path, name):
-    """qkv import then qkv export --format huggingface: the same tensors as the MarianMTModel
-    folder (bit for bit), the same tokenizer ids and the same generated tokens."""
-    from _hf_models import build_marian
-    from safetensors.torch import load_file
-
-    from qkv.interop.importer import import_model
-
-    folder, sources = build_marian(tmp_path, name, steps=60)
-    imported = import_model(folder, tmp_path / "qkv")
-    out = tmp_path / "hf"
-    export_huggingface(imported.path, out)
-    theirs, ours = (load_file(str(f / "model.safetensors")) for f in (folder, out))
-    assert set(ours) == set(theirs)
-    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    assert (
-        json.loads((out / "tokenizer_config.json").read_text())["separate_vocabs"]
-        == (config["separate_vocabs"])
-    )
-    (model, tok), original = _load(out), transformers.MarianTokenizer.from_pretrained(folder)
-    reference = transformers.MarianMTModel.from_pretrained(folder).eval()
-    assert [tok(s).input_ids for s in sources] == [original(s).input_ids for s in sources]
-    with torch.no_grad():
-        for s in sources[:20]:
-            ids = original([s], return_tensors="pt")
-            assert model.generate(**ids).tolist() == reference.generate(**ids).tolist(), s

@@ -29,7 +29,7 @@ EXPORTS = {
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> dict:
+def trained_exports(tmp_path_factory) -> dict:
     """A tiny run (SentencePiece, as a user's data gets) from ``private/en-fr.txt``, and its
     exports to every format."""
     pytest.importorskip("ctranslate2")
@@ -65,34 +65,34 @@ def _text_files(folder: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("name", list(EXPORTS))
-def test_no_file_of_an_export_shows_a_local_path(exported, name):
-    out, _ = exported["outs"][name]
-    private = str(exported["private"].resolve())
+def test_no_file_of_an_export_shows_a_local_path(trained_exports, name):
+    out, _ = trained_exports["outs"][name]
+    private = str(trained_exports["private"].resolve())
     home = str(Path.home().resolve())
     # where the exporting machine keeps qkv and Python (the ONNX exporter records stack traces)
     code = str(Path(qkv.__file__).resolve().parent.parent)
     for p in _text_files(out):
         raw = p.read_bytes()
-        for secret in {private, str(exported["private"]), home + "/", code, sys.prefix}:
+        for secret in {private, str(trained_exports["private"]), home + "/", code, sys.prefix}:
             assert secret.encode() not in raw, f"{p.relative_to(out)} shows {secret!r}"
 
 
-def test_the_card_names_the_data_by_name_size_and_hash(exported):
-    data = exported["data"]
+def test_the_card_names_the_data_by_name_size_and_hash(trained_exports):
+    data = trained_exports["data"]
     digest = hashlib.sha256(data.read_bytes()).hexdigest()
-    out, _ = exported["outs"]["qkv"]
+    out, _ = trained_exports["outs"]["qkv"]
     card = json.loads((out / "card.json").read_text(encoding="utf-8"))
     assert card["data_files"] == [
         {"file": "en-fr.txt", "bytes": data.stat().st_size, "sha256": digest}
     ]
     readme = (out / "README.md").read_text(encoding="utf-8")
     assert "`en-fr.txt` (" in readme and digest in readme
-    hf_card = (exported["outs"]["huggingface"][0] / "README.md").read_text(encoding="utf-8")
+    hf_card = (trained_exports["outs"]["huggingface"][0] / "README.md").read_text(encoding="utf-8")
     assert "en-fr.txt" in hf_card and digest in hf_card
 
 
-def test_the_runs_final_model_records_the_files_once(exported):
-    trainer = json.loads((exported["run"] / "final" / "trainer.json").read_text("utf-8"))
+def test_the_runs_final_model_records_the_files_once(trained_exports):
+    trainer = json.loads((trained_exports["run"] / "final" / "trainer.json").read_text("utf-8"))
     assert [r["file"] for r in trainer["data_files"]] == ["en-fr.txt"]
 
 
@@ -145,12 +145,12 @@ def test_data_files_hashes_a_file_once_per_version(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------- what a CTranslate2 export holds
 
 
-def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
+def test_an_int8_export_ships_no_float_weights_and_says_its_size(trained_exports):
     from qkv.engines import folder_engine
     from qkv.export.ctranslate2 import Ct2Translator
     from qkv.inference import CheckpointError, load_model
 
-    out, said = exported["outs"]["ctranslate2-int8"]
+    out, said = trained_exports["outs"]["ctranslate2-int8"]
     assert not (out / "model.safetensors").exists()
     assert (out / "model.safetensors").name not in json.loads((out / "manifest.json").read_text())[
         "files"
@@ -166,13 +166,13 @@ def test_an_int8_export_ships_no_float_weights_and_says_its_size(exported):
     assert printed.splitlines() == Ct2Translator(out).translate(texts)
     with pytest.raises(CheckpointError, match=r"--engine ctranslate2.*--keep-float-weights"):
         load_model(out)
-    float32, _ = exported["outs"]["ctranslate2"]
+    float32, _ = trained_exports["outs"]["ctranslate2"]
     assert (float32 / "model.safetensors").is_file()  # float32: both engines read it
 
 
-def test_keep_float_weights_keeps_qkvs_engine(exported, tmp_path):
+def test_keep_float_weights_keeps_qkvs_engine(trained_exports, tmp_path):
     out = tmp_path / "kept"
-    args = ["export", "--model-dir", str(exported["run"]), "--out", str(out)]
+    args = ["export", "--model-dir", str(trained_exports["run"]), "--out", str(out)]
     rc, _, err = quiet_cli(
         *args, "--format", "ctranslate2", "--quantize", "int8", "--keep-float-weights"
     )
@@ -209,8 +209,8 @@ def _run_snippet(folder: Path, texts: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["ctranslate2", "ctranslate2-int8"])
-def test_the_readmes_snippet_translates_as_qkv_translate(exported, name):
-    out, _ = exported["outs"][name]
+def test_the_readmes_snippet_translates_as_qkv_translate(trained_exports, name):
+    out, _ = trained_exports["outs"][name]
     texts = TEXTS[:-1]
     got = _run_snippet(out / "ctranslate2", texts)
     rc, printed, err = quiet_cli(
@@ -221,11 +221,11 @@ def test_the_readmes_snippet_translates_as_qkv_translate(exported, name):
     assert any(got), "translations to compare"
 
 
-def test_the_readme_maps_a_beam_search(exported, tmp_path):
+def test_the_readme_maps_a_beam_search(trained_exports, tmp_path):
     from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
     from qkv.inference import Decoding, load_model
 
-    saved = load_model(exported["run"])
+    saved = load_model(trained_exports["run"])
     beam = Decoding(beam_size=4, length_penalty=0.6, no_repeat_ngram=2, max_output_len=12)
     saved = dataclasses.replace(saved, decoding=beam)
     folder = export_ctranslate2(saved, tmp_path / "beam", quantize="int8")
@@ -236,8 +236,8 @@ def test_the_readme_maps_a_beam_search(exported, tmp_path):
     assert _run_snippet(folder, TEXTS) == Ct2Translator(folder).translate(TEXTS)
 
 
-def test_the_onnx_cards_snippet_translates_as_qkv_translate(exported):
-    out, _ = exported["outs"]["onnx"]
+def test_the_onnx_cards_snippet_translates_as_qkv_translate(trained_exports):
+    out, _ = trained_exports["outs"]["onnx"]
     texts = TEXTS[:-1]
     got = _run_snippet(out, texts)
     rc, printed, err = quiet_cli("translate", "--model-dir", str(out), "--split", "none", *texts)

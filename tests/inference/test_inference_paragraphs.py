@@ -30,14 +30,31 @@ def folder(tmp_path_factory):
     return save_model(model, src, tgt, out, decoding=Decoding(), card={"data": BUNDLED_DATA})
 
 
+class _Engines(dict):
+    """``{engine: translator}`` of ``folder``, each opened when first asked for: the ONNX
+    export (seconds of torch.export) only for the tests of that engine, which are slow."""
+
+    def __init__(self, folder, tmp):
+        super().__init__()
+        self.opens = {
+            "qkv": lambda: Translator.load(folder),
+            "ctranslate2": lambda: Ct2Translator(
+                export_ctranslate2(folder, tmp / "ct2"), threads=1
+            ),
+            "onnx": lambda: OnnxTranslator(export_onnx(folder, tmp / "onnx")),
+        }
+
+    def __missing__(self, name):
+        self[name] = self.opens[name]()
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def engines(folder, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("paragraphs")
-    return {
-        "qkv": Translator.load(folder),
-        "ctranslate2": Ct2Translator(export_ctranslate2(folder, tmp / "ct2"), threads=1),
-        "onnx": OnnxTranslator(export_onnx(folder, tmp / "onnx")),
-    }
+    return _Engines(folder, tmp_path_factory.mktemp("paragraphs"))
+
+
+ENGINES = ["qkv", "ctranslate2", pytest.param("onnx", marks=pytest.mark.slow)]
 
 
 def _alone(tr, *sentences):
@@ -45,7 +62,7 @@ def _alone(tr, *sentences):
     return tr.translate(list(sentences), split="none")
 
 
-@pytest.mark.parametrize("name", ["qkv", "ctranslate2", "onnx"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_a_paragraph_is_its_sentences_translations_joined(engines, name):
     tr = engines[name]
     one, two, three = _alone(tr, ONE, TWO, THREE)
@@ -60,7 +77,7 @@ def test_a_paragraph_is_its_sentences_translations_joined(engines, name):
         assert t == t.strip() and "  " not in t  # clean: no end or doubled spaces
 
 
-@pytest.mark.parametrize("name", ["qkv", "ctranslate2", "onnx"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_fifty_paragraphs_are_one_batching_plan(engines, name, monkeypatch):
     tr = engines[name]
     calls = []
@@ -97,7 +114,7 @@ def test_evaluation_never_splits(engines, monkeypatch):
     assert seen == [f"{ONE} {TWO}"]
 
 
-@pytest.mark.parametrize("engine", ["qkv", "ctranslate2", "onnx"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_qkv_translate_keeps_lines_and_layout(engines, engine, tmp_path, capsys):
     tr = engines[engine]
     one, two, three = _alone(tr, ONE, TWO, THREE)
@@ -127,7 +144,7 @@ PAGE = (
 )
 
 
-@pytest.mark.parametrize("name", ["qkv", "ctranslate2", "onnx"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_a_page_keeps_its_tags_through_every_engine(engines, name):
     lxml_html = pytest.importorskip("lxml.html")
     from qkv.text import translate_document

@@ -3,10 +3,12 @@ transformers (tests/_hf_models.py: swish/gelu/relu, tied and untied, shared and 
 embeddings and vocabularies, no embedding scale, a multi-target model with >>xxx<< tokens),
 imported, give transformers' source ids, logits (fp32, within 1e-4) and the tokens of
 ``model.generate`` with the folder's generation settings, greedy and beam 4, on 80 held-out
-sentences each; exported to CTranslate2 by qkv, the same tokens again."""
+sentences each; exported to CTranslate2 by qkv, the same tokens again; exported to Hugging Face
+by qkv, the very tensors of the folder it came from."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,35 @@ def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, nam
     assert ct2.decoding.early_stopping is True and ct2.decoding.beam_size == 4
     tr = Translator.load(qkv_folder)
     assert ct2.generate(sources) == tr.generate(sources, early_stopping=True)
+
+
+@pytest.mark.parametrize("name", ["swish-tied", "gelu-noscale-vocabs", "swish-multi"])
+def test_an_import_exports_to_huggingface_as_its_own_weights(imported, name, tmp_path):
+    """qkv import then qkv export --format huggingface: the same tensors as the MarianMTModel
+    folder (bit for bit), the same tokenizer ids and the same generated tokens."""
+    from safetensors.torch import load_file
+
+    from qkv.export.huggingface import export_huggingface
+
+    folder, qkv_folder, sources = imported[name]
+    out = tmp_path / "hf"
+    export_huggingface(qkv_folder, out)
+    theirs, ours = (load_file(str(f / "model.safetensors")) for f in (folder, out))
+    assert set(ours) == set(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    written = json.loads((out / "tokenizer_config.json").read_text())
+    assert written["separate_vocabs"] == config["separate_vocabs"]
+    model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched weight
+    model.eval()
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    reference, original = _hf(folder)
+    assert [tok(s).input_ids for s in sources] == [original(s).input_ids for s in sources]
+    with torch.no_grad():
+        for s in sources[:20]:
+            ids = original([s], return_tensors="pt")
+            assert model.generate(**ids).tolist() == reference.generate(**ids).tolist(), s
 
 
 def test_an_import_decodes_on_the_fast_path(imported):
