@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from qkv.data import bundled_pairs
 
@@ -108,14 +109,6 @@ def _opus_vocab(*piece_lists: list[str], codes=(), pad_first: bool = False) -> d
     return vocab
 
 
-def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rows`` padded on the right with ``pad`` to the longest: ``(ids, mask)``, ``(B, L)``."""
-    n = max(len(r) for r in rows)
-    ids = torch.tensor([r + [pad] * (n - len(r)) for r in rows])
-    mask = torch.tensor([[1] * len(r) + [0] * (n - len(r)) for r in rows])
-    return ids, mask
-
-
 def build_marian(
     out: Path, name: str, *, steps: int = 250, seed: int = 0
 ) -> tuple[Path, list[str]]:
@@ -194,9 +187,10 @@ def build_marian(
         ids = [(tok(s)["input_ids"], tok(text_target=t)["input_ids"]) for s, t in pairs]
         for _ in range(steps):
             batch = rng.sample(ids, 32)
-            source, attention_mask = _padded([s for s, _ in batch], pad)
-            labels, _ = _padded([t for _, t in batch], -100)
-            loss = model(input_ids=source, attention_mask=attention_mask, labels=labels).loss
+            source = pad_sequence([torch.tensor(s) for s, _ in batch], True, pad)
+            labels = pad_sequence([torch.tensor(t) for _, t in batch], True, -100)
+            mask = (source != pad).long()  # a source's pieces are never <pad>
+            loss = model(input_ids=source, attention_mask=mask, labels=labels).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -222,3 +216,13 @@ def build_marian(
     if k.multi_target:
         sources = [f">>{'fra' if i % 2 else 'deu'}<< {s}" for i, s in enumerate(sources)]
     return folder, sources
+
+
+def load_exported(folder: Path):
+    """A folder qkv exported for transformers, as a user loads it: ``(model in evaluation
+    mode, tokenizer)``, with no missing, unexpected or mismatched weight (asserted)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
+    assert not any(info.values()), info
+    return model.eval(), AutoTokenizer.from_pretrained(folder)

@@ -18,6 +18,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
+from _hf_models import load_exported  # noqa: E402
 from _train_helpers import tiny_config  # noqa: E402
 
 from qkv._errors import SettingError  # noqa: E402
@@ -70,14 +71,6 @@ def _export(saved, tmp_path, decoding=None, **kw):
     return out
 
 
-def _load(folder):
-    model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(
-        folder, output_loading_info=True
-    )
-    assert not any(info.values()), info  # no missing, unexpected or mismatched weight
-    return model.eval(), transformers.AutoTokenizer.from_pretrained(folder)
-
-
 def _generated(model, tok, texts) -> list[list[int]]:
     """``generate`` with the folder's generation config, one text at a time, without the
     decoder's start token and the final ``<eos>`` (as qkv's ids are)."""
@@ -103,7 +96,7 @@ def test_transformers_generates_qkvs_tokens(trained_runs, tmp_path, kind):
     finished = 0
     for decoding in DECODINGS:
         folder = _export(saved, tmp_path, decoding)
-        model, tok = _load(folder)
+        model, tok = load_exported(folder)
         assert type(model).__name__ == huggingface_class(saved.model.config)[0]
         want = [q.translate_ids(t, decoding) for t in TEXTS]
         got = _generated(model, tok, TEXTS)
@@ -122,7 +115,7 @@ def test_transformers_generates_qkvs_tokens(trained_runs, tmp_path, kind):
 @pytest.mark.parametrize("kind", ["post", "pre"])
 def test_the_tokenizer_gives_qkvs_ids(trained_runs, tmp_path, kind):
     saved = load_model(trained_runs[kind])
-    _, tok = _load(_export(saved, tmp_path))
+    _, tok = load_exported(_export(saved, tmp_path))
     src, tgt = saved.src_tokenizer, saved.tgt_tokenizer
     # qkv's plain normaliser (NFC, whitespace) is in the exported SentencePiece models' rules
     odd = ["Ça va, Zoë ?", "Ça\u00a0va\u202f?", "  a \t b\n c  ", "x\u3000y", "", " "]
@@ -173,7 +166,7 @@ def test_logits_are_qkvs(spm, tmp_path, name):
         src = tgt = joint
     model = _random(src.vocab_size, tgt.vocab_size, **over)
     folder = save_model(model, src, tgt, tmp_path / "qkv", languages=("en", "fr"))
-    hf, tok = _load(_export(load_model(folder), tmp_path))
+    hf, tok = load_exported(_export(load_model(folder), tmp_path))
     assert type(hf).__name__ == ("Pegasus" if over.get("norm_first") else "Marian") + (
         "ForConditionalGeneration" if over.get("norm_first") else "MTModel"
     )

@@ -30,28 +30,21 @@ def folder(tmp_path_factory):
     return save_model(model, src, tgt, out, decoding=Decoding(), card={"data": BUNDLED_DATA})
 
 
-class _Engines(dict):
-    """``{engine: translator}`` of ``folder``, each opened when first asked for: the ONNX
-    export (seconds of torch.export) only for the tests of that engine, which are slow."""
-
-    def __init__(self, folder, tmp):
-        super().__init__()
-        self.opens = {
-            "qkv": lambda: Translator.load(folder),
-            "ctranslate2": lambda: Ct2Translator(
-                export_ctranslate2(folder, tmp / "ct2"), threads=1
-            ),
-            "onnx": lambda: OnnxTranslator(export_onnx(folder, tmp / "onnx")),
-        }
-
-    def __missing__(self, name):
-        self[name] = self.opens[name]()
-        return self[name]
+@pytest.fixture(scope="module")
+def qkv(folder):
+    return Translator.load(folder)
 
 
 @pytest.fixture(scope="module")
-def engines(folder, tmp_path_factory):
-    return _Engines(folder, tmp_path_factory.mktemp("paragraphs"))
+def ctranslate2(folder, tmp_path_factory):
+    out = export_ctranslate2(folder, tmp_path_factory.mktemp("paragraphs") / "ct2")
+    return Ct2Translator(out, threads=1)
+
+
+@pytest.fixture(scope="module")
+def onnx(folder, tmp_path_factory):
+    """Exported only for the tests of this engine (seconds of torch.export): they are slow."""
+    return OnnxTranslator(export_onnx(folder, tmp_path_factory.mktemp("paragraphs") / "onnx"))
 
 
 ENGINES = ["qkv", "ctranslate2", pytest.param("onnx", marks=pytest.mark.slow)]
@@ -63,8 +56,8 @@ def _alone(tr, *sentences):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_a_paragraph_is_its_sentences_translations_joined(engines, name):
-    tr = engines[name]
+def test_a_paragraph_is_its_sentences_translations_joined(request, name):
+    tr = request.getfixturevalue(name)
     one, two, three = _alone(tr, ONE, TWO, THREE)
     assert tr.translate(f"{ONE} {TWO}") == f"{one} {two}"
     text = f"{ONE}\n\n    {TWO} {THREE}\n\t{ONE}  "
@@ -78,8 +71,8 @@ def test_a_paragraph_is_its_sentences_translations_joined(engines, name):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_fifty_paragraphs_are_one_batching_plan(engines, name, monkeypatch):
-    tr = engines[name]
+def test_fifty_paragraphs_are_one_batching_plan(request, name, monkeypatch):
+    tr = request.getfixturevalue(name)
     calls = []
     decode = type(tr)._decode
 
@@ -92,31 +85,30 @@ def test_fifty_paragraphs_are_one_batching_plan(engines, name, monkeypatch):
     assert calls == [3]  # one plan, each distinct sentence once
 
 
-def test_n_best_of_a_paragraph_joins_its_sentences_best(engines):
+def test_n_best_of_a_paragraph_joins_its_sentences_best(qkv):
     """The qkv engine (CTranslate2's and ONNX's give one translation per text)."""
-    tr = engines["qkv"].with_decoding(beam_size=2)
+    tr = qkv.with_decoding(beam_size=2)
     got = tr.translate(f"{ONE} {TWO}", n_best=2)
     alone = tr.translate([ONE, TWO], n_best=2, split="none")
     assert got[0][0] == f"{alone[0][0][0]} {alone[1][0][0]}"
     assert got[0][1] == pytest.approx(alone[0][0][1] + alone[1][0][1])
 
 
-def test_evaluation_never_splits(engines, monkeypatch):
-    tr = engines["qkv"]
+def test_evaluation_never_splits(qkv, monkeypatch):
     seen = []
-    decode = type(tr)._decode
+    decode = type(qkv)._decode
     monkeypatch.setattr(
-        type(tr),
+        type(qkv),
         "_decode",
         lambda self, texts, *a, **k: seen.extend(texts) or decode(self, texts, *a, **k),
     )
-    tr.evaluate([(f"{ONE} {TWO}", "x y")], tokenize="13a")
+    qkv.evaluate([(f"{ONE} {TWO}", "x y")], tokenize="13a")
     assert seen == [f"{ONE} {TWO}"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_qkv_translate_keeps_lines_and_layout(engines, engine, tmp_path, capsys):
-    tr = engines[engine]
+def test_qkv_translate_keeps_lines_and_layout(request, engine, tmp_path, capsys):
+    tr = request.getfixturevalue(engine)
     one, two, three = _alone(tr, ONE, TWO, THREE)
     src = tmp_path / "in.txt"
     src.write_text(f"{ONE} {TWO}\n\n  {THREE}\n", encoding="utf-8")
@@ -145,11 +137,11 @@ PAGE = (
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_a_page_keeps_its_tags_through_every_engine(engines, name):
+def test_a_page_keeps_its_tags_through_every_engine(request, name):
     lxml_html = pytest.importorskip("lxml.html")
     from qkv.text import translate_document
 
-    tr = engines[name]
+    tr = request.getfixturevalue(name)
     words = THREE.split()
     page = PAGE.format(one=ONE, two=TWO, three_a=words[0], three_b=" ".join(words[1:]))
     out = translate_document(page, tr, "html").decode()
@@ -167,15 +159,14 @@ def test_a_page_keeps_its_tags_through_every_engine(engines, name):
         assert all(len(row) == len(al.source_tokens) for row in al.weights)
 
 
-def test_the_attention_of_a_paragraph_is_each_sentences(engines, tmp_path, capsys):
+def test_the_attention_of_a_paragraph_is_each_sentences(qkv, tmp_path, capsys):
     from qkv.translate import ParagraphAttention, SentenceAttention
 
-    tr = engines["qkv"]
-    para = tr.attention(f"{ONE} {TWO}")
+    para = qkv.attention(f"{ONE} {TWO}")
     assert isinstance(para, ParagraphAttention) and len(para) == 2
     assert [sa.source for sa in para] == [ONE, TWO]
-    assert para.translation == tr.translate(f"{ONE} {TWO}")
-    alone = tr.attention(ONE)
+    assert para.translation == qkv.translate(f"{ONE} {TWO}")
+    alone = qkv.attention(ONE)
     assert isinstance(alone, SentenceAttention)
     assert all((a == b).all() for a, b in zip(para[0].cross, alone.cross))
     page = para.save(tmp_path / "para.html").read_text(encoding="utf-8")
@@ -185,7 +176,7 @@ def test_the_attention_of_a_paragraph_is_each_sentences(engines, tmp_path, capsy
     with pytest.raises(ValueError, match="sentence: a figure shows one sentence of 2"):
         para.save(tmp_path / "para.png")
     # qkv translate --attention: each sentence of a line of two
-    args = ["translate", "--model-dir", str(tr.path), "--attention", str(tmp_path / "a.html")]
+    args = ["translate", "--model-dir", str(qkv.path), "--attention", str(tmp_path / "a.html")]
     assert main([*args, "--quiet", f"{ONE} {TWO}", ONE]) == 0
     assert sorted(p.name for p in tmp_path.glob("a-*.html")) == [
         "a-1.1.html",
