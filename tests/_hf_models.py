@@ -226,3 +226,19 @@ def load_exported(folder: Path):
     model, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
     assert not any(info.values()), info
     return model.eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def generated_ids(model, rows) -> list[list[int]]:
+    """``model.generate``'s rows as qkv's token ids: without the decoder's start token, the
+    ``<pad>`` of a padded batch and what follows ``<eos>``."""
+    cfg = model.generation_config
+    out = []
+    for row in rows.tolist():
+        ids = []
+        for t in row[1:]:
+            if t == cfg.eos_token_id:
+                break
+            if t != cfg.pad_token_id:
+                ids.append(t)
+        out.append(ids)
+    return out

@@ -18,7 +18,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-from _hf_models import load_exported  # noqa: E402
+from _hf_models import generated_ids, load_exported  # noqa: E402
 from _train_helpers import tiny_config  # noqa: E402
 
 from qkv._errors import SettingError  # noqa: E402
@@ -72,14 +72,11 @@ def _export(saved, tmp_path, decoding=None, **kw):
 
 
 def _generated(model, tok, texts) -> list[list[int]]:
-    """``generate`` with the folder's generation config, one text at a time, without the
-    decoder's start token and the final ``<eos>`` (as qkv's ids are)."""
-    out = []
-    for text in texts:
-        with torch.no_grad():
-            ids = model.generate(**tok([text], return_tensors="pt"))[0].tolist()[1:]
-        out.append(ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids)
-    return out
+    """``generate`` with the folder's generation config on the texts as one padded batch (as
+    ``pipeline("translation")`` batches them), as qkv's token ids; and the decoded texts."""
+    with torch.no_grad():
+        rows = model.generate(**tok(texts, return_tensors="pt", padding=True))
+    return generated_ids(model, rows), tok.batch_decode(rows, skip_special_tokens=True)
 
 
 DECODINGS = [
@@ -99,16 +96,13 @@ def test_transformers_generates_qkvs_tokens(trained_runs, tmp_path, kind):
         model, tok = load_exported(folder)
         assert type(model).__name__ == huggingface_class(saved.model.config)[0]
         want = [q.translate_ids(t, decoding) for t in TEXTS]
-        got = _generated(model, tok, TEXTS)
+        got, texts = _generated(model, tok, TEXTS)
         assert got == want, decoding.describe()
         finished += sum(len(ids) < decoding.max_output_len - 1 for ids in want)
-        # what pipeline("translation") of transformers 4 ran (5 removed the task): a padded
-        # batch generated and decoded; the same text as qkv translate, but for the spaces of a
-        # run of lone ▁ pieces, which qkv shows as one (MarianTokenizer keeps them all)
-        with torch.no_grad():
-            batch = model.generate(**tok(TEXTS[:10], return_tensors="pt", padding=True))
-        texts = tok.batch_decode(batch, skip_special_tokens=True)
-        assert [" ".join(t.split()) for t in texts] == q.translate(TEXTS[:10], decoding)
+        # the text of that batch, as pipeline("translation") of transformers 4 printed it (5
+        # removed the task): qkv translate's, but for the spaces of a run of lone ▁ pieces,
+        # which qkv shows as one (MarianTokenizer keeps them all)
+        assert [" ".join(t.split()) for t in texts] == q.translate(TEXTS, decoding)
     assert finished > 0  # some translations ended by <eos>, not only at the limit
 
 

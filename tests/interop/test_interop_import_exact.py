@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _hf_models import KINDS, load_exported
+from _hf_models import KINDS, generated_ids, load_exported
 
 from qkv.interop.importer import import_model
 from qkv.translate import Translator
@@ -36,25 +36,10 @@ def _hf(folder: Path):
     return model, transformers.MarianTokenizer.from_pretrained(folder)
 
 
-def _generated(model, rows: torch.Tensor) -> list[list[int]]:
-    """generate's rows without the start token, <pad> and what follows <eos>."""
-    cfg = model.generation_config
-    out = []
-    for row in rows.tolist()[:]:
-        ids = []
-        for t in row[1:]:
-            if t == cfg.eos_token_id:
-                break
-            if t != cfg.pad_token_id:
-                ids.append(t)
-        out.append(ids)
-    return out
-
-
 def _generate(model, tok, sources: list[str], **options) -> list[list[int]]:
     enc = tok(sources, return_tensors="pt", padding=True)
     with torch.no_grad():
-        return _generated(model, model.generate(**enc, **options))
+        return generated_ids(model, model.generate(**enc, **options))
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -75,7 +60,7 @@ def test_an_imported_marian_model_computes_what_transformers_computes(imported, 
     seen[:, 0] = True  # the start token is <pad>: its row is compared too
     assert (got - want)[seen].abs().max().item() < 1e-4
     # the search: the folder's generation settings (beam 4, max_length, forced EOS, ...)
-    greedy = _generated(hf, out)
+    greedy = generated_ids(hf, out)
     assert len({tuple(ids) for ids in greedy}) > len(sources) // 2  # not one string for all
     assert tr.generate(sources, beam_size=1) == greedy
     beam = _generate(hf, tok, sources)
@@ -134,7 +119,7 @@ def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, nam
     ct2 = Ct2Translator(tmp_path / "ct2")
     enc = tok(sources, return_tensors="pt", padding=True)
     with torch.no_grad():
-        greedy = _generated(hf, hf.generate(**enc, num_beams=1))
+        greedy = generated_ids(hf, hf.generate(**enc, num_beams=1))
     assert ct2.generate(sources, beam_size=1) == greedy
     # CTranslate2's beam ends at K finished translations: qkv's own rule, which it matches
     assert ct2.decoding.early_stopping is True and ct2.decoding.beam_size == 4
