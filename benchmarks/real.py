@@ -36,7 +36,8 @@ pipeline splits words on spaces, which a Chinese sentence has none of): the othe
 Run: ``python -m benchmarks.real [--pair en-fr] [--minutes 10] [--long-minutes 30] [--threads 2]
 [--busy N] [--json P]``; ``--quick`` is a 1-minute smoke run of both. ``--busy 2`` runs beside
 two busy processes (``python3 -c 'while True: pass'``), started before the runs and stopped
-after; the JSON records them, the load averages at the start and the end, and the machine's
+after; ``qkv train`` is then given no ``--threads`` (unless ``--threads`` is), as a user's run
+on a busy machine is not: it chooses its threads from the load it sees. The JSON records them, the load averages at the start and the end, and the machine's
 fp32 GEMM rate on the run's threads (``benchmarks.machine``, measured before the busy processes
 start): a budget on a slower machine is scaled by the ratio of the rates.
 """
@@ -218,11 +219,15 @@ def run_book(
 
 
 # ---------------------------------------------------------------------------- qkv
-def run_qkv(train_tsv: Path, test_tsv: Path, minutes: float, threads: int, out: Path) -> dict:
-    """``qkv train`` with its defaults for ``minutes``, then ``qkv evaluate`` on the test."""
+def run_qkv(
+    train_tsv: Path, test_tsv: Path, minutes: float, threads: int | None, out: Path
+) -> dict:
+    """``qkv train`` with its defaults for ``minutes`` on ``threads`` (None: its own choice, no
+    ``--threads``), then ``qkv evaluate`` on the test (2 threads when not given)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "qkv.cli", "train", "--data", str(train_tsv), "--out", str(out)]
-    cmd += ["--max-minutes", f"{minutes:g}", "--threads", str(threads)]
+    cmd += ["--max-minutes", f"{minutes:g}"]
+    cmd += ["--threads", str(threads)] if threads is not None else []
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
@@ -232,7 +237,7 @@ def run_qkv(train_tsv: Path, test_tsv: Path, minutes: float, threads: int, out: 
         raise SystemExit(f"qkv train failed ({proc.returncode}):\n{log[-3000:]}")
     ev_cmd = [sys.executable, "-m", "qkv.cli", "evaluate", "--model-dir", str(out)]
     ev_cmd += ["--data", str(test_tsv), "--json"]
-    env["OMP_NUM_THREADS"] = str(threads)
+    env["OMP_NUM_THREADS"] = str(threads or 2)
     t1 = time.monotonic()
     ev = subprocess.run(ev_cmd, capture_output=True, text=True, env=env)
     if ev.returncode != 0:
@@ -278,7 +283,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--long-minutes", type=float, default=30.0, help="qkv's longer run (30; 0: skip)"
     )
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads of each (2)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of each (2; with --busy, qkv's run chooses its own, as a user's run "
+        "with no --threads does, and the book's gets 2)",
+    )
     ap.add_argument("--cache", type=Path, default=None, help="corpus cache folder")
     ap.add_argument("--runs", type=Path, default=None, help="where qkv's runs go (a temp dir)")
     ap.add_argument(
@@ -301,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--busy: expected a number of processes >= 0, got {args.busy}")
     minutes = 1.0 if args.quick else args.minutes
     long_minutes = 0.0 if args.quick else args.long_minutes
+    # what qkv train is told (None: no --threads, it chooses from the load it sees)
+    args.qkv_threads = args.threads if args.threads is not None or not args.busy else None
+    args.threads = 2 if args.threads is None else args.threads
 
     src_lang = args.pair.split("-")[0]
     corpus = build_corpus(args.cache, verbose=False, lang=PAIRS[args.pair])
@@ -318,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     test_tsv.write_text("".join(f"{s}\t{t}\n" for s, t in zip(test_src, test_ref)), "utf-8")
     print(
         f"corpus: {len(train_pairs)} training pairs, {len(test_src)} test pairs "
-        f"({corpus.manifest}); budget {minutes:g} min, {args.threads} threads; "
+        f"({corpus.manifest}); budget {minutes:g} min, {args.qkv_threads or 'auto'} threads; "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
@@ -326,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         "pair": args.pair,
         "corpus": CORPORA[PAIRS[args.pair]].name,
         "minutes": minutes,
-        "threads": args.threads,
+        "threads": args.qkv_threads or "qkv's choice",
         # the machine's speed, measured before any busy process starts (scale budgets by it)
         "gemm_fp32_gflops": round(gemm_rate(args.threads), 1),
         "busy_processes": args.busy,
@@ -381,7 +395,7 @@ def _run_systems(
             import shutil
 
             shutil.rmtree(out)
-        info = run_qkv(train_tsv, test_tsv, m, args.threads, out)
+        info = run_qkv(train_tsv, test_tsv, m, args.qkv_threads, out)
         hyps = qkv_hypotheses(out, test_src, args.threads)
         sc = info.pop("scores")
         results["systems"][label] = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -88,6 +89,17 @@ def test_preset_follows_budget_device_and_corpus():
     assert vocab_size_for(1_000) < vocab_size_for(20_000) < vocab_size_for(2_000_000)
     with pytest.raises(ValueError, match="tier"):
         choose_preset(100, minutes=1, max_steps=1, tier="huge")
+
+
+def test_the_shortest_budgets_get_the_tiny_tier_and_its_small_vocabulary():
+    tiny = choose_preset(20_000, minutes=3, max_steps=None)
+    small = choose_preset(20_000, minutes=4, max_steps=None)
+    assert (tiny.name, small.name) == ("cpu-tiny", "cpu-small")
+    assert tiny.model["num_hiddens"] < small.model["num_hiddens"]
+    assert (tiny.vocab_size, small.vocab_size) == (2_000, 4_000)
+    assert "vocabulary of up to 2000" in tiny.reason and "width 128" in tiny.reason
+    # a corpus whose own vocabulary is smaller keeps it
+    assert choose_preset(1_500, minutes=3, max_steps=None).vocab_size == 1_000
 
 
 def test_bahdanau_keeps_its_defaults_and_gets_a_vocabulary_sized_to_the_corpus():
@@ -332,6 +344,25 @@ def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_
                    "go .").returncode == 2  # fmt: skip
 
 
+def test_a_run_with_no_time_to_choose_a_decoding_keeps_greedy_without_repeats():
+    """A short timed run (a busy machine's 3 minutes) has no time to compare decodings: it keeps
+    the first candidate, greedy never repeating a 3-gram (its undertrained model's loops,
+    ``Datei Datei Datei Datei``, are what plain greedy would keep); a run told not to tune keeps
+    plain greedy."""
+    from qkv.inference import CANDIDATES, Decoding
+    from qkv.train.finish import _choose_decoding
+
+    said = []
+    setup = SimpleNamespace(config=SimpleNamespace(tune_decoding=True))
+    decoding, bleu = _choose_decoding(setup, said.append, time.monotonic() + 4.0, 1.0)
+    assert (decoding, bleu) == (CANDIDATES[0], None)
+    assert decoding.no_repeat_ngram == 3 and decoding.beam_size == 1
+    assert said == ["no time left to choose a beam on the validation split; greedy, no 3-gram "
+                    "repeated kept"]  # fmt: skip
+    setup.config.tune_decoding = False
+    assert _choose_decoding(setup, said.append, time.monotonic() + 4.0, 1.0) == (Decoding(), None)
+
+
 def test_corrupt_decoding_file_is_refused(tmp_path, trained):
     import shutil
 
@@ -366,7 +397,7 @@ def test_resume_keeps_the_resolved_plan(tmp_path, corpus_file):
     assert state["resolved_config"]["tokenizer"] == "sentencepiece"
     # chosen once, from the first invocation's budget (3 updates: few, a small model), and kept
     # on resume
-    assert state["preset"]["name"] == "cpu-small" and "3 updates" in state["preset"]["reason"]
+    assert state["preset"]["name"] == "cpu-tiny" and "3 updates" in state["preset"]["reason"]
 
 
 def test_a_timed_run_resumed_keeps_its_budget_and_its_final_model(

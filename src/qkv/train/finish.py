@@ -89,14 +89,17 @@ def _choose_decoding(
     setup: Setup, say: Say, deadline: float, eval_cost: float
 ) -> tuple[Decoding, float | None]:
     """The decoding of :data:`~qkv.inference.CANDIDATES` that validates best with the model's
-    current weights, and its BLEU; greedy (and None) when the run does not tune its decoding or
-    has no time left to."""
-    tune = setup.config.tune_decoding
-    if tune and deadline - time.monotonic() < 5 * eval_cost:
-        say("no time left to choose a beam on the validation split; greedy decoding kept")
-        tune = False
-    if not tune:
+    current weights, and its BLEU; greedy (and None) when the run does not tune its decoding,
+    the first candidate (greedy, never repeating a 3-gram: what a short run's undertrained model
+    needs most) when it has no time left to."""
+    if not setup.config.tune_decoding:
         return Decoding(), None
+    if deadline - time.monotonic() < 5 * eval_cost:
+        say(
+            "no time left to choose a beam on the validation split; "
+            f"{CANDIDATES[0].describe()} kept"
+        )
+        return CANDIDATES[0], None
     decoding, tried, best_bleu = Decoding(), [], -math.inf
     cap = setup.validation.decoding.output_len_cap
     for candidate in CANDIDATES:  # scored as the checkpoints were: capped at the pair limit

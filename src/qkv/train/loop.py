@@ -827,7 +827,9 @@ class _Run:
             )
         config = self.setup.config
         tier = preset.get("name") if config.preset != "none" else SMALLEST
-        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier,
-                      preset.get("speed"))  # fmt: skip
+        # the reference model's measured speed says whether the machine was slow or busy (a
+        # run saved before it was recorded: the preset's own speed)
+        speed = preset.get("reference_speed", preset.get("speed"))
+        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier, speed)
         self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
         return verdict

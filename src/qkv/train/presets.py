@@ -31,10 +31,14 @@ __all__ = [
     "FINE_TUNING_LR",
     "REFERENCE_TIER",
     "TIERS",
+    "VOCAB_CAPS",
     "Preset",
     "Speed",
     "choose_preset",
+    "cost_per_token",
+    "estimated_speed",
     "measure_tiers",
+    "tier_vocab",
     "vocab_size_for",
 ]
 
@@ -60,6 +64,8 @@ class Preset:
         speed: target tokens per second the choice assumed (measured, or the reference
             machine's); None: not known (a run bounded by updates only).
         updates: the updates the budget allows at that speed (None: not known).
+        reference_speed: the reference tier's tokens/s as the probe measured it on this
+            machine now (None: not measured), what says whether the machine was slow or busy.
     """
 
     name: str
@@ -71,6 +77,7 @@ class Preset:
     notes: tuple[str, ...] = field(default=())
     speed: float | None = None
     updates: int | None = None
+    reference_speed: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +90,7 @@ class Preset:
             "notes": list(self.notes),
             "speed": self.speed,
             "updates": self.updates,
+            "reference_speed": self.reference_speed,
         }
 
 
@@ -94,10 +102,18 @@ class Speed:
     tokens_per_s: dict[str, float]
     threads: int
 
-    def describe(self, tier: str) -> str:
-        """``"measured 5,300 tokens/s on 2 threads"`` (the tier's, or the reference's)."""
-        name = tier if tier in self.tokens_per_s else REFERENCE_TIER
-        return f"measured {self.tokens_per_s[name]:,.0f} tokens/s on {self.threads} threads"
+    def describe(self, tier: str, tokens_per_s: float | None = None) -> str:
+        """``"measured 5,300 tokens/s on 2 threads"`` (the tier's); for a tier not measured,
+        ``tokens_per_s`` (its estimate) and the reference's measurement it comes from."""
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        if tier in self.tokens_per_s or tokens_per_s is None:
+            name = tier if tier in self.tokens_per_s else REFERENCE_TIER
+            return f"measured {self.tokens_per_s[name]:,.0f} tokens/s on {threads}"
+        ref = self.tokens_per_s[REFERENCE_TIER]
+        return (
+            f"an estimated {tokens_per_s:,.0f} tokens/s (measured {ref:,.0f} tokens/s for the "
+            f"{REFERENCE_TIER} model on {threads})"
+        )
 
 
 def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any]:
@@ -117,9 +133,12 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 #: in minutes of the reference machine (:data:`_TOKENS_PER_SECOND`); a CPU run whose speed was
 #: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
 #: gets the tier of half the budget
-#: (cpu-small: a shallow decoder (Kasai et al. 2021) and a vocabulary of at most
-#: :data:`SMALL_VOCAB` for runs of few updates, Sennrich & Zhang 2019)
+#: (cpu-tiny and cpu-small: a shallow decoder (Kasai et al. 2021) and a small vocabulary
+#: (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019; cpu-tiny, a quarter of
+#: cpu-small's cost per token, measured on benchmarks/real.py: English-German in 3 minutes, 12.5
+#: BLEU on a quiet machine and 4.8 beside two busy processes, where cpu-small scored ~1)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
+    "cpu-tiny": ("cpu", 3.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
     "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
     "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
     "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3), 1024, 1.5e-3),
@@ -138,8 +157,9 @@ _TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
 _TOKENS_PER_PAIR = 10.0
 #: a measured speed under this many times the reference's counts as the reference's
 _FASTER = 1.5
-#: the largest vocabulary of the cpu-small tier: few updates train few embeddings well
-SMALL_VOCAB = 4_000
+#: the largest vocabulary of the smallest tiers: few updates train few embeddings well (a
+#: 1,000-piece vocabulary scored 2.2 BLEU where 2,000 scored 4.8, the 3-minute busy run)
+VOCAB_CAPS = {"cpu-tiny": 2_000, "cpu-small": 4_000}
 #: the share of a timed budget that trains (the rest validates, saves and chooses the final
 #: model), to guess the updates a run will make
 _TRAINING_SHARE = 0.85
@@ -179,6 +199,34 @@ def vocab_size_for(n_pairs: int) -> int:
     if n_pairs < 1_000_000:
         return 16_000
     return 32_000
+
+
+def tier_vocab(tier: str, n_pairs: int) -> int:
+    """The joint vocabulary of ``tier``'s preset for ``n_pairs`` training pairs: the corpus's
+    (:func:`vocab_size_for`), at most the tier's cap (:data:`VOCAB_CAPS`)."""
+    return min(vocab_size_for(n_pairs), VOCAB_CAPS.get(tier, vocab_size_for(n_pairs)))
+
+
+def cost_per_token(tier: str, n_pairs: int) -> int:
+    """Multiply-adds per target token of ``tier``'s model in a forward pass (as many source
+    tokens as target ones; the backward pass is a constant multiple): its layers' matrix
+    products and the output layer over the tier's vocabulary for ``n_pairs`` pairs. What a CPU's
+    speed is inversely proportional to, to estimate a tier the probe did not measure."""
+    m = TIERS[tier][2]
+    d, f = m["num_hiddens"], m["ffn_num_hiddens"]
+    enc = m["num_enc_layers"] * (4 * d * d + 2 * d * f)
+    dec = m["num_dec_layers"] * (8 * d * d + 2 * d * f)  # self- and cross-attention
+    return enc + dec + d * tier_vocab(tier, n_pairs)
+
+
+def estimated_speed(speed: Speed, tier: str, n_pairs: int) -> float:
+    """``tier``'s tokens/s on this machine: as measured, else the reference tier's measured
+    speed scaled by their :func:`cost_per_token` (an estimate: a small model's fixed costs per
+    operation make it a little slower than that, measured 0.6-0.9 of it)."""
+    if tier in speed.tokens_per_s:
+        return speed.tokens_per_s[tier]
+    ref = speed.tokens_per_s[REFERENCE_TIER]
+    return ref * cost_per_token(REFERENCE_TIER, n_pairs) / cost_per_token(tier, n_pairs)
 
 
 def choose_preset(
@@ -236,7 +284,7 @@ def choose_preset(
     seconds = budget * 60 * max(world_size, 1)
     tps = _TOKENS_PER_SECOND[kind]
     if speed is not None and speed.tokens_per_s:
-        tps = speed.tokens_per_s.get(name, speed.tokens_per_s.get(REFERENCE_TIER, tps))
+        tps = estimated_speed(speed, name, n_pairs)
     epochs = seconds * tps / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
     # bounded by updates (or by nothing): the updates are known; else what the speed fits
     timed = minutes is not None
@@ -253,10 +301,8 @@ def choose_preset(
     elif n_pairs < 50_000 and model["num_hiddens"] > 256:
         model.update(_transformer(256, 1024, 4, model["num_enc_layers"]))
         notes.append(f"{n_pairs} training pairs: width 256 instead of the tier's")
-    vocab = vocab_size_for(n_pairs)
-    if name == "cpu-small":
-        vocab = min(vocab, SMALL_VOCAB)
-    assumed = speed.describe(name) if speed is not None else None
+    vocab = tier_vocab(name, n_pairs)
+    assumed = speed.describe(name, tps) if speed is not None else None
     if minutes is not None:
         how += f" (about {updates:,} updates at {assumed or f'{tps:,.0f} tokens/s'})"
     reason = (
@@ -267,8 +313,10 @@ def choose_preset(
         f"epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
         f"vocabulary of up to {vocab}"
     )
+    reference = speed.tokens_per_s.get(REFERENCE_TIER) if speed is not None else None
     return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes),
-                  speed=tps if minutes is not None else None, updates=updates)  # fmt: skip
+                  speed=tps if minutes is not None else None, updates=updates,
+                  reference_speed=reference)  # fmt: skip
 
 
 def measure_tiers(
@@ -283,9 +331,7 @@ def measure_tiers(
 
     def measure(tier: str, share: float) -> float:
         _, _, model, max_tokens, _ = TIERS[tier]
-        vocab = vocab_size_for(n_pairs)
-        if tier == "cpu-small":
-            vocab = min(vocab, SMALL_VOCAB)
+        vocab = tier_vocab(tier, n_pairs)
         return float(probe(dict(model, dropout=0.1), vocab, max_tokens, share))
 
     first = 0.6 * total
@@ -293,7 +339,7 @@ def measure_tiers(
     chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
     left = total - max(time.monotonic() - t0, first)
     # the chosen model's own speed, when what is left holds a few of its updates
-    per_update = TIERS[REFERENCE_TIER][3] / max(speed.tokens_per_s[REFERENCE_TIER], 1e-9)
+    per_update = TIERS[chosen][3] / max(estimated_speed(speed, chosen, n_pairs), 1e-9)
     if chosen != REFERENCE_TIER and left > 3 * per_update:
         speed.tokens_per_s[chosen] = measure(chosen, left)
     return speed
