@@ -21,7 +21,15 @@ from qkv.train.checkpoint import (
     find_checkpoints,
     read_weights,
 )
-from qkv.train.presets import TIERS, choose_preset, dropout_for, resolve_config, vocab_size_for
+from qkv.train.presets import (
+    REFERENCE_TIER,
+    TIERS,
+    Speed,
+    choose_preset,
+    dropout_for,
+    resolve_config,
+    vocab_size_for,
+)
 from qkv.train.schedules import Schedule, scheduled_lr
 from qkv.translate import Translator
 
@@ -93,8 +101,14 @@ def test_preset_follows_budget_device_and_corpus():
 
 def test_the_shortest_budgets_get_the_tiny_tier_and_its_small_vocabulary():
     tiny = choose_preset(20_000, minutes=3, max_steps=None)
-    small = choose_preset(20_000, minutes=4, max_steps=None)
+    assert choose_preset(20_000, minutes=5, max_steps=None).name == "cpu-tiny"
+    assert choose_preset(20_000, minutes=6, max_steps=None).name == "cpu-minutes"
+    # a budget that would show a small corpus to the tiny model dozens of times gets cpu-small
+    small = choose_preset(3_483, minutes=5, max_steps=None)
     assert (tiny.name, small.name) == ("cpu-tiny", "cpu-small")
+    assert "3483 training pairs about 133 times" in small.notes[0] and not tiny.notes
+    busy = Speed({REFERENCE_TIER: 848.0}, 1)  # a busy machine: the tiny model sees it less
+    assert choose_preset(3_483, minutes=1, max_steps=None, speed=busy).name == "cpu-tiny"
     assert tiny.model["num_hiddens"] < small.model["num_hiddens"]
     assert (tiny.vocab_size, small.vocab_size) == (2_000, 4_000)
     assert "vocabulary of up to 2000" in tiny.reason and "width 128" in tiny.reason

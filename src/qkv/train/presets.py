@@ -134,11 +134,12 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 #: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
 #: gets the tier of half the budget
 #: (cpu-tiny and cpu-small: a shallow decoder (Kasai et al. 2021) and a small vocabulary
-#: (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019; cpu-tiny, a quarter of
-#: cpu-small's cost per token, measured on benchmarks/real.py: English-German in 3 minutes, 12.5
-#: BLEU on a quiet machine and 4.8 beside two busy processes, where cpu-small scored ~1)
+#: (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019. cpu-tiny, a quarter of
+#: cpu-small's cost per token, measured on benchmarks/real.py's English-German: 12.5 BLEU in 3
+#: quiet minutes (cpu-small 2.9), 16.4 in 5 (cpu-small 10.7), 4.5 in 3 minutes beside two busy
+#: processes (cpu-small 1.0). cpu-small, whose bound is cpu-tiny's, is chosen by name only)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
-    "cpu-tiny": ("cpu", 3.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
+    "cpu-tiny": ("cpu", 5.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
     "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
     "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
     "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3), 1024, 1.5e-3),
@@ -157,6 +158,11 @@ _TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
 _TOKENS_PER_PAIR = 10.0
 #: a measured speed under this many times the reference's counts as the reference's
 _FASTER = 1.5
+#: the most epochs (estimated from the tier's speed) a budget may show the corpus to cpu-tiny's
+#: model: beyond, capacity limits it, not updates, and cpu-small is chosen. Measured: cpu-tiny
+#: won at 24 estimated epochs (18,638 pairs, 5 minutes: 16.4 BLEU against 10.7) and lost at 91
+#: (3,483 pairs, 5 minutes: 23.3 against cpu-small's 30.0); 40 lies between, on a log scale
+TINY_EPOCHS = 40.0
 #: the largest vocabulary of the smallest tiers: few updates train few embeddings well (a
 #: 1,000-piece vocabulary scored 2.2 BLEU where 2,000 scored 4.8, the 3-minute busy run)
 VOCAB_CAPS = {"cpu-tiny": 2_000, "cpu-small": 4_000}
@@ -278,10 +284,21 @@ def choose_preset(
         name = next(
             n for n, (dev, bound, *_rest) in TIERS.items() if dev == kind and effective <= bound
         )
-    _, _, model, max_tokens, lr = TIERS[name]
-    model = dict(model)
     notes: list[str] = []
     seconds = budget * 60 * max(world_size, 1)
+    if tier is None and name == "cpu-tiny":
+        # a budget that shows a small corpus many times is limited by capacity, not updates
+        tiny = estimated_speed(speed or Speed({REFERENCE_TIER: _TOKENS_PER_SECOND[kind]}, 0),
+                               name, n_pairs)  # fmt: skip
+        seen = seconds * tiny / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+        if seen > TINY_EPOCHS:
+            name = "cpu-small"
+            notes.append(
+                f"this budget shows the {n_pairs} training pairs about {seen:.0f} times to "
+                "cpu-tiny's model: cpu-small's, larger, instead"
+            )
+    _, _, model, max_tokens, lr = TIERS[name]
+    model = dict(model)
     tps = _TOKENS_PER_SECOND[kind]
     if speed is not None and speed.tokens_per_s:
         tps = estimated_speed(speed, name, n_pairs)
