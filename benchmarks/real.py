@@ -313,8 +313,10 @@ def main(argv: list[str] | None = None) -> None:
     minutes = 1.0 if args.quick else args.minutes
     long_minutes = 0.0 if args.quick else args.long_minutes
     # what qkv train is told (None: no --threads, it chooses from the load it sees)
-    args.qkv_threads = args.threads if args.threads is not None or not args.busy else None
-    args.threads = 2 if args.threads is None else args.threads
+    if args.threads is not None:
+        args.qkv_threads = args.threads
+    else:
+        args.qkv_threads, args.threads = (None if args.busy else 2), 2
 
     src_lang = args.pair.split("-")[0]
     corpus = build_corpus(args.cache, verbose=False, lang=PAIRS[args.pair])
