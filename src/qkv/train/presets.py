@@ -19,6 +19,7 @@ root; dropout helps only once the data is seen many times (0.05 at ~10 epochs, 0
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from .speed import SpeedProbe, measure_speed, probe_seconds
 
 __all__ = [
     "FINE_TUNING_LR",
+    "MAX_EPOCHS",
     "REFERENCE_TIER",
     "TIERS",
     "VOCAB_CAPS",
@@ -137,7 +139,8 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 #: (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019. cpu-tiny, a quarter of
 #: cpu-small's cost per token, measured on benchmarks/real.py's English-German: 12.5 BLEU in 3
 #: quiet minutes (cpu-small 2.9), 16.4 in 5 (cpu-small 10.7), 4.5 in 3 minutes beside two busy
-#: processes (cpu-small 1.0). cpu-small, whose bound is cpu-tiny's, is chosen by name only)
+#: processes (cpu-small 1.0); cpu-small, of the same bound, takes the budgets that would show
+#: a small corpus to cpu-tiny more than :data:`MAX_EPOCHS` times)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
     "cpu-tiny": ("cpu", 5.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
     "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
@@ -158,11 +161,12 @@ _TOKENS_PER_SECOND = {"cpu": 3000.0, "cuda": 60000.0}
 _TOKENS_PER_PAIR = 10.0
 #: a measured speed under this many times the reference's counts as the reference's
 _FASTER = 1.5
-#: the most epochs (estimated from the tier's speed) a budget may show the corpus to cpu-tiny's
-#: model: beyond, capacity limits it, not updates, and cpu-small is chosen. Measured: cpu-tiny
-#: won at 24 estimated epochs (18,638 pairs, 5 minutes: 16.4 BLEU against 10.7) and lost at 91
-#: (3,483 pairs, 5 minutes: 23.3 against cpu-small's 30.0); 40 lies between, on a log scale
-TINY_EPOCHS = 40.0
+#: the most epochs (estimated from the tier's speed) a budget may show the corpus to a tier's
+#: model: beyond, capacity limits it, not updates, and the next tier is chosen. Measured:
+#: cpu-tiny won at 24 estimated epochs (18,638 pairs, 5 minutes: 16.4 BLEU against cpu-small's
+#: 10.7) and lost at 91 (3,483 pairs, 5 minutes: 23.3 against 30.0); 40 lies between, on a log
+#: scale
+MAX_EPOCHS = {"cpu-tiny": 40.0}
 #: the largest vocabulary of the smallest tiers: few updates train few embeddings well (a
 #: 1,000-piece vocabulary scored 2.2 BLEU where 2,000 scored 4.8, the 3-minute busy run)
 VOCAB_CAPS = {"cpu-tiny": 2_000, "cpu-small": 4_000}
@@ -225,13 +229,14 @@ def cost_per_token(tier: str, n_pairs: int) -> int:
     return enc + dec + d * tier_vocab(tier, n_pairs)
 
 
-def estimated_speed(speed: Speed, tier: str, n_pairs: int) -> float:
-    """``tier``'s tokens/s on this machine: as measured, else the reference tier's measured
-    speed scaled by their :func:`cost_per_token` (an estimate: a small model's fixed costs per
-    operation make it a little slower than that, measured 0.6-0.9 of it)."""
-    if tier in speed.tokens_per_s:
-        return speed.tokens_per_s[tier]
-    ref = speed.tokens_per_s[REFERENCE_TIER]
+def estimated_speed(tokens_per_s: dict[str, float], tier: str, n_pairs: int) -> float:
+    """``tier``'s tokens/s on this machine from ``tokens_per_s`` (tier name -> measured, the
+    reference tier's at least): as measured, else the reference tier's scaled by their
+    :func:`cost_per_token` (an estimate: a small model's fixed costs per operation make it a
+    little slower than that, measured 0.6-0.9 of it)."""
+    if tier in tokens_per_s:
+        return tokens_per_s[tier]
+    ref = tokens_per_s[REFERENCE_TIER]
     return ref * cost_per_token(REFERENCE_TIER, n_pairs) / cost_per_token(tier, n_pairs)
 
 
@@ -276,32 +281,32 @@ def choose_preset(
     effective = budget * max(world_size, 1)
     if speed is not None and REFERENCE_TIER in speed.tokens_per_s:
         effective *= speed_factor(speed.tokens_per_s[REFERENCE_TIER], kind)
+    notes: list[str] = []
+    seconds = budget * 60 * max(world_size, 1)
+    measured = speed.tokens_per_s if speed is not None and speed.tokens_per_s else {}
     if tier is not None:
         if tier not in TIERS:
             raise ValueError(f"tier: expected one of {tuple(TIERS)}, got {tier!r}")
         name = tier
     else:
-        name = next(
+        # the first tier of this device whose bound holds the budget, unless the budget would
+        # show the corpus to its model more often than its capacity can use (MAX_EPOCHS)
+        at = measured or {REFERENCE_TIER: _TOKENS_PER_SECOND[kind]}
+        pair_tokens = max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+        fits = [
             n for n, (dev, bound, *_rest) in TIERS.items() if dev == kind and effective <= bound
-        )
-    notes: list[str] = []
-    seconds = budget * 60 * max(world_size, 1)
-    if tier is None and name == "cpu-tiny":
-        # a budget that shows a small corpus many times is limited by capacity, not updates
-        tiny = estimated_speed(speed or Speed({REFERENCE_TIER: _TOKENS_PER_SECOND[kind]}, 0),
-                               name, n_pairs)  # fmt: skip
-        seen = seconds * tiny / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
-        if seen > TINY_EPOCHS:
-            name = "cpu-small"
-            notes.append(
-                f"this budget shows the {n_pairs} training pairs about {seen:.0f} times to "
-                "cpu-tiny's model: cpu-small's, larger, instead"
-            )
+        ]
+        name = fits[-1]  # the largest that fits, when every other shows the corpus too often
+        for n in fits:
+            seen = seconds * estimated_speed(at, n, n_pairs) / pair_tokens
+            if seen <= MAX_EPOCHS.get(n, math.inf):
+                name = n
+                break
+            notes.append(f"this budget shows the {n_pairs} training pairs about {seen:.0f} "
+                         f"times to {n}'s model: a larger one instead")  # fmt: skip
     _, _, model, max_tokens, lr = TIERS[name]
     model = dict(model)
-    tps = _TOKENS_PER_SECOND[kind]
-    if speed is not None and speed.tokens_per_s:
-        tps = estimated_speed(speed, name, n_pairs)
+    tps = estimated_speed(measured, name, n_pairs) if measured else _TOKENS_PER_SECOND[kind]
     epochs = seconds * tps / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
     # bounded by updates (or by nothing): the updates are known; else what the speed fits
     timed = minutes is not None
@@ -356,7 +361,7 @@ def measure_tiers(
     chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
     left = total - max(time.monotonic() - t0, first)
     # the chosen model's own speed, when what is left holds a few of its updates
-    per_update = TIERS[chosen][3] / max(estimated_speed(speed, chosen, n_pairs), 1e-9)
+    per_update = TIERS[chosen][3] / max(estimated_speed(speed.tokens_per_s, chosen, n_pairs), 1e-9)
     if chosen != REFERENCE_TIER and left > 3 * per_update:
         speed.tokens_per_s[chosen] = measure(chosen, left)
     return speed
