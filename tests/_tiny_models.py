@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from qkv.data import Normalizer, WordTokenizer
+from qkv.data import Normalizer, WordTokenizer, bundled_pairs
 from qkv.nn import Seq2SeqConfig, build_model
 
 
@@ -33,3 +33,15 @@ def tiny_translator(
     with torch.no_grad():
         model.decoder.dense.bias[tgt.eos_id] += eos_boost
     return model, src, tgt
+
+
+#: the settings of the tiny model most tests of saved, exported and served folders share (their
+#: ONNX trace is made once per run: tests/_onnx_cache.py)
+SHARED_PAIRS = 600
+SHARED_EOS_BOOST = 1.8
+
+
+def shared_translator() -> tuple[torch.nn.Module, WordTokenizer, WordTokenizer]:
+    """:func:`tiny_translator` on the first :data:`SHARED_PAIRS` bundled pairs with
+    :data:`SHARED_EOS_BOOST`: the one tiny model of many test files."""
+    return tiny_translator(bundled_pairs()[:SHARED_PAIRS], eos_boost=SHARED_EOS_BOOST)

@@ -189,7 +189,7 @@ SLOW_TESTS = {
 #: files fill the end of every worker's share, instead of one long file running on alone at the
 #: end (xdist's own order, by number of tests, sends long files of few tests last)
 LONGEST_FIRST = (
-    "interop/test_interop_import_exact.py",  # 5 MarianMTModels trained by transformers
+    "interop/test_interop_import_exact.py",  # 4 MarianMTModels trained by transformers
     "train/test_train_prepared.py",
     "export/test_export_huggingface.py",
     "export/test_export_onnx.py",
@@ -253,6 +253,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if name in slow or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: order.get(item.nodeid, len(rank)))  # stable: a file's own order
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _onnx_traced_once_per_model(tmp_path_factory):
+    """Each distinct model is traced into ONNX graphs once per run, its graphs copied to every
+    later export of it (tests/_onnx_cache.py: the trace is deterministic; the rest of an export
+    runs every time), across pytest-xdist's workers (their temporary folders' common parent)."""
+    try:
+        import qkv.export.onnx as onnx_export
+    except ImportError:  # pragma: no cover - the onnx extra is part of dev
+        yield
+        return
+    from _onnx_cache import caching
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "onnx-graphs"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(onnx_export, "_export_graphs", caching(onnx_export._export_graphs, root))
+        yield
 
 
 @pytest.fixture(scope="session")

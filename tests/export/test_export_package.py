@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from _folders import folder_size, quiet_cli
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.data import bundled_pairs, write_pairs
 from qkv.export import export_model, save_model
@@ -23,7 +23,7 @@ SOURCES = [s for s, _ in PAIRS[:40]] + ["", "zzz unseen ."]
 @pytest.fixture(scope="module")
 def python_model():
     """A model built in Python (random weights) with word tokenizers trained here."""
-    return tiny_translator(PAIRS, eos_boost=3.0)
+    return shared_translator()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.data import bundled_pairs
 from qkv.inference import (
@@ -28,7 +28,7 @@ TEXTS = [s for s, _ in PAIRS[:24]] + ["", "   "]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    model, src, tgt = tiny_translator(PAIRS, eos_boost=1.8)
+    model, src, tgt = shared_translator()
     out = tmp_path_factory.mktemp("engines") / "model"
     decoding = Decoding(beam_size=2, length_penalty=0.6)
     return save_model(model, src, tgt, out, decoding=decoding, card={"data": BUNDLED_DATA})

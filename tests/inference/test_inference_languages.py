@@ -7,19 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
-from qkv.data import bundled_pairs
 from qkv.export import export_model
 from qkv.inference import CheckpointError, load_model, model_languages, save_model
 from qkv.translate import Translator
 
-PAIRS = bundled_pairs()[:300]
-
 
 @pytest.fixture(scope="module")
 def tiny():
-    return tiny_translator(PAIRS, eos_boost=1.8)
+    return shared_translator()
 
 
 def test_languages_are_recorded_and_read_back(tiny, tmp_path):

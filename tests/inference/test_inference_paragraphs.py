@@ -6,7 +6,7 @@ lines in are three lines out, blank lines and indentation kept, all sentences in
 from __future__ import annotations
 
 import pytest
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.cli import main
 from qkv.data import bundled_pairs
@@ -25,7 +25,7 @@ ONE, TWO, THREE = (s[0].upper() + s[1:] for s, _ in PAIRS[40:43])
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    model, src, tgt = tiny_translator(PAIRS, eos_boost=1.8)
+    model, src, tgt = shared_translator()
     out = tmp_path_factory.mktemp("paragraphs") / "model"
     return save_model(model, src, tgt, out, decoding=Decoding(), card={"data": BUNDLED_DATA})
 

@@ -13,21 +13,20 @@ from pathlib import Path
 
 import pytest
 from _folders import expected_modes, modes, umask
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.cli import main
-from qkv.data import bundled_pairs, save_tokenizers
+from qkv.data import save_tokenizers
 from qkv.export import save_model
 from qkv.export.ctranslate2 import export_ctranslate2
 from qkv.train.checkpoint import average_checkpoints, save_checkpoint, write_best_pointer
 
-PAIRS = bundled_pairs()[:300]
 MASKS = [0o022, 0o002, 0o027]
 
 
 @pytest.fixture(scope="module")
 def python_model():
-    return tiny_translator(PAIRS, eos_boost=3.0)
+    return shared_translator()
 
 
 def _mode(path: Path) -> int:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _train_helpers import DilatedTime, run_qkv, tiny_config
+from _train_helpers import DilatedTime, qkv_here, tiny_config
 
 from qkv.data import Normalizer, SentencePieceTokenizer, bundled_pairs, write_pairs
 from qkv.train import CheckpointError, TrainConfig, train
@@ -274,11 +274,11 @@ def test_evaluate_scores_against_raw_references(trained):
 
 
 def test_cli_evaluate_labels_normalised_references(trained):
-    r = run_qkv("evaluate", "--model-dir", str(trained["transformer"]), "--limit", "5",
-                "--normalized-refs")  # fmt: skip
+    r = qkv_here("evaluate", "--model-dir", str(trained["transformer"]), "--limit", "5",
+                 "--normalized-refs")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "NOTE: references normalised" in r.stdout and "[references normalised" in r.stdout
-    plain = run_qkv("evaluate", "--model-dir", str(trained["transformer"]), "--limit", "5")
+    plain = qkv_here("evaluate", "--model-dir", str(trained["transformer"]), "--limit", "5")
     assert "NOTE" not in plain.stdout and "tok:13a" in plain.stdout
 
 
@@ -304,11 +304,13 @@ def test_average_weights_is_the_elementwise_mean(trained, tmp_path):
 
 
 def test_cli_average(trained, tmp_path):
-    r = run_qkv("average", "--model-dir", str(trained["transformer"]), "--last", "2",
-                "--out", str(tmp_path / "avg"))  # fmt: skip
+    r = qkv_here("average", "--model-dir", str(trained["transformer"]), "--last", "2",
+                 "--out", str(tmp_path / "avg"))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "averaged 2 checkpoints" in r.stdout and (tmp_path / "avg" / "manifest.json").is_file()
-    bad = run_qkv("average", "--model-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "x"))
+    bad = qkv_here(
+        "average", "--model-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")
+    )
     assert bad.returncode != 0 and "qkv average: error" in bad.stderr
 
 
@@ -351,11 +353,11 @@ def test_final_model_carries_the_decoding_chosen_on_validation(tmp_path, corpus_
     one = tr.decoding.replace(beam_size=1, length_penalty=None)
     assert (one.beam_size, one.length_penalty) == (1, 0.6)
     # qkv translate uses it by default; --n-best K needs a beam of K
-    r = run_qkv("translate", "--model-dir", str(tmp_path), "--n-best", "2", "go .")
+    r = qkv_here("translate", "--model-dir", str(tmp_path), "--n-best", "2", "go .")
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 2
-    assert run_qkv("translate", "--model-dir", str(tmp_path), "--beam", "1", "--n-best", "2",
-                   "go .").returncode == 2  # fmt: skip
+    assert qkv_here("translate", "--model-dir", str(tmp_path), "--beam", "1", "--n-best", "2",
+                    "go .").returncode == 2  # fmt: skip
 
 
 def test_a_run_with_no_time_to_choose_a_decoding_keeps_greedy_without_repeats():

@@ -26,7 +26,9 @@ def _fra(path, good: int, bad: int = 0, blank: int = 0):
 
 
 def _train(*args):
-    return main(["train", "--quiet", "--max-steps", "2", "--preset", "none", *args])
+    """``qkv train`` of 2 small updates (256-token batches), validated on 20 sentences."""
+    small = ["--set", "max_tokens=256", "--set", "valid=20", "--set", "eval_sentences=20"]
+    return main(["train", "--quiet", "--max-steps", "2", "--preset", "none", *small, *args])
 
 
 def test_a_mostly_unreadable_file_is_refused_with_the_numbers(tmp_path, capsys):

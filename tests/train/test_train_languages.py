@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _train_helpers import ENDED, qkv_here, run_qkv, tiny_config
+from _train_helpers import ENDED, qkv_here, tiny_config
 
 from qkv._deps import MissingDependency
 from qkv.data import Split
@@ -259,7 +259,7 @@ def test_a_japanese_target_without_mecab_is_one_line_before_training(tmp_path):
     with pytest.raises(MissingDependency, match=r"pip install 'qkv\[ja\]'"):
         train(tiny_config(tgt_lang="ja"), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # before anything was read or written
-    r = run_qkv("train", "--tgt-lang", "ja", "--out", str(tmp_path / "r2"))
+    r = qkv_here("train", "--tgt-lang", "ja", "--out", str(tmp_path / "r2"))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "qkv train needs ipadic, mecab-python3: pip install 'qkv[ja]'" in r.stderr
 
@@ -310,7 +310,7 @@ def test_cli_aligned_files_valid_and_pair(tmp_path):
                  "--tokenize", "13a")  # fmt: skip
     assert r.returncode == 0 and "tok:13a" in r.stdout, r.stderr
     # a bad --pair, a bad language: one line naming the flag
-    r = run_qkv("train", "--data", prefix, "--pair", "enzh", "--out", str(tmp_path / "x"))
+    r = qkv_here("train", "--data", prefix, "--pair", "enzh", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--pair: expected SRC-TGT" in r.stderr, r.stderr
-    r = run_qkv("train", "--src-lang", "english", "--out", str(tmp_path / "x"))
+    r = qkv_here("train", "--src-lang", "english", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--src-lang: expected an ISO 639-1" in r.stderr, r.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_helpers import ENDED, run_qkv, tiny_config
+from _train_helpers import ENDED, qkv_here, run_qkv, tiny_config
 
 from qkv._deps import MissingDependency
 from qkv.data import languages as L
@@ -108,8 +108,8 @@ def test_2000_chinese_pairs_prepare_with_the_default_vocabulary(tmp_path, caplog
 
 def test_a_vocabulary_the_user_gave_too_small_is_one_line_naming_the_setting(tmp_path):
     data = _tsv(tmp_path / "en-zh.tsv", _han_pairs(2000, 1500))
-    r = run_qkv("prepare", "--data", data, "--out", str(tmp_path / "bin"),
-                "--set", "vocab_size=500", "--quiet")  # fmt: skip
+    r = qkv_here("prepare", "--data", data, "--out", str(tmp_path / "bin"),
+                 "--set", "vocab_size=500", "--quiet")  # fmt: skip
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0, r.stderr
     m = re.search(r"vocab_size.* 500 pieces are too few .* needs at least (\d+) .*--set vocab_size=(\d+)",
                   r.stderr)  # fmt: skip

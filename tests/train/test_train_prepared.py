@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, run_qkv, tiny_config
+from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, tiny_config
 from safetensors.torch import load_file
 
 from qkv.data.prepared import PreparedCorpus
@@ -251,7 +251,7 @@ def test_a_run_on_prepared_data_killed_mid_epoch_resumes_exactly(tmp_path, corpu
     kill_when_checkpointed(_train_args(folder, cut_out), first.parent)
     killed_at = json.loads((first.parent / "trainer.json").read_text())["data"]
     assert killed_at["epoch"] == 0 and killed_at["batch_index"] == 7  # mid-epoch
-    resumed = run_qkv(*_train_args(folder, cut_out), "--resume")
+    resumed = qkv_here(*_train_args(folder, cut_out), "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     reference = qkv_here(*_train_args(folder, ref_out))
     assert reference.returncode in ENDED, reference.stderr
@@ -373,7 +373,7 @@ def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, 
     kill_when_checkpointed(args, first)
     manifest = cut_out / "data" / "manifest.json"
     stamp = manifest.stat().st_mtime_ns
-    resumed = run_qkv(*args, "--resume")
+    resumed = qkv_here(*args, "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     assert "data: preparing" not in resumed.stderr and manifest.stat().st_mtime_ns == stamp
     reference = qkv_here(*_train_args(corpus_file, ref_out), "--prepare-data", "never")
@@ -397,8 +397,8 @@ def test_a_run_that_prepares_says_so_in_one_line(tmp_path, corpus_file):
     assert r.returncode in ENDED, r.stderr
     said = [line for line in r.stderr.splitlines() if "data: preparing" in line]
     assert len(said) == 1 and f"into {out.resolve() / 'data'} (prepare_data=always)" in said[0]
-    bad = run_qkv("train", "--data", str(corpus_file), "--out", str(tmp_path / "x"),
-                  "--prepare-data", "sometimes")  # fmt: skip
+    bad = qkv_here("train", "--data", str(corpus_file), "--out", str(tmp_path / "x"),
+                   "--prepare-data", "sometimes")  # fmt: skip
     assert bad.returncode == 2
     assert "--prepare-data: expected 'auto', 'always' or 'never'" in bad.stderr.splitlines()[-1]
 

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 import torch
-from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, run_qkv
+from _train_helpers import ENDED, kill_when_checkpointed, qkv_here
 from safetensors.torch import load_file
 
 from qkv.train.checkpoint import latest_checkpoint
@@ -46,7 +46,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, corpus_fi
     assert killed_at is not None and killed_at.name < f"step-{STEPS:08d}", "ran to the end"
 
     # resume it, and run the reference without interruption
-    resumed = run_qkv(*_train_args(corpus_file, cut_out), "--resume")
+    resumed = qkv_here(*_train_args(corpus_file, cut_out), "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     assert "resumed at update" in resumed.stderr
     reference = qkv_here(*_train_args(corpus_file, ref_out))
@@ -78,7 +78,7 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path, trained):
     out = tmp_path / "run"
     shutil.copytree(trained["transformer"], out)
     before = (latest_checkpoint(out / "checkpoints") / "model.safetensors").read_bytes()
-    res = run_qkv("train", "--out", str(out), "--resume", "--quiet")
+    res = qkv_here("train", "--out", str(out), "--resume", "--quiet")
     assert res.returncode in ENDED, res.stderr
     after = (latest_checkpoint(out / "checkpoints") / "model.safetensors").read_bytes()
     assert before == after
@@ -90,7 +90,7 @@ def test_resume_can_extend_a_run(tmp_path, trained, extra):
 
     out = tmp_path / "run"
     shutil.copytree(trained["transformer"], out)
-    res = run_qkv("train", "--out", str(out), "--resume", *extra)
+    res = qkv_here("train", "--out", str(out), "--resume", *extra)
     assert res.returncode in ENDED, res.stderr
     assert latest_checkpoint(out / "checkpoints").name == "step-00000045"
     assert "resumed at update 30" in res.stderr

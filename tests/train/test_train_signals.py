@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _train_helpers import ENDED, run_qkv, tiny_config
+from _train_helpers import ENDED, qkv_here, tiny_config
 from safetensors.torch import load_file
 
 from qkv.train import TrainingInterrupted, train
@@ -173,7 +173,7 @@ def test_sigterm_to_qkv_train_leaves_a_resumable_checkpoint(tmp_path):
     assert ckpt is not None and ckpt.name == f"step-{step:08d}"
     assert not (out / LOCK_NAME).exists()
 
-    resumed = run_qkv("train", "--out", str(out), "--resume", "--max-steps", str(step + 2))
+    resumed = qkv_here("train", "--out", str(out), "--resume", "--max-steps", str(step + 2))
     assert resumed.returncode in ENDED, resumed.stderr
     assert f"resumed at update {step} from" in resumed.stderr
     assert latest_checkpoint(out / "checkpoints").name == f"step-{step + 2:08d}"

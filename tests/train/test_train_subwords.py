@@ -13,7 +13,7 @@ import torch
 
 spm = pytest.importorskip("sentencepiece")
 
-from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, run_qkv, tiny_config  # noqa: E402
+from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, tiny_config  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from qkv._errors import SettingError  # noqa: E402
@@ -224,7 +224,7 @@ def test_a_sampled_run_killed_and_resumed_matches_an_uninterrupted_one(tmp_path,
         _args(corpus_file, cut_out), cut_out / "checkpoints" / "step-00000010"
     )
     assert code == -signal.SIGKILL
-    resumed = run_qkv(*_args(corpus_file, cut_out), "--resume")
+    resumed = qkv_here(*_args(corpus_file, cut_out), "--resume")
     assert resumed.returncode in ENDED, resumed.stderr
     assert "resumed at update" in resumed.stderr and "subword sampling alpha 0.3" in resumed.stderr
     reference = qkv_here(*_args(corpus_file, ref_out))
