@@ -5,9 +5,10 @@ for a 32-wide model, and a dozen test files export the same seeded tiny models t
 around the graphs: the folder, its manifest, its modes, the runner, the server. The first export
 of a model in a run traces it; the same model exported again (the same configuration and the
 same weights, bit for bit) gets a copy of the graphs that trace wrote. The tracing is
-deterministic, so a copy is what a second trace would write; everything else about an export
-(the folder writer, the manifest, the card, the tokenizers) runs every time. The cache lives in
-the run's temporary folder, so no run reads another run's graphs.
+deterministic (two traces of one model wrote byte-identical graphs), so a copy is what a second
+trace would write; everything else about an export (the folder writer, the manifest, the card,
+the tokenizers) runs every time. The cache lives in the run's temporary folder, so no run reads
+another run's graphs.
 """
 
 from __future__ import annotations

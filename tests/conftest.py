@@ -11,7 +11,9 @@
   folder that tests a trained model: the train, cli and serve tests. Every test that uses
   ``trained`` (directly or through another fixture) is marked ``slow``: the models are trained
   once per test run, so ``pytest -m "not slow"`` leaves them out; so are the tests named in
-  :data:`SLOW_TESTS`, which train for many seconds themselves.
+  :data:`SLOW_TESTS`, which train for many seconds themselves;
+* a model exported to ONNX is traced once per run, whichever test and worker exports it first
+  (tests/_onnx_cache.py); every later export of the same weights copies its two graphs.
 """
 
 from __future__ import annotations
