@@ -99,18 +99,26 @@ def test_preset_follows_budget_device_and_corpus():
         choose_preset(100, minutes=1, max_steps=1, tier="huge")
 
 
-def test_the_shortest_budgets_get_the_tiny_tier_and_its_small_vocabulary():
+def test_the_shortest_budgets_get_the_smallest_tiers_and_their_small_vocabularies():
+    micro = choose_preset(20_000, minutes=1.5, max_steps=None)
     tiny = choose_preset(20_000, minutes=3, max_steps=None)
+    assert choose_preset(20_000, minutes=2, max_steps=None).name == "cpu-tiny"
     assert choose_preset(20_000, minutes=5, max_steps=None).name == "cpu-tiny"
     assert choose_preset(20_000, minutes=6, max_steps=None).name == "cpu-minutes"
     # a budget that would show a small corpus to the tiny model dozens of times gets cpu-small
     small = choose_preset(3_483, minutes=5, max_steps=None)
-    assert (tiny.name, small.name) == ("cpu-tiny", "cpu-small")
+    assert (micro.name, tiny.name, small.name) == ("cpu-micro", "cpu-tiny", "cpu-small")
     assert "3483 training pairs about 133 times" in small.notes[0] and not tiny.notes
-    busy = Speed({REFERENCE_TIER: 848.0}, 1)  # a busy machine: the tiny model sees it less
-    assert choose_preset(3_483, minutes=1, max_steps=None, speed=busy).name == "cpu-tiny"
-    assert tiny.model["num_hiddens"] < small.model["num_hiddens"]
-    assert (tiny.vocab_size, small.vocab_size) == (2_000, 4_000)
+    # and to the micro model: the tiny one
+    assert choose_preset(3_483, minutes=1.5, max_steps=None).name == "cpu-tiny"
+    busy = Speed({REFERENCE_TIER: 848.0}, 1)  # a busy machine: the small models see it less
+    assert choose_preset(3_483, minutes=1, max_steps=None, speed=busy).name == "cpu-micro"
+    # a busy machine's 3 minutes are under one of the reference machine's
+    assert choose_preset(20_000, minutes=3, max_steps=None, speed=busy).name == "cpu-micro"
+    assert micro.model["num_enc_layers"] == micro.model["num_dec_layers"] == 1
+    assert tiny.model["num_enc_layers"] == 2 and micro.max_tokens == tiny.max_tokens // 2
+    assert micro.model["num_hiddens"] == tiny.model["num_hiddens"] < small.model["num_hiddens"]
+    assert (micro.vocab_size, tiny.vocab_size, small.vocab_size) == (2_000, 2_000, 4_000)
     assert "vocabulary of up to 2000" in tiny.reason and "width 128" in tiny.reason
     # a corpus whose own vocabulary is smaller keeps it
     assert choose_preset(1_500, minutes=3, max_steps=None).vocab_size == 1_000
@@ -413,7 +421,7 @@ def test_resume_keeps_the_resolved_plan(tmp_path, corpus_file):
     assert state["resolved_config"]["tokenizer"] == "sentencepiece"
     # chosen once, from the first invocation's budget (3 updates: few, a small model), and kept
     # on resume
-    assert state["preset"]["name"] == "cpu-tiny" and "3 updates" in state["preset"]["reason"]
+    assert state["preset"]["name"] == "cpu-micro" and "3 updates" in state["preset"]["reason"]
 
 
 def test_a_timed_run_resumed_keeps_its_budget_and_its_final_model(

@@ -80,12 +80,12 @@ def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
     "speed, busy", [(None, False), (3000.0, False), (2400.0, False), (1200.0, True)]
 )
 def test_the_fix_names_the_machine_only_when_its_measured_speed_was_low(speed, busy):
-    fix = fix_for("runs/x", 3.0, 458, 354, "cpu-tiny", speed)
+    fix = fix_for("runs/x", 3.0, 458, 354, "cpu-micro", speed)
     assert fix.startswith("Fix: train it longer (qkv train --out runs/x --resume --max-minutes 6)")
     assert ("on a machine with fewer other processes" in fix) == busy, fix
     assert "--preset" not in fix  # the smallest already
-    assert "or start a smaller model (--preset cpu-tiny)" in fix_for("runs/x", 3.0, 458, 354,
-                                                                     "cpu-small", speed)  # fmt: skip
+    assert "or start a smaller model (--preset cpu-micro)" in fix_for("runs/x", 3.0, 458, 354,
+                                                                      "cpu-tiny", speed)  # fmt: skip
 
 
 def test_cli_exit_status_is_the_libraries():
@@ -197,23 +197,24 @@ def test_the_preset_follows_the_measured_speed(speed, tier):
 
 def test_a_tier_the_probe_did_not_measure_gets_a_speed_estimated_from_its_cost():
     """A busy machine's 3 minutes: the probe's time went to the reference model (848 tokens/s
-    on one thread, measured beside two busy processes); the tiny tier it chose gets its speed
-    from the two models' work per token (it made 1,371 updates where 1,589 were estimated),
-    and the fix of a run that learned too little still names the busy machine."""
+    on one thread, measured beside two busy processes); the micro tier it chose gets its speed
+    from the two models' work per token (cpu-tiny, chosen so before, made 1,371 updates where
+    1,589 were estimated), and the fix of a run that learned too little still names the busy
+    machine."""
     from qkv.train.presets import Speed, choose_preset, cost_per_token
 
     speed = Speed({REFERENCE_TIER: 848.0}, 1)
     preset = choose_preset(18_638, minutes=3, max_steps=None, speed=speed)
-    ratio = cost_per_token(REFERENCE_TIER, 18_638) / cost_per_token("cpu-tiny", 18_638)
-    assert preset.name == "cpu-tiny" and 5 < ratio < 8
+    ratio = cost_per_token(REFERENCE_TIER, 18_638) / cost_per_token("cpu-micro", 18_638)
+    assert preset.name == "cpu-micro" and 7 < ratio < 9
     assert preset.speed == pytest.approx(848.0 * ratio) and preset.reference_speed == 848.0
     assert (f"at an estimated {848.0 * ratio:,.0f} tokens/s (measured 848 tokens/s for the "
             "cpu-minutes model on 1 thread)") in preset.reason  # fmt: skip
-    assert preset.updates == int(0.85 * 180 * preset.speed / 512)
+    assert preset.updates == int(0.85 * 180 * preset.speed / 256)
     fix = fix_for("runs/x", 3.0, 300, 1500, preset.name, preset.reference_speed)
     assert "on a machine with fewer other processes" in fix
     # measured, it is said as measured
-    speed.tokens_per_s["cpu-tiny"] = 4000.0
+    speed.tokens_per_s["cpu-micro"] = 4000.0
     preset = choose_preset(18_638, minutes=3, max_steps=None, speed=speed)
     assert preset.speed == 4000.0 and "measured 4,000 tokens/s on 1 thread" in preset.reason
 

@@ -135,13 +135,18 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 #: in minutes of the reference machine (:data:`_TOKENS_PER_SECOND`); a CPU run whose speed was
 #: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
 #: gets the tier of half the budget
-#: (cpu-tiny and cpu-small: a shallow decoder (Kasai et al. 2021) and a small vocabulary
-#: (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019. cpu-tiny, a quarter of
-#: cpu-small's cost per token, measured on benchmarks/real.py's English-German: 12.5 BLEU in 3
-#: quiet minutes (cpu-small 2.9), 16.4 in 5 (cpu-small 10.7), 4.5 in 3 minutes beside two busy
-#: processes (cpu-small 1.0); cpu-small, of the same bound, takes the budgets that would show
-#: a small corpus to cpu-tiny more than :data:`MAX_EPOCHS` times)
+#: (cpu-micro, cpu-tiny and cpu-small: a shallow decoder (Kasai et al. 2021) and a small
+#: vocabulary (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019. cpu-tiny, a
+#: quarter of cpu-small's cost per token, measured on benchmarks/real.py's English-German: 12.5
+#: BLEU in 3 quiet minutes (cpu-small 2.9), 16.4 in 5 (cpu-small 10.7), 4.5 in 3 minutes beside
+#: two busy processes (cpu-small 1.0); cpu-small, of the same bound, takes the budgets that would
+#: show a small corpus to cpu-tiny more than :data:`MAX_EPOCHS` times. cpu-micro, one encoder
+#: layer and 256-token batches, makes 1.6-2.4 times cpu-tiny's updates: beside two busy
+#: processes in 3 minutes (about 0.85 reference minutes) English-German 7.3 and 5.4 BLEU in two
+#: runs against cpu-tiny's 4.5-5.0, English-French 16.5 against 10.3; in 3 quiet minutes it
+#: lost, 11.5 against 12.5: its bound lies between, on a log scale)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
+    "cpu-micro": ("cpu", 1.5, _transformer(128, 512, 4, 1), 256, 2e-3),
     "cpu-tiny": ("cpu", 5.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
     "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
     "cpu-minutes": ("cpu", 20.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
@@ -166,10 +171,10 @@ _FASTER = 1.5
 #: cpu-tiny won at 24 estimated epochs (18,638 pairs, 5 minutes: 16.4 BLEU against cpu-small's
 #: 10.7) and lost at 91 (3,483 pairs, 5 minutes: 23.3 against 30.0); 40 lies between, on a log
 #: scale
-MAX_EPOCHS = {"cpu-tiny": 40.0}
+MAX_EPOCHS = {"cpu-micro": 40.0, "cpu-tiny": 40.0}
 #: the largest vocabulary of the smallest tiers: few updates train few embeddings well (a
 #: 1,000-piece vocabulary scored 2.2 BLEU where 2,000 scored 4.8, the 3-minute busy run)
-VOCAB_CAPS = {"cpu-tiny": 2_000, "cpu-small": 4_000}
+VOCAB_CAPS = {"cpu-micro": 2_000, "cpu-tiny": 2_000, "cpu-small": 4_000}
 #: the share of a timed budget that trains (the rest validates, saves and chooses the final
 #: model), to guess the updates a run will make
 _TRAINING_SHARE = 0.85

@@ -45,7 +45,7 @@ DEGENERATE_SHARE = 0.5
 #: the BLEU a model must gain over the better baseline
 MARGIN = 1.0
 #: the smallest preset (:data:`qkv.train.presets.TIERS`), which makes the most updates
-SMALLEST = "cpu-tiny"
+SMALLEST = "cpu-micro"
 #: a measured speed under this share of the reference machine's: the fix names the machine too
 SLOW = 0.5
 
