@@ -262,12 +262,9 @@ def _onnx_traced_once_per_model(tmp_path_factory):
     """Each distinct model is traced into ONNX graphs once per run, its graphs copied to every
     later export of it (tests/_onnx_cache.py: the trace is deterministic; the rest of an export
     runs every time), across pytest-xdist's workers (their temporary folders' common parent)."""
-    try:
-        import qkv.export.onnx as onnx_export
-    except ImportError:  # pragma: no cover - the onnx extra is part of dev
-        yield
-        return
     from _onnx_cache import caching
+
+    import qkv.export.onnx as onnx_export  # onnx itself loads on the first export only
 
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "onnx-graphs"

@@ -8,7 +8,7 @@ import io
 import zipfile
 
 import pytest
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.cli import main
 from qkv.data import bundled_pairs
@@ -22,7 +22,7 @@ ONE, TWO = (s[0].upper() + s[1:] for s, _ in PAIRS[40:42])
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    m, src, tgt = tiny_translator(PAIRS, eos_boost=1.8)
+    m, src, tgt = shared_translator()
     out = tmp_path_factory.mktemp("documents") / "model"
     return save_model(m, src, tgt, out, decoding=Decoding(), card={"data": BUNDLED_DATA})
 

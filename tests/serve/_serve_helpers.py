@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import torch
-from _tiny_models import tiny_translator
+from _tiny_models import SHARED_EOS_BOOST, SHARED_PAIRS, tiny_translator
 
 from qkv.data import bundled_pairs
 from qkv.inference import save_model
@@ -21,7 +21,7 @@ from qkv.serve import ServeConfig, create_app
 from qkv.serve.server import bind, make_server
 from qkv.translate import Translator
 
-PAIRS = bundled_pairs()[:600]
+PAIRS = bundled_pairs()[:SHARED_PAIRS]
 SOURCES = [s for s, _ in PAIRS[:60]]
 
 
@@ -39,7 +39,7 @@ def tiny_model_folder(
     ``seed``: its weights moved by a seeded nudge, so models of several pairs differ;
     ``reverse``: tokenizers trained French -> English (the bundled pairs reversed)."""
     pairs = [(t, s) for s, t in PAIRS] if reverse else PAIRS
-    model, src, tgt = tiny_translator(pairs, eos_boost=1.8)
+    model, src, tgt = tiny_translator(pairs, eos_boost=SHARED_EOS_BOOST)  # shared_translator's
     if seed is not None:
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():

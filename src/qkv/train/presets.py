@@ -130,7 +130,8 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
     }
 
 
-#: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr);
+#: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr),
+#: smallest first on each device (the first whose bound holds a budget is chosen);
 #: the model's dropout comes from :func:`dropout_for` (the epochs the budget allows). A bound is
 #: in minutes of the reference machine (:data:`_TOKENS_PER_SECOND`); a CPU run whose speed was
 #: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
@@ -289,6 +290,7 @@ def choose_preset(
     notes: list[str] = []
     seconds = budget * 60 * max(world_size, 1)
     measured = speed.tokens_per_s if speed is not None and speed.tokens_per_s else {}
+    pair_tokens = max(n_pairs * _TOKENS_PER_PAIR, 1.0)  # target tokens of one epoch
     if tier is not None:
         if tier not in TIERS:
             raise ValueError(f"tier: expected one of {tuple(TIERS)}, got {tier!r}")
@@ -297,7 +299,6 @@ def choose_preset(
         # the first tier of this device whose bound holds the budget, unless the budget would
         # show the corpus to its model more often than its capacity can use (MAX_EPOCHS)
         at = measured or {REFERENCE_TIER: _TOKENS_PER_SECOND[kind]}
-        pair_tokens = max(n_pairs * _TOKENS_PER_PAIR, 1.0)
         fits = [
             n for n, (dev, bound, *_rest) in TIERS.items() if dev == kind and effective <= bound
         ]
@@ -312,7 +313,7 @@ def choose_preset(
     _, _, model, max_tokens, lr = TIERS[name]
     model = dict(model)
     tps = estimated_speed(measured, name, n_pairs) if measured else _TOKENS_PER_SECOND[kind]
-    epochs = seconds * tps / max(n_pairs * _TOKENS_PER_PAIR, 1.0)
+    epochs = seconds * tps / pair_tokens
     # bounded by updates (or by nothing): the updates are known; else what the speed fits
     timed = minutes is not None
     updates = int(_TRAINING_SHARE * seconds * tps / max_tokens) if timed else max_steps

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..inference import corpus_scores
 from .interrupt import resume_command
-from .presets import speed_factor
+from .presets import TIERS, speed_factor
 
 __all__ = [
     "EXIT_NOT_LEARNED",
@@ -44,8 +44,9 @@ MIN_BLEU = 1.0
 DEGENERATE_SHARE = 0.5
 #: the BLEU a model must gain over the better baseline
 MARGIN = 1.0
-#: the smallest preset (:data:`qkv.train.presets.TIERS`), which makes the most updates
-SMALLEST = "cpu-micro"
+#: the smallest preset, which makes the most updates: the first CPU tier of
+#: :data:`qkv.train.presets.TIERS` (ordered smallest first)
+SMALLEST = next(name for name, (device, *_rest) in TIERS.items() if device == "cpu")
 #: a measured speed under this share of the reference machine's: the fix names the machine too
 SLOW = 0.5
 
