@@ -1,8 +1,12 @@
 """The seed notebooks in notebooks/: stored without outputs, and each runs top to bottom.
 
-Each notebook is executed by a fresh Jupyter kernel (nbclient) in a temporary folder, with
-``src/`` of this checkout first on the kernel's ``PYTHONPATH`` (a fresh clone needs no install of
-its own for the kernel to import this qkv). Notebooks that train a model take more than a few
+The notebooks are executed one after the other by one Jupyter kernel (nbclient), each in a
+temporary folder of its own, with ``src/`` of this checkout first on the kernel's
+``PYTHONPATH`` (a fresh clone needs no install of its own for the kernel to import this qkv).
+Each starts with the kernel's namespace emptied (``%reset -f``: a name a notebook uses but never
+defines fails as in a fresh kernel) and its figures closed; the modules imported stay imported,
+which is what a fresh kernel per notebook cost (its start and the imports of torch, matplotlib
+and qkv: about 3.5 s each). Notebooks that train a model take more than a few
 seconds; running one in a kernel is slow (tests/conftest.py's ``SLOW_TESTS``).
 """
 
@@ -13,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _kernel import execute
+from _kernel import kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -46,12 +50,18 @@ def test_stored_without_outputs(path):
     assert "%matplotlib" not in code  # qkv's figures show themselves
 
 
+@pytest.fixture(scope="module")
+def shared_kernel():
+    with kernel() as k:
+        yield k
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
+def test_notebook_runs(path, tmp_path, shared_kernel):
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
     nb = nbformat.read(path, as_version=4)
     start = time.monotonic()
-    execute(nb, tmp_path, monkeypatch)
+    shared_kernel.execute(nb, tmp_path)
     seconds = time.monotonic() - start
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     errors = [o for o in outputs if o.output_type == "error"]
@@ -62,3 +72,20 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     for what in SHOWS[path.name]:
         assert what in shown, f"{path.name} does not show {what}"
     print(f"{path.name}: {seconds:.1f} s")
+
+
+def test_a_notebook_sees_no_name_of_the_one_before(shared_kernel, tmp_path):
+    """The shared kernel is no looser than a fresh one: what a notebook defined is gone for the
+    next, and one that relies on it fails."""
+    nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
+    from nbclient.exceptions import CellExecutionError
+
+    first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("left_over = 1")])
+    shared_kernel.execute(first, tmp_path)
+    second = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(left_over)")])
+    with pytest.raises(CellExecutionError, match="left_over"):
+        shared_kernel.execute(second, tmp_path)
+    third = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os; os.getcwd()")])
+    (tmp_path / "other").mkdir()
+    shared_kernel.execute(third, tmp_path / "other")
+    assert third.cells[0].outputs[0]["data"]["text/plain"] == repr(str(tmp_path / "other"))

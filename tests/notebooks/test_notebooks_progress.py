@@ -1,8 +1,7 @@
 """Training in a notebook: one progress output updated in place, the run's messages in one
 collapsible output, nothing on stderr (which a notebook shows as one red box per write).
 
-A notebook of two cells is executed by a fresh kernel (nbclient), as tests/notebooks runs the
-seed notebooks; nbclient applies the display updates a kernel sends, as JupyterLab does.
+A notebook of two cells is executed by a fresh kernel (nbclient); nbclient applies the display updates a kernel sends, as JupyterLab does.
 """
 
 from __future__ import annotations
@@ -24,12 +23,12 @@ result = train(tiny_config(max_steps=12, eval_every=6, save_every=6, log_every=4
 
 
 @pytest.mark.slow  # a kernel's start and a short run: about 20 s on 2 busy cores
-def test_a_training_cell_shows_one_progress_output_and_one_messages_output(tmp_path, monkeypatch):
+def test_a_training_cell_shows_one_progress_output_and_one_messages_output(tmp_path):
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the dev extra")
     nb = nbformat.v4.new_notebook()
     code = TRAIN.format(tests=str(ROOT / "tests"), out=str(tmp_path / "run"))
     nb.cells = [nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell("print(result.step)")]
-    execute(nb, tmp_path, monkeypatch, timeout=300)
+    execute(nb, tmp_path, timeout=300)
     outputs = nb.cells[0].outputs
     kinds = [(o.output_type, o.get("name")) for o in outputs]
     assert ("stream", "stderr") not in kinds, outputs
