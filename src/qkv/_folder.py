@@ -10,7 +10,7 @@ what ``qkv export`` writes for another engine. Inside it::
     model.json          the qkv.nn.Seq2SeqConfig, tied-weight aliases, languages (MODEL_CONFIG)
     train.json          the qkv.train.TrainConfig of the run                  (TRAIN_CONFIG)
     split.json          which pairs are train / valid / test                  (SPLIT)
-    trainer.json        step, data position, best BLEU, history               (TRAINER_STATE)
+    trainer.json        step, data position, best BLEU, history, verdict      (TRAINER_STATE)
     trainer.pt          optimizer, schedule and RNG state (tensors only)      (TRAINER_TENSORS)
     decoding.json       the default decoding                                  (DECODING)
     tokenizers/         the source and target tokenizers                      (TOKENIZERS)

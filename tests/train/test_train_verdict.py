@@ -4,14 +4,16 @@ evaluations fit in a tenth of the budget, and the preset follows the measured sp
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
 import pytest
 import torch
-from _train_helpers import run_qkv, tiny_config
+from _train_helpers import qkv_here, run_qkv, tiny_config
 
 from qkv.data import bundled_pairs
+from qkv.inference import load_model
 from qkv.train import TrainConfig, train
 from qkv.train.presets import REFERENCE_TIER, TIERS, measure_tiers, resolve_config
 from qkv.train.verdict import EXIT_NOT_LEARNED, degenerate, fix_for, judge
@@ -56,10 +58,23 @@ def test_a_constant_model_is_not_usable_and_a_good_one_is(seed):
         judge(ref[:3], src, ref, bleu=1.0, steps=1)
 
 
-def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file):
+def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file, caplog):
     res = train(tiny_config(data=str(corpus_file), max_steps=1), tmp_path, progress=False)
     assert res.verdict is not None and not res.verdict.usable
     assert res.final_model is not None  # the model is still written
+    # and keeps the verdict: whoever loads it later is warned, with the run's reason and fix
+    caplog.clear()
+    saved = load_model(tmp_path)
+    assert saved.path == res.final_model and saved.verdict is not None
+    assert saved.verdict["usable"] is False and saved.verdict["reason"] == res.verdict.reason
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"{res.final_model}: the run that trained this model judged it")
+    assert res.verdict.reason in warned[0] and "--resume" in warned[0]
+    # a checkpoint of the run records no verdict: loading one says nothing of it
+    caplog.clear()
+    assert load_model(res.last_checkpoint).verdict is None
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
@@ -74,6 +89,11 @@ def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
     assert "the model is not usable:" in r.stderr and "qkv train --out" in r.stderr
     assert "--resume --max-steps" in r.stderr
     assert "fewer other processes" not in r.stderr  # no speed measured: nothing said of it
+    # translating with it later says so too, on stderr, and still translates
+    t = qkv_here("translate", "--model-dir", str(out), "go .")
+    assert t.returncode == 0, t.stderr
+    said = [x for x in t.stderr.splitlines() if "judged it not usable" in x]
+    assert len(said) == 1 and "--resume --max-steps" in said[0], t.stderr
 
 
 @pytest.mark.parametrize(
@@ -94,11 +114,16 @@ def test_cli_exit_status_is_the_libraries():
     assert cli_train.EXIT_NOT_LEARNED == EXIT_NOT_LEARNED
 
 
-def test_a_good_tiny_run_says_it_learned(tmp_path, corpus_file):
+def test_a_good_tiny_run_says_it_learned(tmp_path, corpus_file, caplog):
     cfg = tiny_config(data=str(corpus_file), max_steps=120, eval_every=60, save_every=60)
     res = train(cfg, tmp_path, progress=False)
     assert res.verdict is not None and res.verdict.usable, res.verdict
     assert res.verdict.bleu > max(res.verdict.copy_bleu, res.verdict.frequent_bleu)
+    caplog.clear()
+    saved = load_model(tmp_path)  # recorded, and nothing to warn about
+    assert saved.verdict is not None and saved.verdict["usable"] is True
+    assert saved.verdict["bleu"] == res.verdict.bleu
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 # ---------------------------------------------------------------- validation in the budget

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -68,6 +69,8 @@ from .bounds import check_decoding, check_model_config
 from .device import pick_device
 from .layout import BEST_POINTER, CHECKPOINTS_DIR, RunLayout, step_of
 from .options import Decoding
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -657,6 +660,11 @@ class SavedModel:
             (checked), or None when it has none.
         device: where the model is.
         languages: ``(source, target)`` codes as ``model.json`` records them, or None.
+        verdict: what the run that wrote this final model found at its end
+            (:class:`qkv.train.verdict.Verdict` as a dict, with the ``fix`` it gave): its
+            ``usable`` is False for a model that learned nothing or too little to use; None
+            for a folder without one (a checkpoint, an import, a model saved before runs
+            recorded it).
     """
 
     model: EncoderDecoder
@@ -666,6 +674,7 @@ class SavedModel:
     decoding: Decoding | None
     device: torch.device
     languages: tuple[str, str] | None = None
+    verdict: dict | None = None
 
 
 def _build(v: VerifiedFolder, config: dict) -> EncoderDecoder:
@@ -732,4 +741,28 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
             decoding = check_decoding(Decoding.from_dict(v.json(DECODING)), cfg.tgt_vocab_size)
         except (ValueError, TypeError) as e:
             raise v.invalid(DECODING, e) from None
-    return SavedModel(model.to(device).eval(), src, tgt, folder, decoding, device, languages)
+    verdict = _recorded_verdict(v)
+    return SavedModel(
+        model.to(device).eval(), src, tgt, folder, decoding, device, languages, verdict
+    )
+
+
+def _recorded_verdict(v: VerifiedFolder) -> dict | None:
+    """The run's verdict a final model's ``trainer.json`` records (verified as every file
+    read), None when it records none; a model its run judged not usable is warned about, once
+    per load, with the run's reason and fix: a user who missed the run's last line (or serves
+    the folder later) still hears it."""
+    if TRAINER_STATE not in v.files:
+        return None
+    state = v.json(TRAINER_STATE)
+    verdict = state.get("verdict") if isinstance(state, dict) else None
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("usable"), bool):
+        return None
+    if not verdict["usable"]:
+        reason = verdict.get("reason") or "it learned too little to use"
+        fix = verdict.get("fix") or ""
+        log.warning(
+            f"{v.dir}: the run that trained this model judged it not usable: {reason}. "
+            f"Its translations are not to be trusted. {fix}".rstrip()
+        )
+    return verdict

@@ -406,7 +406,8 @@ class _Run:
                 self.stop_now(self.signals.received)
         if state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
             self.say(f"the run is already at update {state.step} (max_steps {self.limit})")
-        return self._result(self._final_model())
+        judged = self._judge() if self.info.is_main else None
+        return self._result(self._final_model(judged), judged)
 
     def _greet(self) -> None:
         """What the run is: where it starts, the model, the data, the device, the plan."""
@@ -754,9 +755,10 @@ class _Run:
             self.writer = None
 
     # -- the end ----------------------------------------------------------------------------------
-    def _final_model(self) -> Final:
-        """``OUT/final``: averaged when that validates better, decoding chosen on validation;
-        kept as it is when nothing was trained (rank 0)."""
+    def _final_model(self, judged: tuple[Verdict, str] | None) -> Final:
+        """``OUT/final``: averaged when that validates better, decoding chosen on validation,
+        the run's verdict (``judged``) recorded; kept as it is when nothing was trained (rank
+        0)."""
         state, folder = self.setup.state, self.layout.final
         final = Final()
         trained = state.step > self.start_step
@@ -768,13 +770,14 @@ class _Run:
                 self.say,
                 time_left=self.budget_s - (time.monotonic() - self.t_start),
                 eval_cost=self.clock.eval_cost(0.0) if self.clock.evals else 0.0,
+                verdict=None if judged is None else {**judged[0].to_dict(), "fix": judged[1]},
             )
         elif self.info.is_main and have_final:  # nothing trained: the final model stands
             final = read_final(folder)
         D.barrier()
         return final
 
-    def _result(self, final: Final) -> TrainResult:
+    def _result(self, final: Final, judged: tuple[Verdict, str] | None) -> TrainResult:
         state, info = self.setup.state, self.info
         minutes = (time.monotonic() - self.t_start) / 60
         self.close()
@@ -801,12 +804,22 @@ class _Run:
             final_model=final.folder,
             final_bleu=final.bleu,
             decoding=final.decoding,
-            verdict=self._verdict() if info.is_main else None,
+            verdict=self._say_verdict(judged),
         )
 
-    def _verdict(self) -> Verdict | None:
+    def _say_verdict(self, judged: tuple[Verdict, str] | None) -> Verdict | None:
+        """The run's last line: the verdict, and the fix when the model is not usable (a
+        warning then)."""
+        if judged is None:
+            return None
+        verdict, fix = judged
+        self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
+        return verdict
+
+    def _judge(self) -> tuple[Verdict, str] | None:
         """Did the model learn? Its best validation translations of this invocation against
-        the trivial baselines, said in one line (a warning when it did not)."""
+        the trivial baselines, and what to do when it did not: ``(verdict, fix)``; None when
+        this invocation validated nothing (the verdict was said when it was)."""
         state, validation = self.setup.state, self.setup.validation
         preset = state.preset or {}
         planned = preset.get("updates")
@@ -831,5 +844,4 @@ class _Run:
         # run saved before it was recorded: the preset's own speed)
         speed = preset.get("reference_speed", preset.get("speed"))
         fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier, speed)
-        self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
-        return verdict
+        return verdict, fix
