@@ -1,7 +1,14 @@
 """The ``qkv`` command chooses torch's threads before torch loads (qkv.runtime): the user's
 OpenMP settings reach torch as they are, a busy machine gets fewer threads, a quiet one torch's
 defaults (PASSIVE would slow decoding down there: benchmarks/threads.py); ``--help`` chooses
-nothing, and ``import qkv`` loads no torch until ``qkv.functional`` is used."""
+nothing, and ``import qkv`` loads no torch until ``qkv.functional`` is used.
+
+Each case here is a real process (a torch import, about 2.5 s): one per way a choice reaches
+torch (nothing set, qkv's own count, a count read from the command line, a count replaced, a
+count torch caps, each entry point). What each setting makes ``qkv.runtime.choose`` decide (the
+user's wait policy or thread count given, ``QKV_AUTO_THREADS=0``, every invalid count) and that
+``configure_threads`` writes it into the environment before torch loads are tested in-process
+in tests/test_runtime.py."""
 
 from __future__ import annotations
 
@@ -71,8 +78,7 @@ def run(
 
 
 @pytest.mark.parametrize(
-    "entry, policy",
-    [(e, None) for e in ENTRY_POINTS] + [(e, "PASSIVE") for e in ENTRY_POINTS],
+    "entry, policy", [(e, None) for e in ENTRY_POINTS] + [("console script", "PASSIVE")]
 )
 def test_the_users_wait_policy_reaches_torch_and_none_is_imposed(tmp_path, entry, policy):
     # `train --help` loads torch (the defaults it shows come from the library)
@@ -113,17 +119,13 @@ def test_importing_qkv_changes_nothing_and_loads_torch_on_first_use(tmp_path):
 @pytest.mark.parametrize(
     "args, load, env_vars, policy, threads, line",
     [
-        # quiet: torch's own defaults, as before
+        # quiet: torch's own defaults (nothing set)
         (["evaluate"], "0.1", {}, "<unset>", "<unset>", "quiet: torch's default"),
-        # busy: one thread per free CPU, the wait left alone
+        # busy: one thread per free CPU (qkv's count set), the wait left alone
         (["evaluate"], "1.9", {}, "<unset>", "1", "threads: 1 of 2 CPUs"),
-        # the user's wait policy wins
-        (["evaluate"], "1.9", {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE", "1", "ACTIVE given"),
-        # the user's thread count wins; it does not fit beside the others: passive waiting
+        # the user's thread count, read from the command line before torch loads; it does not
+        # fit beside the others: passive waiting
         (["train", "--threads", "2"], "1.9", {}, "PASSIVE", "<unset>", "--threads given"),
-        (["evaluate"], "1.9", {"OMP_NUM_THREADS": "2"}, "PASSIVE", "2", "OMP_NUM_THREADS given"),
-        # switched off
-        (["evaluate"], "1.9", {"QKV_AUTO_THREADS": "0"}, "<unset>", "<unset>", "left to torch"),
     ],
 )
 def test_the_choice_reaches_torch_and_is_logged(
@@ -154,8 +156,7 @@ def _torch_threads(env_vars: dict[str, str]) -> int:
     return int(out.stdout)
 
 
-@pytest.mark.parametrize("value", ["0", "junk", "-3"])
-def test_an_invalid_omp_num_threads_is_warned_about_in_one_line(tmp_path, value):
+def test_an_invalid_omp_num_threads_is_warned_about_in_one_line(tmp_path, value="junk"):
     argv = ["evaluate", "--model-dir", str(tmp_path / "missing"), "--data", "x.tsv"]
     res = run(tmp_path, ["-c", ON_A_GIVEN_MACHINE, *argv], None, LOAD="0.1", OMP_NUM_THREADS=value)
     assert res.returncode == 2, res.stderr
