@@ -75,6 +75,14 @@ def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file, ca
     caplog.clear()
     assert load_model(res.last_checkpoint).verdict is None
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    # a damaged trainer.json does not stop the weights from translating: it is said, once
+    state = res.final_model / "trainer.json"
+    state.write_text(state.read_text().replace('"usable": false', '"usable": true'))
+    caplog.clear()
+    assert load_model(tmp_path).verdict is None
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "trainer.json" in warned[0], warned
+    assert warned[0].endswith("(the verdict of the run that trained it is not known)")
 
 
 def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):

@@ -754,7 +754,11 @@ def _recorded_verdict(v: VerifiedFolder) -> dict | None:
     the folder later) still hears it."""
     if TRAINER_STATE not in v.files:
         return None
-    state = v.json(TRAINER_STATE)
+    try:
+        state = v.json(TRAINER_STATE)
+    except CheckpointError as e:  # the weights translate without it, as without split.json
+        log.warning(f"{e} (the verdict of the run that trained it is not known)")
+        return None
     verdict = state.get("verdict") if isinstance(state, dict) else None
     if not isinstance(verdict, dict) or not isinstance(verdict.get("usable"), bool):
         return None
