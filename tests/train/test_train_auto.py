@@ -189,6 +189,25 @@ def test_a_timed_run_plans_its_length_and_decays_within_the_budget(
     assert res.final_model == tmp_path / "final"
 
 
+def test_an_evaluation_due_just_before_the_planned_end_is_the_last():
+    from qkv.train.plan import Plan
+
+    plan = Plan(TrainConfig(max_minutes=3, max_steps=100_000), timed=True)
+    every = plan.eval_every(2540)  # 424: 6 evaluations planned
+    ends = plan.ends_at_evaluation
+    # due (424 updates since the last), within a quarter interval of the planned end, in the
+    # last fifth of the budget: the run ends here, its final evaluation this one
+    assert ends(2534, 2540, 2110, 170.0, 180.0)
+    assert ends(2540 - every // 4 + 1, 2540, 2540 - every // 4 + 1 - every, 170.0, 180.0)
+    assert not ends(2540 - every // 4 - 1, 2540, 2540 - every // 4 - 1 - every, 170.0, 180.0)
+    assert not ends(2534, 2540, 2200, 170.0, 180.0)  # not due: the run goes on
+    assert not ends(2534, 2540, 2110, 100.0, 180.0)  # early in the budget: the plan may move
+    fixed = Plan(TrainConfig(max_minutes=3, max_steps=100_000, eval_every=424), timed=True)
+    assert not fixed.ends_at_evaluation(2534, 2540, 2110, 170.0, 180.0)  # the user's cadence
+    steps = Plan(TrainConfig(max_steps=2540), timed=False)
+    assert not steps.ends_at_evaluation(2534, 2540, 2110, 170.0, 180.0)  # no clock
+
+
 def test_the_plan_keeps_time_for_evaluations_and_the_final_model():
     from qkv.train.plan import Clock, Plan
 

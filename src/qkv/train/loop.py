@@ -557,9 +557,10 @@ class _Run:
         state.loss_window, self.window_tokens, self.window_t0 = [], 0, now
 
     def _out_of_time(self, elapsed: float) -> bool:
-        """The stop decision, agreed by all ranks: the planned end of a timed run, or its clock
-        (keeping the time the final evaluation and the averaging need). Returns whether this
-        update is the run's last (``max_steps`` reached, or out of time).
+        """The stop decision, agreed by all ranks: the planned end of a timed run, its clock
+        (keeping the time the final evaluation and the averaging need), or an evaluation due
+        just before the planned end (:meth:`~qkv.train.plan.Plan.ends_at_evaluation`). Returns
+        whether this update is the run's last (``max_steps`` reached, or out of time).
 
         A plan made from a few slow updates never ends a run early: it is re-made every 10
         updates, and the planned end counts only in the last fifth of the budget."""
@@ -568,6 +569,7 @@ class _Run:
         over_time = plan.timed and (
             (step >= self._planned and elapsed >= 0.8 * budget_s)
             or elapsed >= budget_s - plan.final_reserve(self.clock, budget_s)
+            or plan.ends_at_evaluation(step, self._planned, state.last_eval, elapsed, budget_s)
         )
         got = self.signals.received if self.signals is not None else None
         flags = torch.tensor(

@@ -104,6 +104,25 @@ class Plan:
         save_every = self.config.save_every or self.save_every(planned, eval_every)
         return eval_every, save_every
 
+    def ends_at_evaluation(
+        self, step: int, planned: int, last_eval: int, elapsed: float, budget_s: float
+    ) -> bool:
+        """Does an automatic evaluation due at ``step`` end a timed run planned to end at
+        update ``planned``? It does within the last quarter of an evaluation interval before
+        that end (and in the last fifth of the budget, where the plan counts): the final
+        evaluation a few updates later, at a learning rate near 0, would only repeat it, with
+        a checkpoint, in the time the final model's averaging and decoding choice need (a run
+        beside busy processes validated and saved at updates 2534 and 2535, then had no time
+        left to choose its beam)."""
+        if not self.timed or self.config.eval_every is not None:
+            return False
+        eval_every, _ = self.cadence(planned)
+        return (
+            scheduled(step, last_eval, eval_every, False)
+            and planned - step < eval_every / 4
+            and elapsed >= 0.8 * budget_s
+        )
+
     @staticmethod
     def due(done_steps: int) -> bool:
         """Is a timed run re-planned after ``done_steps`` updates of this invocation?"""
