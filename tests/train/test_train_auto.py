@@ -189,7 +189,7 @@ def test_a_timed_run_plans_its_length_and_decays_within_the_budget(
     assert res.final_model == tmp_path / "final"
 
 
-def test_an_evaluation_due_just_before_the_planned_end_is_the_last():
+def test_an_evaluation_due_just_before_the_planned_end_is_the_last_and_no_save_falls_there():
     from qkv.train.plan import Plan
 
     plan = Plan(TrainConfig(max_minutes=3, max_steps=100_000), timed=True)
@@ -206,6 +206,15 @@ def test_an_evaluation_due_just_before_the_planned_end_is_the_last():
     assert not fixed.ends_at_evaluation(2534, 2540, 2110, 170.0, 180.0)  # the user's cadence
     steps = Plan(TrainConfig(max_steps=2540), timed=False)
     assert not steps.ends_at_evaluation(2534, 2540, 2110, 170.0, 180.0)  # no clock
+    # a checkpoint due there is left out (the last update is saved anyway), elsewhere not
+    assert plan.cadence(2540) == (every, 212)
+    assert plan.skips_save(2540 - 52, 2540, 170.0, 180.0)
+    assert not plan.skips_save(2540 - 54, 2540, 170.0, 180.0)
+    assert not plan.skips_save(2534, 2540, 100.0, 180.0)
+    saved = Plan(TrainConfig(max_minutes=3, max_steps=100_000, save_every=212), timed=True)
+    assert not saved.skips_save(2534, 2540, 170.0, 180.0) and not steps.skips_save(
+        2534, 2540, 170.0, 180.0
+    )
 
 
 def test_the_plan_keeps_time_for_evaluations_and_the_final_model():

@@ -664,12 +664,16 @@ class _Run:
         return 1.0 if out_of_patience else 0.0
 
     def _checkpoint_if_due(self, evaluated: bool, final: bool) -> None:
-        """A checkpoint after every evaluation, at the end, and every ``save_every`` updates."""
-        state = self.setup.state
+        """A checkpoint after every evaluation, at the end, and every ``save_every`` updates
+        (but just before the planned end: :meth:`~qkv.train.plan.Plan.skips_save`)."""
+        state, plan = self.setup.state, self.setup.plan
         step = state.step
-        _, save_every = self.setup.plan.cadence(self._planned)
+        _, save_every = plan.cadence(self._planned)
         fixed = self.setup.config.save_every is not None
-        if evaluated or final or scheduled(step, state.last_save, save_every, fixed):
+        due = scheduled(step, state.last_save, save_every, fixed) and not plan.skips_save(
+            step, self._planned, time.monotonic() - self.t_start, self.budget_s
+        )
+        if evaluated or final or due:
             state.last_save = step
             self.last_ckpt = self._checkpoint(step) or self.last_ckpt
             self.saved_step = step

@@ -104,24 +104,39 @@ class Plan:
         save_every = self.config.save_every or self.save_every(planned, eval_every)
         return eval_every, save_every
 
+    def near_end(
+        self, step: int, planned: int, every: int, elapsed: float, budget_s: float
+    ) -> bool:
+        """Is ``step`` of a timed run planned to end at update ``planned`` within a quarter of
+        a cadence of ``every`` updates before that end, in the last fifth of the budget (where
+        the plan counts)? What falls due there (:meth:`ends_at_evaluation`,
+        :meth:`skips_save`) would repeat, a few updates earlier and at a learning rate near 0,
+        what the run's end does anyway."""
+        return self.timed and planned - step < every / 4 and elapsed >= 0.8 * budget_s
+
     def ends_at_evaluation(
         self, step: int, planned: int, last_eval: int, elapsed: float, budget_s: float
     ) -> bool:
         """Does an automatic evaluation due at ``step`` end a timed run planned to end at
-        update ``planned``? It does within the last quarter of an evaluation interval before
-        that end (and in the last fifth of the budget, where the plan counts): the final
-        evaluation a few updates later, at a learning rate near 0, would only repeat it, with
-        a checkpoint, in the time the final model's averaging and decoding choice need (a run
-        beside busy processes validated and saved at updates 2534 and 2535, then had no time
-        left to choose its beam)."""
-        if not self.timed or self.config.eval_every is not None:
+        update ``planned``? It does :meth:`near_end`: the final evaluation a few updates later
+        would only repeat it, with a checkpoint, in the time the final model's averaging and
+        decoding choice need (a run beside busy processes validated and saved at updates 2534
+        and 2535, then had no time left to choose its beam)."""
+        if self.config.eval_every is not None:
             return False
         eval_every, _ = self.cadence(planned)
-        return (
-            scheduled(step, last_eval, eval_every, False)
-            and planned - step < eval_every / 4
-            and elapsed >= 0.8 * budget_s
+        return scheduled(step, last_eval, eval_every, False) and self.near_end(
+            step, planned, eval_every, elapsed, budget_s
         )
+
+    def skips_save(self, step: int, planned: int, elapsed: float, budget_s: float) -> bool:
+        """Is an automatic checkpoint due at ``step`` left out? It is :meth:`near_end`: the
+        run's last update is saved anyway, and the final averaging of the newest checkpoints
+        would take two nearly the same (a run averaged updates 2080, 2271 and 2276)."""
+        if self.config.save_every is not None:
+            return False
+        _, save_every = self.cadence(planned)
+        return self.near_end(step, planned, save_every, elapsed, budget_s)
 
     @staticmethod
     def due(done_steps: int) -> bool:
