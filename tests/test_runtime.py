@@ -233,6 +233,7 @@ def test_the_users_wait_policy_wins():
     c = choose(TWO, Load(2.0, 0.2), {"OMP_WAIT_POLICY": "active"})
     assert c.wait_policy == "active" and "OMP_WAIT_POLICY" not in c.env
     assert "OMP_WAIT_POLICY=active given" in c.reason
+    assert (c.threads, dict(c.env)) == (1, {"OMP_NUM_THREADS": "1"})  # still one per free CPU
     c = choose(TWO, Load(2.0, 0.2), {"GOMP_SPINCOUNT": "10"})
     assert c.wait_policy == "as GOMP_SPINCOUNT=10 says" and "OMP_WAIT_POLICY" not in c.env
 
@@ -261,6 +262,7 @@ def test_what_qkv_set_itself_is_not_the_users():
 def test_qkv_auto_threads_0_turns_it_off():
     c = choose(TWO, Load(2.0, 0.2), {"QKV_AUTO_THREADS": "0"})
     assert (c.threads, c.wait_policy, dict(c.env), c.automatic) == (None, None, {}, False)
+    assert "left to torch" in c.reason
 
 
 def test_choose_refuses_a_thread_count_that_is_not_an_int():

@@ -6,9 +6,9 @@ nothing, and ``import qkv`` loads no torch until ``qkv.functional`` is used.
 Each case here is a real process (a torch import, about 2.5 s): one per way a choice reaches
 torch (nothing set, qkv's own count, a count read from the command line, a count replaced, a
 count torch caps, each entry point). What each setting makes ``qkv.runtime.choose`` decide (the
-user's wait policy or thread count given, ``QKV_AUTO_THREADS=0``, every invalid count) and that
-``configure_threads`` writes it into the environment before torch loads are tested in-process
-in tests/test_runtime.py."""
+user's wait policy or thread count given, ``QKV_AUTO_THREADS=0``, every invalid count: its
+threads, environment and reason) is tested in-process in tests/test_runtime.py, as is
+``configure_threads`` writing a choice into the environment before torch loads."""
 
 from __future__ import annotations
 

@@ -44,6 +44,13 @@ class Kernel:
         client = nbclient.NotebookClient(nb, km=self.manager, timeout=timeout)
         try:
             client.execute()
+        except BaseException:
+            # a cell left running (a timeout) or a dead kernel would fail every notebook after
+            # this one: the next starts on a fresh kernel
+            from jupyter_core.utils import run_sync
+
+            run_sync(self.manager.restart_kernel)(now=True)
+            raise
         finally:
             nb.cells.remove(reset)
             if client.kc is not None:  # the kernel is not the client's to stop: its channels are

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -71,10 +72,18 @@ def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file, ca
     assert len(warned) == 1, warned
     assert warned[0].startswith(f"{res.final_model}: the run that trained this model judged it")
     assert res.verdict.reason in warned[0] and "--resume" in warned[0]
-    # a checkpoint of the run records no verdict: loading one says nothing of it
+    caplog.clear()  # loaded again in this process (a server reloading it): said once
+    assert load_model(tmp_path).verdict["usable"] is False
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    # a checkpoint of the run records no verdict: loading one says nothing of it, even with
+    # its trainer.json damaged (a checkpoint's is not read to translate)
+    ckpt_state = res.last_checkpoint / "trainer.json"
+    intact = ckpt_state.read_text()
+    ckpt_state.write_text(intact + " ")
     caplog.clear()
     assert load_model(res.last_checkpoint).verdict is None
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    ckpt_state.write_text(intact)  # the resume below needs it
     # a damaged trainer.json does not stop the weights from translating: it is said, once
     state = res.final_model / "trainer.json"
     state.write_text(state.read_text().replace('"usable": false', '"usable": true'))
@@ -83,6 +92,13 @@ def test_a_run_with_one_update_says_it_learned_nothing(tmp_path, corpus_file, ca
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "trainer.json" in warned[0], warned
     assert warned[0].endswith("(the verdict of the run that trained it is not known)")
+    # a run whose final model was never written (killed at the end) gets it, and its verdict,
+    # from a --resume that has nothing left to train
+    shutil.rmtree(res.final_model)
+    again = train(tiny_config(data=str(corpus_file), max_steps=1), tmp_path, resume=True,
+                  progress=False)  # fmt: skip
+    assert again.verdict is not None and not again.verdict.usable
+    assert load_model(tmp_path).verdict["usable"] is False
 
 
 def test_cli_exit_status_says_the_model_learned_nothing(tmp_path, corpus_file):
@@ -127,6 +143,10 @@ def test_a_good_tiny_run_says_it_learned(tmp_path, corpus_file, caplog):
     res = train(cfg, tmp_path, progress=False)
     assert res.verdict is not None and res.verdict.usable, res.verdict
     assert res.verdict.bleu > max(res.verdict.copy_bleu, res.verdict.frequent_bleu)
+    # judged on the best validation translations, the final model's (averaged or not, with
+    # its chosen decoding) among them
+    scores = [h["valid_bleu"] for h in res.history if "valid_bleu" in h] + [res.final_bleu]
+    assert res.verdict.bleu == pytest.approx(max(scores), abs=1e-3)
     caplog.clear()
     saved = load_model(tmp_path)  # recorded, and nothing to warn about
     assert saved.verdict is not None and saved.verdict["usable"] is True

@@ -749,10 +749,11 @@ def load_model(model_dir: str | Path, *, device: torch.device | str = "cpu") -> 
 
 def _recorded_verdict(v: VerifiedFolder) -> dict | None:
     """The run's verdict a final model's ``trainer.json`` records (verified as every file
-    read), None when it records none; a model its run judged not usable is warned about, once
-    per load, with the run's reason and fix: a user who missed the run's last line (or serves
-    the folder later) still hears it."""
-    if TRAINER_STATE not in v.files:
+    read), None when it records none (a checkpoint's is not read: checkpoints carry none). A
+    model its run judged not usable is warned about once per process and verdict (a server
+    reloading it after an unload says it once): a user who missed the run's last line, or
+    serves the folder later, still hears it."""
+    if TRAINER_STATE not in v.files or step_of(v.dir) is not None:
         return None
     try:
         state = v.json(TRAINER_STATE)
@@ -762,7 +763,9 @@ def _recorded_verdict(v: VerifiedFolder) -> dict | None:
     verdict = state.get("verdict") if isinstance(state, dict) else None
     if not isinstance(verdict, dict) or not isinstance(verdict.get("usable"), bool):
         return None
-    if not verdict["usable"]:
+    said = (str(v.dir), json.dumps(verdict, sort_keys=True, default=str))
+    if not verdict["usable"] and said not in _WARNED:
+        _WARNED.add(said)
         reason = verdict.get("reason") or "it learned too little to use"
         fix = verdict.get("fix") or ""
         log.warning(
@@ -770,3 +773,7 @@ def _recorded_verdict(v: VerifiedFolder) -> dict | None:
             f"Its translations are not to be trusted. {fix}".rstrip()
         )
     return verdict
+
+
+#: (folder, verdict) pairs already warned about in this process
+_WARNED: set[tuple[str, str]] = set()

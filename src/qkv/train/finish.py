@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +119,17 @@ def write_final(
     *,
     time_left: float = math.inf,
     eval_cost: float = 0.0,
-    verdict: dict | None = None,
+    verdict: Callable[[], dict | None] | None = None,
 ) -> Final:
     """Write ``OUT/final`` from the run ``setup`` holds (rank 0, after its last checkpoint):
     the best checkpoint's weights, or the average of the newest ``average_last`` checkpoints
     when it validates better, with the decoding that validates best. ``time_left`` is what the
     run's budget leaves (seconds), ``eval_cost`` the seconds one validation takes: what does not
-    fit is skipped, and said. ``verdict``: the run's (:meth:`qkv.train.verdict.Verdict.to_dict`
-    and its ``fix``), recorded in ``trainer.json`` for :func:`qkv.inference.load_model` to
-    warn about a model that is not usable. Returns the folder, its validation BLEU and the
-    decoding."""
+    fit is skipped, and said. ``verdict``: called once the final weights and decoding have
+    validated (the run judges them then), it returns the run's verdict
+    (:meth:`qkv.train.verdict.Verdict.to_dict` and its ``fix``), recorded in ``trainer.json``
+    for :func:`qkv.inference.load_model` to warn about a model that is not usable. Returns the
+    folder, its validation BLEU and the decoding."""
     t0 = time.monotonic()
     state = setup.state
     best = read_weights(layout.step_dir(int(state.best_step)))
@@ -158,7 +160,7 @@ def write_final(
                 "resolved_config": setup.config.to_dict(),
                 "preset": state.preset,
                 "history": state.history,
-                "verdict": verdict,
+                "verdict": verdict() if verdict is not None else None,
             },
             DECODING: decoding.to_dict(),
         },

@@ -353,6 +353,10 @@ class _Run:
         # how it ends: "max_steps" unless the clock, patience or a signal says otherwise
         self.stopped = setup.stopped or "max_steps"
         self.already_stopped = setup.stopped is not None
+        # the verdict on the final model once judged (``was_judged``): (verdict, fix), or None
+        self.judged: tuple[Verdict, str] | None = None
+        self.was_judged = False
+        self.skip_save = False  # a checkpoint due now is left out (agreed by all ranks)
         if setup.plan.timed and self.budget_s <= 0 and not self.already_stopped:
             self.already_stopped, self.stopped = True, "max_minutes"
         self.stop_signal: int | None = None  # a signal all ranks agreed to stop for
@@ -406,8 +410,7 @@ class _Run:
                 self.stop_now(self.signals.received)
         if state.step >= self.limit and self.start_step >= self.limit and self.info.is_main:
             self.say(f"the run is already at update {state.step} (max_steps {self.limit})")
-        judged = self._judge() if self.info.is_main else None
-        return self._result(self._final_model(judged), judged)
+        return self._result(self._final_model())
 
     def _greet(self) -> None:
         """What the run is: where it starts, the model, the data, the device, the plan."""
@@ -559,24 +562,39 @@ class _Run:
     def _out_of_time(self, elapsed: float) -> bool:
         """The stop decision, agreed by all ranks: the planned end of a timed run, its clock
         (keeping the time the final evaluation and the averaging need), or an evaluation due
-        just before the planned end (:meth:`~qkv.train.plan.Plan.ends_at_evaluation`). Returns
-        whether this update is the run's last (``max_steps`` reached, or out of time).
+        just before the planned end (:meth:`~qkv.train.plan.Plan.ends_at_evaluation`); and
+        whether a checkpoint due now is left out there (:meth:`~qkv.train.plan.Plan.skips_save`,
+        ``self.skip_save``). Neither end rule applies to a plan that ``max_steps`` caps: that
+        run ends at its ``max_steps``. Returns whether this update is the run's last
+        (``max_steps`` reached, or out of time).
 
         A plan made from a few slow updates never ends a run early: it is re-made every 10
         updates, and the planned end counts only in the last fifth of the budget."""
         state, plan, budget_s = self.setup.state, self.setup.plan, self.budget_s
-        step = state.step
+        step, planned = state.step, self._planned
+        end_rules = planned < self.limit  # a plan max_steps caps ends at max_steps
         over_time = plan.timed and (
-            (step >= self._planned and elapsed >= 0.8 * budget_s)
+            (step >= planned and elapsed >= 0.8 * budget_s)
             or elapsed >= budget_s - plan.final_reserve(self.clock, budget_s)
-            or plan.ends_at_evaluation(step, self._planned, state.last_eval, elapsed, budget_s)
+            or (
+                end_rules
+                and plan.ends_at_evaluation(step, planned, state.last_eval, elapsed, budget_s)
+            )
         )
+        skip_save = end_rules and plan.skips_save(step, planned, elapsed, budget_s)
         got = self.signals.received if self.signals is not None else None
         flags = torch.tensor(
-            [float(over_time), float(got == signal.SIGINT), float(got == signal.SIGTERM)],
+            [
+                float(over_time),
+                float(got == signal.SIGINT),
+                float(got == signal.SIGTERM),
+                float(skip_save),
+            ],
             device=self.device,
         )
-        over, sigint, sigterm = D.all_reduce_sum(flags).tolist()  # a signal to one rank stops all
+        # a signal to one rank stops all; every rank follows one clock's reading
+        over, sigint, sigterm, skip = D.all_reduce_sum(flags).tolist()
+        self.skip_save = skip > 0
         if sigint > 0 or sigterm > 0:
             self.stop_signal = signal.SIGTERM if sigterm > 0 else signal.SIGINT
         if over > 0 and step < self.limit:
@@ -666,13 +684,11 @@ class _Run:
     def _checkpoint_if_due(self, evaluated: bool, final: bool) -> None:
         """A checkpoint after every evaluation, at the end, and every ``save_every`` updates
         (but just before the planned end: :meth:`~qkv.train.plan.Plan.skips_save`)."""
-        state, plan = self.setup.state, self.setup.plan
+        state = self.setup.state
         step = state.step
-        _, save_every = plan.cadence(self._planned)
+        _, save_every = self.setup.plan.cadence(self._planned)
         fixed = self.setup.config.save_every is not None
-        due = scheduled(step, state.last_save, save_every, fixed) and not plan.skips_save(
-            step, self._planned, time.monotonic() - self.t_start, self.budget_s
-        )
+        due = scheduled(step, state.last_save, save_every, fixed) and not self.skip_save
         if evaluated or final or due:
             state.last_save = step
             self.last_ckpt = self._checkpoint(step) or self.last_ckpt
@@ -761,10 +777,9 @@ class _Run:
             self.writer = None
 
     # -- the end ----------------------------------------------------------------------------------
-    def _final_model(self, judged: tuple[Verdict, str] | None) -> Final:
+    def _final_model(self) -> Final:
         """``OUT/final``: averaged when that validates better, decoding chosen on validation,
-        the run's verdict (``judged``) recorded; kept as it is when nothing was trained (rank
-        0)."""
+        the run's verdict on it recorded; kept as it is when nothing was trained (rank 0)."""
         state, folder = self.setup.state, self.layout.final
         final = Final()
         trained = state.step > self.start_step
@@ -776,14 +791,14 @@ class _Run:
                 self.say,
                 time_left=self.budget_s - (time.monotonic() - self.t_start),
                 eval_cost=self.clock.eval_cost(0.0) if self.clock.evals else 0.0,
-                verdict=None if judged is None else {**judged[0].to_dict(), "fix": judged[1]},
+                verdict=self._recorded_verdict,
             )
         elif self.info.is_main and have_final:  # nothing trained: the final model stands
             final = read_final(folder)
         D.barrier()
         return final
 
-    def _result(self, final: Final, judged: tuple[Verdict, str] | None) -> TrainResult:
+    def _result(self, final: Final) -> TrainResult:
         state, info = self.setup.state, self.info
         minutes = (time.monotonic() - self.t_start) / 60
         self.close()
@@ -810,12 +825,23 @@ class _Run:
             final_model=final.folder,
             final_bleu=final.bleu,
             decoding=final.decoding,
-            verdict=self._say_verdict(judged),
+            verdict=self._say_verdict() if info.is_main else None,
         )
 
-    def _say_verdict(self, judged: tuple[Verdict, str] | None) -> Verdict | None:
-        """The run's last line: the verdict, and the fix when the model is not usable (a
-        warning then)."""
+    def _recorded_verdict(self) -> dict | None:
+        """The verdict as ``OUT/final/trainer.json`` records it (with its fix), judged once the
+        final model's averaging and decoding choice have validated it (``write_final`` calls
+        this just before it writes the folder)."""
+        self.judged, self.was_judged = self._judge(), True
+        if self.judged is None:
+            return None
+        verdict, fix = self.judged
+        return {**verdict.to_dict(), "fix": fix}
+
+    def _say_verdict(self) -> Verdict | None:
+        """The run's last line: the verdict (judged now unless the final model's writing did),
+        and the fix when the model is not usable (a warning then)."""
+        judged = self.judged if self.was_judged else self._judge()
         if judged is None:
             return None
         verdict, fix = judged
