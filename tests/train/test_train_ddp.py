@@ -51,6 +51,31 @@ def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
     assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow  # two Python processes under torchrun, a 9-second budget
+def test_a_timed_run_whose_evaluations_cost_much_keeps_its_ranks_in_step(tmp_path, corpus_file):
+    """Rank 0 alone measures what an evaluation costs and plans fewer of them (Plan.fit_evals):
+    the other rank, still on the first plan, thought one due that rank 0 did not and entered
+    its collective out of step (gloo failed the run after its first evaluation). Every rank
+    now takes rank 0's plan after each evaluation."""
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "qkv.cli", "train", "--data", str(corpus_file), "--out", str(out),
+        "--max-minutes", "0.15", "--max-tokens", "256", "--lr", "3e-3", "--device", "cpu",
+        "--preset", "none", "--set", "valid=300", "--set", "test=40",
+        "--set", "eval_sentences=300", "--set", "dist_timeout_minutes=1",
+        "--set", "model.num_hiddens=32", "--set", "model.ffn_num_hiddens=64",
+        "--set", "model.num_heads=2", "--set", "model.num_enc_layers=1",
+        "--set", "model.num_dec_layers=1",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    not_usable = "the model is not usable" in res.stderr and "exitcode: 3" in res.stderr
+    assert res.returncode == 0 or not_usable, res.stdout + res.stderr
+    assert "stopped (max_minutes)" in res.stderr and res.stderr.count("valid @") >= 2
+    assert (out / "final" / "manifest.json").is_file()
+
+
 def test_the_process_group_gets_the_configured_timeout(monkeypatch):
     import datetime
 

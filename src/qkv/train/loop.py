@@ -613,6 +613,7 @@ class _Run:
         if self.info.is_main:
             self._evaluate(0, scheduled=False)
             self.window_t0 = time.monotonic()
+        self._share_evaluation()
         state.last_eval = 0
         self._checkpoint_if_due(True, False)
 
@@ -632,11 +633,21 @@ class _Run:
         if self.info.is_main:
             stop = self._evaluate(step, scheduled=due)
             self.window_t0 = time.monotonic()  # the evaluation is not training time
-        flag = D.all_reduce_sum(torch.tensor([stop], device=self.device))
-        if float(flag) > 0 and not final:
+        if self._share_evaluation(stop) and not final:
             self.stopped = state.stopped = "early_stopping"
             final = True
         return True, final
+
+    def _share_evaluation(self, stop: float = 0.0) -> bool:
+        """After an evaluation (every rank calls this): whether rank 0's patience ran out, and
+        rank 0's planned number of evaluations (:meth:`~qkv.train.plan.Plan.fit_evals`, from
+        the evaluation cost only it measures) made every rank's, so that all ranks agree on
+        when the next one is due."""
+        plan = self.setup.plan
+        mine = [stop, float(plan.evals) if self.info.is_main else 0.0]
+        stop_sum, evals = D.all_reduce_sum(torch.tensor(mine, device=self.device)).tolist()
+        plan.evals = int(evals)
+        return stop_sum > 0
 
     def _evaluate(self, step: int, *, scheduled: bool) -> float:
         """Validation loss and BLEU (rank 0); returns 1.0 when patience ran out.
