@@ -13,25 +13,31 @@ import pytest
 from qkv.train.checkpoint import find_checkpoints
 
 
-@pytest.mark.slow  # two Python processes under torchrun, 40 updates
-def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
-    out = tmp_path / "ddp"
+def _torchrun_train(corpus_file, out, *args: str) -> subprocess.CompletedProcess:
+    """``qkv train`` of a tiny model under torchrun, two CPU processes of one thread each;
+    asserts it ended well: exit 0, or a model too little trained to use (rank 0 then exits 3,
+    which torchrun reports as a failed child with that exit code: qkv.train.verdict)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", "qkv.cli", "train", "--data", str(corpus_file), "--out", str(out),
-        "--max-steps", "40", "--save-every", "20", "--eval-every", "40", "--log-every", "5",
-        "--max-tokens", "256", "--warmup-steps", "5", "--lr", "3e-3", "--device", "cpu",
-        "--set", "valid=40", "--set", "test=40", "--set", "eval_sentences=10",
+        "--max-tokens", "256", "--lr", "3e-3", "--device", "cpu", "--set", "test=40",
         "--set", "model.num_hiddens=32", "--set", "model.ffn_num_hiddens=64",
         "--set", "model.num_heads=2", "--set", "model.num_enc_layers=1",
-        "--set", "model.num_dec_layers=1",
+        "--set", "model.num_dec_layers=1", *args,
     ]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    # 40 tiny updates may learn too little to use: rank 0 then exits 3, which torchrun reports
-    # as a failed child with that exit code (qkv.train.verdict)
     not_usable = "the model is not usable" in res.stderr and "exitcode: 3" in res.stderr
     assert res.returncode == 0 or not_usable, res.stdout + res.stderr
+    return res
+
+
+@pytest.mark.slow  # two Python processes under torchrun, 40 updates
+def test_two_processes_stay_in_sync_and_learn(tmp_path, corpus_file):
+    out = tmp_path / "ddp"
+    res = _torchrun_train(corpus_file, out, "--max-steps", "40", "--save-every", "20",
+                          "--eval-every", "40", "--log-every", "5", "--warmup-steps", "5",
+                          "--set", "valid=40", "--set", "eval_sentences=10")  # fmt: skip
     assert "2 processes (gloo)" in res.stderr
     # rank 0 alone reports: one start line, not two
     assert res.stderr.count("qkv: new run") == 1
@@ -58,20 +64,9 @@ def test_a_timed_run_whose_evaluations_cost_much_keeps_its_ranks_in_step(tmp_pat
     its collective out of step (gloo failed the run after its first evaluation). Every rank
     now takes rank 0's plan after each evaluation."""
     out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "qkv.cli", "train", "--data", str(corpus_file), "--out", str(out),
-        "--max-minutes", "0.15", "--max-tokens", "256", "--lr", "3e-3", "--device", "cpu",
-        "--preset", "none", "--set", "valid=300", "--set", "test=40",
-        "--set", "eval_sentences=300", "--set", "dist_timeout_minutes=1",
-        "--set", "model.num_hiddens=32", "--set", "model.ffn_num_hiddens=64",
-        "--set", "model.num_heads=2", "--set", "model.num_enc_layers=1",
-        "--set", "model.num_dec_layers=1",
-    ]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    not_usable = "the model is not usable" in res.stderr and "exitcode: 3" in res.stderr
-    assert res.returncode == 0 or not_usable, res.stdout + res.stderr
+    res = _torchrun_train(corpus_file, out, "--max-minutes", "0.15", "--preset", "none",
+                          "--set", "valid=300", "--set", "eval_sentences=300",
+                          "--set", "dist_timeout_minutes=1")  # fmt: skip
     assert "stopped (max_minutes)" in res.stderr and res.stderr.count("valid @") >= 2
     assert (out / "final" / "manifest.json").is_file()
 
