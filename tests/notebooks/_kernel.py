@@ -61,20 +61,18 @@ class Kernel:
 @contextmanager
 def kernel() -> Iterator[Kernel]:
     """A :class:`Kernel` for the ``with`` block, shut down after it; skips when the dev extra's
-    Jupyter packages are missing. The kernel is a child process: it inherits ``PYTHONPATH``
-    (``src/`` first) and ``MPLBACKEND=Agg`` from this environment, changed only while it
-    starts."""
+    Jupyter packages are missing. The kernel is a child process: this environment with
+    ``src/`` first on its ``PYTHONPATH`` and ``MPLBACKEND=Agg`` (this process's own is left
+    as it is), at its start and at any restart."""
     pytest.importorskip("nbclient", reason="the notebooks need the dev extra")
     pytest.importorskip("ipykernel", reason="the notebooks need the dev extra")
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
     manager = AsyncKernelManager(kernel_name="python3")
-    with pytest.MonkeyPatch.context() as env:
-        path = [str(ROOT / "src"), os.environ.get("PYTHONPATH")]
-        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
-        env.setenv("MPLBACKEND", "Agg")
-        run_sync(manager.start_kernel)()
+    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    # given at the start, kept for a restart (jupyter_client launches it again with it)
+    run_sync(manager.start_kernel)(env={**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg"})
     try:
         yield Kernel(manager)
     finally:

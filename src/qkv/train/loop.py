@@ -843,21 +843,27 @@ class _Run:
         """The verdict as ``OUT/final/trainer.json`` records it (with its fix), judged once the
         final model's averaging and decoding choice have validated it (``write_final`` calls
         this just before it writes the folder)."""
-        self.judged, self.was_judged = self._judge(), True
-        if self.judged is None:
+        judged = self._judged_once()
+        if judged is None:
             return None
-        verdict, fix = self.judged
+        verdict, fix = judged
         return {**verdict.to_dict(), "fix": fix}
 
     def _say_verdict(self) -> Verdict | None:
         """The run's last line: the verdict (judged now unless the final model's writing did),
         and the fix when the model is not usable (a warning then)."""
-        judged = self.judged if self.was_judged else self._judge()
+        judged = self._judged_once()
         if judged is None:
             return None
         verdict, fix = judged
         self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
         return verdict
+
+    def _judged_once(self) -> tuple[Verdict, str] | None:
+        """:meth:`_judge`, once a run: what is recorded is what is said."""
+        if not self.was_judged:
+            self.judged, self.was_judged = self._judge(), True
+        return self.judged
 
     def _judge(self) -> tuple[Verdict, str] | None:
         """Did the model learn? Its best validation translations of this invocation against
