@@ -15,17 +15,15 @@ from pathlib import Path
 
 import pytest
 from _folders import flip, tamper, tamper_json
-from _tiny_models import tiny_translator
+from _tiny_models import shared_translator
 
 from qkv.cli import main
-from qkv.data import bundled_pairs
 from qkv.export import save_model
 from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
 from qkv.export.onnx import OnnxTranslator, export_onnx
 from qkv.inference import CheckpointError
 from qkv.translate import Translator
 
-PAIRS = bundled_pairs()[:600]
 #: the weights of each format, relative to the folder an engine is given
 WEIGHTS = {"qkv": "model.safetensors", "ct2": "ctranslate2/model.bin", "onnx": "encoder.onnx"}
 #: a file every format reads, relative to that folder
@@ -38,8 +36,9 @@ TOKENIZER = {
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict[str, Path]:
-    """One tiny model as a qkv model folder and a CTranslate2 export (ONNX: :func:`onnx`)."""
-    model, src, tgt = tiny_translator(PAIRS, eos_boost=1.0)
+    """One tiny model as a qkv model folder and a CTranslate2 export (ONNX: :func:`onnx`): the
+    model of the other tests' exports, whose ONNX trace the run makes once."""
+    model, src, tgt = shared_translator()
     root = tmp_path_factory.mktemp("exports")
     folder = save_model(model, src, tgt, root / "qkv", languages=("en", "fr"))
     export_ctranslate2(folder, root / "ct2")

@@ -454,14 +454,16 @@ def test_routes_prefer_a_pivot_through_english(folders):
 @pytest.mark.slow
 def test_ctranslate2_and_onnx_folders_serve_beside_a_qkv_one(folders, ref, tmp_path):
     """Every engine through one interface: fr-en as a bare CTranslate2 model, en-de as an ONNX
-    export, en-fr as qkv's own folder; each answers as the engine does alone."""
+    export, en-fr as qkv's own folder; each answers as the engine does alone. The en-de ONNX
+    export is of the unnudged tiny model, whose trace the run makes once for every test that
+    exports it (tests/_onnx_cache.py)."""
     pytest.importorskip("ctranslate2", reason="the ct2 extra (dev)")
     pytest.importorskip("onnxruntime", reason="the onnx extra (dev)")
     from qkv.export.ctranslate2 import Ct2Translator, export_ctranslate2
     from qkv.export.onnx import OnnxTranslator, export_onnx
 
     ct2 = export_ctranslate2(folders["fr-en"], tmp_path / "fr-en-ct2")  # its ctranslate2/
-    onnx = export_onnx(folders["en-de"], tmp_path / "en-de-onnx")
+    onnx = export_onnx(tiny_model_folder(tmp_path / "en-de", ("en", "de")), tmp_path / "en-de-onnx")
     found = [inspect_folder(folders["en-fr"]), inspect_folder(ct2), inspect_folder(onnx)]
     assert [(f.pair, f.engine) for f in found] == [
         ("en-fr", "qkv"), ("fr-en", "ctranslate2"), ("en-de", "onnx")
