@@ -65,12 +65,14 @@ def test_an_imported_marian_model_computes_what_transformers_computes(imported, 
     greedy = generated_ids(hf, out)
     assert len({tuple(ids) for ids in greedy}) > len(sources) // 2  # not one string for all
     assert tr.generate(sources, beam_size=1) == greedy
-    beam = _generate(hf, tok, sources)
+    with torch.no_grad():
+        rows = hf.generate(**enc)
+    beam = generated_ids(hf, rows)
     assert tr.decoding.beam_size == 4 and tr.generate(sources) == beam
     # and the text transformers' pipeline would print: the same pieces joined by the same
     # SentencePiece model; qkv shows a translated segment with runs of spaces made one (a lone
     # "▁" piece leaves two: qkv.text.layout.clean)
-    texts = tok.batch_decode(hf.generate(**enc), skip_special_tokens=True)
+    texts = tok.batch_decode(rows, skip_special_tokens=True)
     assert [tr.tgt_tokenizer.decode(ids) for ids in beam] == texts
     assert tr.translate(sources) == [clean(t) for t in texts]
 
@@ -130,9 +132,10 @@ def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, nam
     assert ct2.decoding.early_stopping is True and ct2.decoding.beam_size == 4
     tr = Translator.load(qkv_folder)
     theirs, ours = ct2.generate(sources), tr.generate(sources, early_stopping=True)
-    # but for the translations cut at the limit: the folder's forced <eos> (the last token
-    # allowed, scored 0, counted in the length) is not CTranslate2's, which cuts one token
-    # earlier; a beam that reaches the limit scores that hypothesis otherwise
+    # but for the translations cut at the limit: CTranslate2 has no forced <eos> (the last
+    # token allowed, scored 0, counted in the length), so the export asks it for one token
+    # fewer; a beam that reaches the limit scores that hypothesis without the <eos>, and any
+    # sentence that differs is one of those
     cut = MAX_LENGTH - 2
     differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
     assert all(cut in (len(theirs[i]), len(ours[i])) for i in differ), differ

@@ -489,7 +489,8 @@ class Ct2Translator(TranslatorBase, CardDisplay):
         ``<eos>``), ``decoding``'s options, the batch's longest limit (a greedy row is cut to its
         own, which a shorter limit only cuts); one hypothesis per source, unscored (NaN).
         ``forced_eos`` (``<eos>`` the last token a translation may have) is a limit one token
-        shorter: the same tokens in greedy search."""
+        shorter: the same tokens in greedy search; a beam that reaches the limit may differ
+        (CTranslate2 scores and length-normalises that hypothesis without the forced ``<eos>``)."""
         vocab = self._src_tokens
         cut = 1 if decoding.forced_eos else 0
         res = self.translator.translate_batch(
