@@ -22,6 +22,7 @@ and every message goes through :mod:`logging` (logger ``qkv.train.loop``); the p
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import signal
@@ -353,9 +354,6 @@ class _Run:
         # how it ends: "max_steps" unless the clock, patience or a signal says otherwise
         self.stopped = setup.stopped or "max_steps"
         self.already_stopped = setup.stopped is not None
-        # the verdict on the final model once judged (``was_judged``): (verdict, fix), or None
-        self.judged: tuple[Verdict, str] | None = None
-        self.was_judged = False
         self.skip_save = False  # a checkpoint due now is left out (agreed by all ranks)
         if setup.plan.timed and self.budget_s <= 0 and not self.already_stopped:
             self.already_stopped, self.stopped = True, "max_minutes"
@@ -843,7 +841,7 @@ class _Run:
         """The verdict as ``OUT/final/trainer.json`` records it (with its fix), judged once the
         final model's averaging and decoding choice have validated it (``write_final`` calls
         this just before it writes the folder)."""
-        judged = self._judged_once()
+        judged = self._judged_once
         if judged is None:
             return None
         verdict, fix = judged
@@ -852,18 +850,17 @@ class _Run:
     def _say_verdict(self) -> Verdict | None:
         """The run's last line: the verdict (judged now unless the final model's writing did),
         and the fix when the model is not usable (a warning then)."""
-        judged = self._judged_once()
+        judged = self._judged_once
         if judged is None:
             return None
         verdict, fix = judged
         self.say(verdict.line(fix), logging.INFO if verdict.usable else logging.WARNING)
         return verdict
 
+    @functools.cached_property
     def _judged_once(self) -> tuple[Verdict, str] | None:
         """:meth:`_judge`, once a run: what is recorded is what is said."""
-        if not self.was_judged:
-            self.judged, self.was_judged = self._judge(), True
-        return self.judged
+        return self._judge()
 
     def _judge(self) -> tuple[Verdict, str] | None:
         """Did the model learn? Its best validation translations of this invocation against
