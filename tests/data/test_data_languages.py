@@ -138,6 +138,28 @@ def test_rank_languages_gives_every_candidate_most_likely_first():
         L.rank_languages(["a list"])  # type: ignore[arg-type]
 
 
+def test_each_texts_detection_is_the_first_of_its_ranking():
+    """detect_languages takes each text's most likely language without ranking the rest: the
+    same answer as rank_languages' first, over every language and over candidates, varieties
+    summed (Egyptian and Moroccan Arabic count as Arabic)."""
+    pytest.importorskip("py3langid")
+    texts = [s for lang in sorted(SENTENCES) for s in SENTENCES[lang][:4]]
+    texts += ["مرحبا، كيف حالك اليوم؟", "إزيك يا صاحبي؟ عامل إيه؟", "Moin, wie geiht di dat?", "ok"]
+    for candidates in (None, ["en", "de", "ar"], ["fr"]):
+        ranked = [L.rank_languages(t, candidates=candidates)[0] for t in texts]
+        assert L.detect_languages(texts, candidates=candidates) == ranked
+
+
+def test_two_probabilities_a_float_apart_tie_once_shared_out(monkeypatch):
+    # "zz" is a float above "ab", but their shares of the total round to one value: the ranking
+    # then puts "ab" first (sorted by share, then code), and so does the detection
+    p = {"zz": 0.21386538449394366, "ab": 0.21386538449394363, "cc": 0.12863817380413237}
+    total = sum(p.values())
+    assert p["zz"] > p["ab"] and p["zz"] / total == p["ab"] / total
+    monkeypatch.setattr(L, "_probabilities", lambda text, allowed: dict(p))
+    assert L._scores("x", None)[0][0] == "ab" and L._ranked("x", None) == L._scores("x", None)[0]
+
+
 def test_detection_without_the_package_says_which_extra(monkeypatch):
     import qkv._deps as deps
 

@@ -1,6 +1,7 @@
 """What a shared folder publishes: a run trained from a file in a private folder, exported to
 every format, shows no local path (the data's folder, the run's, the user's home) in any file;
-the data is described by name, size and SHA-256."""
+the data is described by name, size and SHA-256; the snippets the cards show translate as
+``qkv translate`` does, and the ONNX export as the run itself (plain greedy)."""
 
 from __future__ import annotations
 
@@ -237,6 +238,10 @@ def test_the_readme_maps_a_beam_search(trained_exports, tmp_path):
 
 
 def test_the_onnx_cards_snippet_translates_as_qkv_translate(trained_exports):
+    """The ONNX export of a run (``qkv export --format onnx``): its card's snippet prints what
+    ``qkv translate`` of the export prints, which is the run's own greedy translation."""
+    from qkv.translate import Translator
+
     out, _ = trained_exports["outs"]["onnx"]
     texts = TEXTS[:-1]
     got = _run_snippet(out, texts)
@@ -244,3 +249,5 @@ def test_the_onnx_cards_snippet_translates_as_qkv_translate(trained_exports):
     assert rc == 0, err
     assert got == printed.splitlines()
     assert any(got), "translations to compare"
+    run = Translator.load(trained_exports["run"]).with_decoding(no_repeat_ngram=0)
+    assert got == run.translate(texts, beam_size=1, split="none")  # plain greedy, as ONNX's

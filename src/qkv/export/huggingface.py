@@ -23,6 +23,7 @@ atomically (:func:`qkv.inference.writing.write_folder`).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -139,6 +140,13 @@ def _compiled(rules: Mapping[str, str]) -> bytes:
     return next(v for n, _, v in proto_fields(spec) if n == 2)  # type: ignore[arg-type,return-value]
 
 
+@functools.cache
+def _plain_charsmap() -> bytes:
+    """:func:`_plain_rules` compiled (:func:`_compiled`), once per process: the rules depend on
+    Python's Unicode tables alone, and making them walks every code point (about a second)."""
+    return _compiled(_plain_rules())
+
+
 def _marian_spm(model: bytes, norm: Normalizer | None) -> bytes:
     """The SentencePiece model MarianTokenizer reads for one side: the model itself, with
     qkv's plain normaliser (which qkv applies before SentencePiece, and MarianTokenizer
@@ -151,7 +159,7 @@ def _marian_spm(model: bytes, norm: Normalizer | None) -> bytes:
     name = next((v for n, _, v in proto_fields(spec) if n == 1), b"")  # type: ignore[arg-type]
     if norm is None or name not in (b"identity", b""):
         return model
-    new = proto_message([(1, 2, b"qkv_plain"), (2, 2, _compiled(_plain_rules())), *kept])
+    new = proto_message([(1, 2, b"qkv_plain"), (2, 2, _plain_charsmap()), *kept])
     return proto_message([(n, w, new if n == _NORMALIZER else v) for n, w, v in fields])
 
 
