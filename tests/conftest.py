@@ -19,6 +19,15 @@
 from __future__ import annotations
 
 import os
+
+# the processes tests start (a command, a notebook's kernel, a server) run on one thread too,
+# unless the test gives their environment another choice; set before torch loads (OpenMP reads
+# it then), so that one pytest process (PYTEST_WORKERS=0) runs as each xdist worker does, whose
+# environment has it from the start (else tests that run transformers' generate, set to one
+# torch thread, used two CPUs: twice the CPU time for the same wall time, and beside another
+# such process 20 times the wall time)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from pathlib import Path
 
 import pytest
@@ -32,9 +41,6 @@ HERE = Path(__file__).parent
 OWN_THREADS = frozenset(
     {"test_runtime.py", "cli/test_cli_openmp.py", "bench/test_bench_threads.py"}
 )
-# the processes tests start (a command, a notebook's kernel, a server) run on one thread too,
-# unless the test gives their environment another choice (set before any test starts one)
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: fixtures that train models for the run: a test needing one is slow
 TRAINING_FIXTURES = frozenset(
     {
