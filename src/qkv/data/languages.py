@@ -453,29 +453,14 @@ def detectable_languages() -> list[str]:
     return sorted({_DETECTED_AS.get(c, c) for c in labels} & set(LANGUAGES))
 
 
-@lru_cache(maxsize=1)
-def _label_codes() -> dict[str, str]:
-    """The detector's labels that name a language of the table, each to its code."""
-    codes = {label: _DETECTED_AS.get(label, label) for label in _identifier().labels}
-    return {label: code for label, code in codes.items() if code in LANGUAGES}
-
-
-def _probabilities(text: str, allowed: frozenset[str] | None) -> dict[str, float]:
-    """Each language's probability for ``text`` (over ``allowed`` alone when given), not yet
-    normalised: a language's varieties summed (``ary``, ``arz``: ``ar``)."""
-    codes = _label_codes()
-    scores: dict[str, float] = {}
-    for label, p in _identifier().rank(text):
-        code = codes.get(label)
-        if code is not None and (allowed is None or code in allowed):
-            scores[code] = scores.get(code, 0.0) + float(p)
-    return scores
-
-
 def _scores(text: str, allowed: frozenset[str] | None) -> list[tuple[str, float]]:
     """Every language's probability for ``text`` (over ``allowed`` alone when given), most
     likely first."""
-    scores = _probabilities(text, allowed)
+    scores: dict[str, float] = {}
+    for label, p in _identifier().rank(text):
+        code = _DETECTED_AS.get(label, label)
+        if code in LANGUAGES and (allowed is None or code in allowed):
+            scores[code] = scores.get(code, 0.0) + float(p)
     total = sum(scores.values())
     if total <= 0:
         return []
@@ -483,17 +468,8 @@ def _scores(text: str, allowed: frozenset[str] | None) -> list[tuple[str, float]
 
 
 def _ranked(text: str, allowed: frozenset[str] | None) -> tuple[str, float]:
-    """:func:`_scores`' first, without sorting the rest."""
-    scores = _probabilities(text, allowed)
-    total = sum(scores.values())
-    if total <= 0:
-        return "", 0.0
-    best = max(scores.values())
-    # the codes whose share equals the best one's once divided by the total (a float a step
-    # below the best may round to it): the alphabetically first of them, as the ranking sorts
-    near = [c for c, p in scores.items() if p >= best * (1 - 1e-12)]
-    share = best / total
-    return min(c for c in near if scores[c] / total == share), share
+    ranked = _scores(text, allowed)
+    return ranked[0] if ranked else ("", 0.0)
 
 
 def _candidates(candidates: Iterable[str] | None) -> frozenset[str] | None:
