@@ -22,11 +22,14 @@ from qkv.train.checkpoint import (
     read_weights,
 )
 from qkv.train.presets import (
+    FEW_EPOCHS,
+    LABEL_SMOOTHING,
     REFERENCE_TIER,
     TIERS,
     Speed,
     choose_preset,
     dropout_for,
+    label_smoothing_for,
     resolve_config,
     vocab_size_for,
 )
@@ -92,7 +95,7 @@ def test_preset_follows_budget_device_and_corpus():
     assert small.model["num_hiddens"] == 256 and small.model["num_enc_layers"] == 2
     assert small.notes and "3000 training pairs" in small.notes[0]
     # dropout grows with the epochs the budget allows
-    assert dropout_for(5) < dropout_for(30) < dropout_for(100)
+    assert dropout_for(12) < dropout_for(30) < dropout_for(100)
     assert choose_preset(2_000, minutes=10, max_steps=1).model["dropout"] > short.model["dropout"]
     assert vocab_size_for(1_000) < vocab_size_for(20_000) < vocab_size_for(2_000_000)
     with pytest.raises(ValueError, match="tier"):
@@ -122,6 +125,32 @@ def test_the_shortest_budgets_get_the_smallest_tiers_and_their_small_vocabularie
     assert "vocabulary of up to 2000" in tiny.reason and "width 128" in tiny.reason
     # a corpus whose own vocabulary is smaller keeps it
     assert choose_preset(1_500, minutes=3, max_steps=None).vocab_size == 1_000
+
+
+def test_a_run_that_sees_its_data_a_few_times_regularises_nothing():
+    # regularise only what repeats: below FEW_EPOCHS no dropout and no label smoothing
+    assert dropout_for(FEW_EPOCHS - 0.1) == label_smoothing_for(FEW_EPOCHS - 0.1) == 0.0
+    assert dropout_for(FEW_EPOCHS) > 0 and label_smoothing_for(FEW_EPOCHS) == LABEL_SMOOTHING
+    busy = Speed({REFERENCE_TIER: 848.0}, 1)
+    few = choose_preset(20_000, minutes=3, max_steps=None, speed=busy)
+    many = choose_preset(20_000, minutes=30, max_steps=None)
+    assert few.model["dropout"] == few.label_smoothing == 0.0
+    assert "dropout 0 and label smoothing 0 (about" in few.reason
+    assert many.model["dropout"] > 0 and many.label_smoothing == LABEL_SMOOTHING
+    assert "label smoothing 0.1" in many.reason
+    # a small corpus shrinks a large tier and regularises it, whatever the budget
+    small = choose_preset(3_000, minutes=600, max_steps=None)
+    assert small.model["dropout"] >= 0.1 and small.label_smoothing == LABEL_SMOOTHING
+    # the run gets the preset's unless given; no preset and fine-tuning get the usual 0.1
+    cfg = TrainConfig(data="x.tsv", max_minutes=3)
+    assert resolve_config(cfg, 20_000, probe=None)[0].label_smoothing == 0.0
+    given = cfg.updated({"label_smoothing": 0.2})
+    run, preset = resolve_config(given, 20_000, probe=None)
+    assert run.label_smoothing == 0.2 and "label_smoothing" in preset.notes[-1]
+    plain = cfg.updated({"preset": "none"})
+    assert resolve_config(plain, 20_000, probe=None)[0].label_smoothing == LABEL_SMOOTHING
+    tuned = resolve_config(cfg, 20_000, probe=None, fine_tuning=True)[0]
+    assert tuned.label_smoothing == LABEL_SMOOTHING
 
 
 def test_bahdanau_keeps_its_defaults_and_gets_a_vocabulary_sized_to_the_corpus():

@@ -143,6 +143,8 @@ _AUTO_MEANS: dict[str, str] = {
     "max_minutes": "no time limit",
     "max_tokens": "the preset's",
     "lr": "the preset's",
+    "label_smoothing": "the preset's: 0 for a run that sees its data under {few:g} times, else "
+    "{smoothing:g}",
     "warmup_steps": "{warmup:.0%} of the planned run",
     "schedule": "linear decay to the end of the run",
     "eval_every": "about {evals} per run",
@@ -157,6 +159,7 @@ def train_flag_default(key: str) -> str:
     from ..train import Plan, TrainConfig
     from ..train.config import DEFAULT_MAX_STEPS
     from ..train.corpus import PREPARE_ABOVE
+    from ..train.presets import FEW_EPOCHS, LABEL_SMOOTHING
 
     default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
     if default is not None and default != "auto":
@@ -167,6 +170,8 @@ def train_flag_default(key: str) -> str:
         evals=Plan.EVALS,
         saves=Plan.SAVES,
         prepare_mib=PREPARE_ABOVE // 2**20,
+        few=FEW_EPOCHS,
+        smoothing=LABEL_SMOOTHING,
     )
     return means if default is None else f"auto: {means}"
 

@@ -175,7 +175,9 @@ class TrainConfig:
         min_lr_ratio: the linear/cosine decay ends at this fraction of the peak.
         weight_decay: AdamW's decoupled weight decay (not applied to biases, norms, embeddings).
         betas, adam_eps: AdamW's.
-        label_smoothing: epsilon of the label-smoothed cross-entropy.
+        label_smoothing: epsilon of the label-smoothed cross-entropy; None: the preset's (0 for
+            a run that sees its data only a few times, else 0.1; 0.1 with no preset and for
+            fine-tuning).
         clip_norm: clip the global gradient norm to this; 0 disables clipping.
         bf16: run forward and loss under bfloat16 autocast.
         seed: seeds the weights, dropout and batch order.
@@ -244,7 +246,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-8
-    label_smoothing: float = 0.1
+    label_smoothing: float | None = None
     clip_norm: float = 1.0
     bf16: bool = False
     seed: int = 0
@@ -501,9 +503,10 @@ class TrainConfig:
         )
         need(_is_num(self.adam_eps) and self.adam_eps > 0, "adam_eps", "a number > 0")
         need(
-            _is_num(self.label_smoothing) and 0 <= self.label_smoothing < 1,
+            self.label_smoothing is None
+            or (_is_num(self.label_smoothing) and 0 <= self.label_smoothing < 1),
             "label_smoothing",
-            "a number in [0, 1)",
+            "a number in [0, 1), or None (auto)",
         )
         need(
             _is_num(self.clip_norm) and self.clip_norm >= 0 and math.isfinite(self.clip_norm),

@@ -53,7 +53,7 @@ from .corpus import (
 )
 from .init_from import InitModel, load_init
 from .plan import FIRST_GUESS, Plan
-from .presets import resolve_config
+from .presets import LABEL_SMOOTHING, resolve_config
 from .progress import Say
 from .rng import set_rng_state
 from .run_data import (
@@ -337,7 +337,11 @@ def _resumed_data(
             run_cfg = TrainConfig.from_dict(resolved)
         else:  # written before runs were planned: the schedule was the inverse square root
             old = "inverse_sqrt" if saved.schedule == "auto" else saved.schedule
-            run_cfg = saved.updated({"schedule": old, "preset": "none"})
+            # and label smoothing was always the usual (a None is this version's "auto")
+            smoothing = saved.label_smoothing
+            smoothing = LABEL_SMOOTHING if smoothing is None else smoothing
+            changes = {"schedule": old, "preset": "none", "label_smoothing": smoothing}
+            run_cfg = saved.updated(changes)
     except (TypeError, ValueError) as e:
         raise CheckpointError(
             f"checkpoint: the resolved settings in {str(ckpt.path)!r} are invalid: {e}"

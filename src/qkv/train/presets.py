@@ -29,7 +29,9 @@ import torch
 from .speed import SpeedProbe, measure_speed, probe_seconds
 
 __all__ = [
+    "FEW_EPOCHS",
     "FINE_TUNING_LR",
+    "LABEL_SMOOTHING",
     "MAX_EPOCHS",
     "REFERENCE_TIER",
     "TIERS",
@@ -39,6 +41,7 @@ __all__ = [
     "choose_preset",
     "cost_per_token",
     "estimated_speed",
+    "label_smoothing_for",
     "measure_tiers",
     "tier_vocab",
     "vocab_size_for",
@@ -49,6 +52,10 @@ __all__ = [
 #: towards the new data without forgetting what it knew (``benchmarks/finetune.py`` measured
 #: it against 3e-5 and 3e-4 on an imported Marian model)
 FINE_TUNING_LR = 1e-4
+
+#: the label smoothing of a run that sees its data often enough (Szegedy et al. 2016, the
+#: Transformer's 0.1), of fine-tuning, and of a run with no preset
+LABEL_SMOOTHING = 0.1
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class Preset:
         vocab_size: subword vocabulary size (joint SentencePiece).
         reason: one sentence for the run's first lines.
         notes: extra remarks (a small corpus, a model shrunk to fit it, ...).
+        label_smoothing: epsilon of the training loss (:func:`label_smoothing_for`).
         speed: target tokens per second the choice assumed (measured, or the reference
             machine's); None: not known (a run bounded by updates only).
         updates: the updates the budget allows at that speed (None: not known).
@@ -77,6 +85,7 @@ class Preset:
     vocab_size: int
     reason: str
     notes: tuple[str, ...] = field(default=())
+    label_smoothing: float = LABEL_SMOOTHING
     speed: float | None = None
     updates: int | None = None
     reference_speed: float | None = None
@@ -90,6 +99,7 @@ class Preset:
             "vocab_size": self.vocab_size,
             "reason": self.reason,
             "notes": list(self.notes),
+            "label_smoothing": self.label_smoothing,
             "speed": self.speed,
             "updates": self.updates,
             "reference_speed": self.reference_speed,
@@ -174,6 +184,18 @@ _FASTER = 1.5
 #: 10.7) and lost at 91 (3,483 pairs, 5 minutes: 23.3 against 30.0); 40 lies between, on a log
 #: scale
 MAX_EPOCHS = {"cpu-micro": 40.0, "cpu-tiny": 40.0}
+#: below this many epochs (estimated from the budget, as the preset line prints them) a run
+#: regularises nothing: no dropout, no label smoothing. A model that sees its data a few times
+#: has not fitted it yet; both slow its learning, and dropout's random masks cost 8% of an update.
+#: Measured on benchmarks/real.py's corpora, the same updates with and without (test BLEU and
+#: chrF of one run per seed): cpu-micro on English-German, 2,560 updates (the busy 3-minute run,
+#: estimated 6 epochs): with dropout 0.05 and smoothing 0.1 8.38 and 7.63 (chrF 30.1, 30.5),
+#: without 9.58 and 9.69 (33.6, 33.7), and 13-18% more updates a minute; cpu-minutes, the
+#: 10-minute runs (estimated 8 epochs): English-German 2,798 updates 27.79 without against
+#: 26.96 with, English-French 2,749 updates 36.47 against 37.59: a point either way at the
+#: same updates, and 8% more updates a minute without dropout's masks; a 30-minute run
+#: (estimated 18) keeps both
+FEW_EPOCHS = 10.0
 #: the largest vocabulary of the smallest tiers: few updates train few embeddings well (a
 #: 1,000-piece vocabulary scored 2.2 BLEU where 2,000 scored 4.8, the 3-minute busy run)
 VOCAB_CAPS = {"cpu-micro": 2_000, "cpu-tiny": 2_000, "cpu-small": 4_000}
@@ -196,12 +218,22 @@ def speed_factor(tokens_per_s: float, kind: str = "cpu") -> float:
 
 def dropout_for(epochs: float) -> float:
     """Dropout for a run that will see its data about ``epochs`` times: regularise only what
-    repeats (measured: 0.05 best at ~10 epochs, 0.1-0.2 at ~35; 0.2 cost 8 BLEU at ~10)."""
+    repeats (measured: none below :data:`FEW_EPOCHS`, 0.05 best at ~10 epochs, 0.1-0.2 at ~35;
+    0.2 cost 8 BLEU at ~10)."""
+    if epochs < FEW_EPOCHS:
+        return 0.0
     if epochs < 15:
         return 0.05
     if epochs < 60:
         return 0.1
     return 0.2
+
+
+def label_smoothing_for(epochs: float) -> float:
+    """Label smoothing for a run that will see its data about ``epochs`` times: none below
+    :data:`FEW_EPOCHS` (a model that has not fitted its data yet has no over-confidence to
+    correct, and a smoothed target slows its learning), else the usual 0.1."""
+    return 0.0 if epochs < FEW_EPOCHS else LABEL_SMOOTHING
 
 
 def vocab_size_for(n_pairs: int) -> int:
@@ -318,10 +350,11 @@ def choose_preset(
     # bounded by updates (or by nothing): the updates are known; else what the speed fits
     timed = minutes is not None
     updates = int(_TRAINING_SHARE * seconds * tps / max_tokens) if timed else max_steps
-    model["dropout"] = dropout_for(epochs)
+    model["dropout"], smoothing = dropout_for(epochs), label_smoothing_for(epochs)
     # a small corpus cannot feed a large model: cap it, and regularise more
     if n_pairs < 5_000 and (model["num_hiddens"] > 256 or model["num_enc_layers"] > 2):
         model.update(_transformer(256, 1024, 4, 2), dropout=max(model["dropout"], 0.1))
+        smoothing = LABEL_SMOOTHING
         max_tokens = min(max_tokens, 1024)
         notes.append(
             f"the corpus has only {n_pairs} training pairs: a 2+2-layer, 256-wide model on "
@@ -338,12 +371,12 @@ def choose_preset(
         f"preset {name}: {n_pairs} training pairs, {how}, device {kind}"
         + (f" x {world_size}" if world_size > 1 else "")
         + f" -> {model['num_enc_layers']}+{model['num_dec_layers']}-layer pre-norm Transformer, "
-        f"width {model['num_hiddens']}, dropout {model['dropout']:g} (about {epochs:.0f} "
-        f"epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
+        f"width {model['num_hiddens']}, dropout {model['dropout']:g} and label smoothing "
+        f"{smoothing:g} (about {epochs:.0f} epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
         f"vocabulary of up to {vocab}"
     )
     reference = speed.tokens_per_s.get(REFERENCE_TIER) if speed is not None else None
-    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes),
+    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes), smoothing,
                   speed=tps if minutes is not None else None, updates=updates,
                   reference_speed=reference)  # fmt: skip
 
@@ -446,7 +479,11 @@ def resolve_config(
         )
     options = dict(config.model_options)
     if preset is not None:
-        given = [k for k in ("vocab_size", "max_tokens", "lr") if getattr(config, k) is not None]
+        given = [
+            k
+            for k in ("vocab_size", "max_tokens", "lr", "label_smoothing")
+            if getattr(config, k) is not None
+        ]
         given += [f"model.{k}" for k in preset.model if k in config.model_options]
         if given:
             preset = dataclasses.replace(
@@ -458,6 +495,8 @@ def resolve_config(
             changes["max_tokens"] = preset.max_tokens
         if config.lr is None:
             changes["lr"] = FINE_TUNING_LR if fine_tuning else preset.lr
+        if config.label_smoothing is None and not fine_tuning:
+            changes["label_smoothing"] = preset.label_smoothing
         if config.model == "transformer":
             for key, value in preset.model.items():
                 options.setdefault(key, value)
@@ -467,6 +506,7 @@ def resolve_config(
         options.setdefault("tie_embeddings", config.model == "transformer")
     changes["model_options"] = options
     defaults = {"vocab_size": 8000, "max_tokens": 4096, "lr": 1e-3}
+    defaults["label_smoothing"] = LABEL_SMOOTHING
     for key, value in defaults.items():  # preset "none": the plain defaults
         if getattr(config, key) is None and key not in changes:
             changes[key] = value
