@@ -80,6 +80,8 @@ def test_fine_tuning_an_import_keeps_it_and_starts_from_its_validation(
     # the run: a fine-tuning rate, the import's architecture and tokenizers
     state = json.loads((tmp_path / "checkpoints" / "step-00000004" / "trainer.json").read_text())
     assert state["resolved_config"]["lr"] == state["preset"]["lr"] == FINE_TUNING_LR
+    # and the usual label smoothing, recorded as trained, whatever the budget's epochs
+    assert state["resolved_config"]["label_smoothing"] == state["preset"]["label_smoothing"] == 0.1
     final = load_model(result.final_model)
     assert final.model.config == start.model.config
     assert final.model.config.activation == "swish" and final.model.config.scale_embedding

@@ -144,7 +144,7 @@ _AUTO_MEANS: dict[str, str] = {
     "max_tokens": "the preset's",
     "lr": "the preset's",
     "label_smoothing": "the preset's: 0 for a run that sees its data under {few:g} times, else "
-    "{smoothing:g}",
+    "{smoothing:g}; {smoothing:g} with --preset none and for fine-tuning",
     "warmup_steps": "{warmup:.0%} of the planned run",
     "schedule": "linear decay to the end of the run",
     "eval_every": "about {evals} per run",

@@ -284,7 +284,10 @@ def _new_run_data(
             f"{preset.name} for the batches ({run_cfg.max_tokens} tokens), peak lr "
             f"{run_cfg.lr:g} (a fine-tuning rate), the starting weights validated as update 0"
         )
-        preset_info.update(notes=[], model={}, lr=run_cfg.lr)  # the model is the saved one
+        # the model is the saved one; the rate and the smoothing a fine-tuning's
+        preset_info.update(
+            notes=[], model={}, lr=run_cfg.lr, label_smoothing=run_cfg.label_smoothing
+        )
     toks = init.tokenizers if init is not None else None
     data = load_run_data(run_cfg, split=split, pairs=(pairs, source), tokenizers=toks,
                          vocab_given=config.vocab_size is not None)  # fmt: skip

@@ -372,12 +372,12 @@ def choose_preset(
         + (f" x {world_size}" if world_size > 1 else "")
         + f" -> {model['num_enc_layers']}+{model['num_dec_layers']}-layer pre-norm Transformer, "
         f"width {model['num_hiddens']}, dropout {model['dropout']:g} and label smoothing "
-        f"{smoothing:g} (about {epochs:.0f} epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
+        f"{smoothing:g} (about {epochs:.1f} epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
         f"vocabulary of up to {vocab}"
     )
     reference = speed.tokens_per_s.get(REFERENCE_TIER) if speed is not None else None
-    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes), smoothing,
-                  speed=tps if minutes is not None else None, updates=updates,
+    return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes),
+                  label_smoothing=smoothing, speed=tps if minutes is not None else None, updates=updates,
                   reference_speed=reference)  # fmt: skip
 
 
@@ -419,8 +419,10 @@ def resolve_config(
     """``config`` (a :class:`qkv.train.TrainConfig`) with its automatic settings decided.
 
     ``normalizer``/``tokenizer``/``joint_vocab`` follow the data (real text for a user's file,
-    the book's for the bundled corpus); ``vocab_size``, ``max_tokens``, ``lr`` and the model
-    options the user did not give come from :func:`choose_preset` (Transformer runs only);
+    the book's for the bundled corpus); ``vocab_size``, ``max_tokens``, ``lr``,
+    ``label_smoothing`` and the model options the user did not give come from
+    :func:`choose_preset` (Transformer runs only; ``label_smoothing`` is 0.1 with no preset and
+    for fine-tuning);
     ``schedule="auto"`` becomes ``"linear"``. ``warmup_steps``, ``eval_every`` and
     ``save_every`` stay None when not given: the loop sets them from the run's planned length.
     ``fine_tuning`` (a run from a trained model's weights, whose model options are set
@@ -505,8 +507,12 @@ def resolve_config(
         options.setdefault("share_embeddings", True)
         options.setdefault("tie_embeddings", config.model == "transformer")
     changes["model_options"] = options
-    defaults = {"vocab_size": 8000, "max_tokens": 4096, "lr": 1e-3}
-    defaults["label_smoothing"] = LABEL_SMOOTHING
+    defaults = {
+        "vocab_size": 8000,
+        "max_tokens": 4096,
+        "lr": 1e-3,
+        "label_smoothing": LABEL_SMOOTHING,
+    }
     for key, value in defaults.items():  # preset "none": the plain defaults
         if getattr(config, key) is None and key not in changes:
             changes[key] = value
