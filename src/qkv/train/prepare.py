@@ -341,10 +341,11 @@ def _resumed_data(
         else:  # written before runs were planned: the schedule was the inverse square root
             old = "inverse_sqrt" if saved.schedule == "auto" else saved.schedule
             # and label smoothing was always the usual (a None is this version's "auto")
-            smoothing = saved.label_smoothing
-            smoothing = LABEL_SMOOTHING if smoothing is None else smoothing
-            changes = {"schedule": old, "preset": "none", "label_smoothing": smoothing}
-            run_cfg = saved.updated(changes)
+            given = saved.label_smoothing
+            smoothing = LABEL_SMOOTHING if given is None else given
+            run_cfg = saved.updated(
+                {"schedule": old, "preset": "none", "label_smoothing": smoothing}
+            )
     except (TypeError, ValueError) as e:
         raise CheckpointError(
             f"checkpoint: the resolved settings in {str(ckpt.path)!r} are invalid: {e}"
