@@ -372,13 +372,13 @@ def choose_preset(
         + (f" x {world_size}" if world_size > 1 else "")
         + f" -> {model['num_enc_layers']}+{model['num_dec_layers']}-layer pre-norm Transformer, "
         f"width {model['num_hiddens']}, dropout {model['dropout']:g} and label smoothing "
-        f"{smoothing:g} (about {epochs:.1f} epochs), {max_tokens} tokens per batch, peak lr {lr:g}, joint SentencePiece "
-        f"vocabulary of up to {vocab}"
+        f"{smoothing:g} (about {epochs:.1f} epochs), {max_tokens} tokens per batch, peak lr "
+        f"{lr:g}, joint SentencePiece vocabulary of up to {vocab}"
     )
     reference = speed.tokens_per_s.get(REFERENCE_TIER) if speed is not None else None
     return Preset(name, model, max_tokens, lr, vocab, reason, tuple(notes),
-                  label_smoothing=smoothing, speed=tps if minutes is not None else None, updates=updates,
-                  reference_speed=reference)  # fmt: skip
+                  label_smoothing=smoothing, speed=tps if minutes is not None else None,
+                  updates=updates, reference_speed=reference)  # fmt: skip
 
 
 def measure_tiers(
