@@ -14,6 +14,7 @@ import torch
 from _train_helpers import DilatedTime, qkv_here, tiny_config
 
 from qkv.data import Normalizer, SentencePieceTokenizer, bundled_pairs, write_pairs
+from qkv.inference.layout import step_of
 from qkv.train import CheckpointError, TrainConfig, train
 from qkv.train.checkpoint import (
     average_checkpoints,
@@ -244,6 +245,40 @@ def test_an_evaluation_due_just_before_the_planned_end_is_the_last_and_no_save_f
     assert not saved.skips_save(2534, 2540, 170.0, 180.0) and not steps.skips_save(
         2534, 2540, 170.0, 180.0
     )
+
+
+def test_a_checkpoint_due_just_before_an_evaluation_is_left_to_it():
+    from qkv.train.plan import Plan
+
+    plan = Plan(TrainConfig(max_minutes=3, max_steps=100_000), timed=True)
+    assert plan.cadence(2540) == (424, 212)
+    save = 212
+    # the evaluation due at 2110 + 424 = 2534 saves; a checkpoint due within a quarter of the
+    # save cadence before it (53 updates) is left out, one further away or after it is not
+    assert plan.leaves_save_to_evaluation(2533, 2540, 2110)
+    assert plan.leaves_save_to_evaluation(2534 - save // 4 + 1, 2540, 2110)
+    assert not plan.leaves_save_to_evaluation(2534 - save // 4 - 1, 2540, 2110)
+    assert not plan.leaves_save_to_evaluation(2534, 2540, 2110)  # due together: one save
+    assert not plan.leaves_save_to_evaluation(2322, 2540, 2110)  # the midway checkpoint
+    # the user's cadences are kept as given
+    for config in (TrainConfig(save_every=212), TrainConfig(eval_every=424)):
+        assert not Plan(config, timed=True).leaves_save_to_evaluation(2533, 2540, 2110)
+
+
+def test_a_run_saves_no_checkpoint_one_update_before_an_evaluation(
+    tmp_path, corpus_file, monkeypatch
+):
+    """A real run whose cadences drifted apart (as re-planned ones do: faked here, evaluations
+    every 7 updates, checkpoints every 6) leaves the checkpoints due at 6 and 13 to the
+    evaluations at 7 and 14, so its newest checkpoints are 7, 14 and the end, not 13, 14, 20."""
+    from qkv.train.plan import Plan
+
+    monkeypatch.setattr(Plan, "cadence", lambda self, planned: (7, 6))
+    cfg = tiny_config(data=str(corpus_file), max_steps=20, eval_every=None, save_every=None,
+                      keep_last=10, average_last=0)  # fmt: skip
+    train(cfg, tmp_path, progress=False)
+    steps = [step_of(p) for p in find_checkpoints(tmp_path / "checkpoints")]
+    assert steps == [7, 14, 20]
 
 
 def test_the_plan_keeps_time_for_evaluations_and_the_final_model():

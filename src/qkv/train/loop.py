@@ -692,12 +692,17 @@ class _Run:
 
     def _checkpoint_if_due(self, evaluated: bool, final: bool) -> None:
         """A checkpoint after every evaluation, at the end, and every ``save_every`` updates
-        (but just before the planned end: :meth:`~qkv.train.plan.Plan.skips_save`)."""
-        state = self.setup.state
+        (but just before the planned end, :meth:`~qkv.train.plan.Plan.skips_save`, or just
+        before an evaluation, :meth:`~qkv.train.plan.Plan.leaves_save_to_evaluation`)."""
+        state, plan = self.setup.state, self.setup.plan
         step = state.step
-        _, save_every = self.setup.plan.cadence(self._planned)
+        _, save_every = plan.cadence(self._planned)
         fixed = self.setup.config.save_every is not None
-        due = scheduled(step, state.last_save, save_every, fixed) and not self.skip_save
+        due = (
+            scheduled(step, state.last_save, save_every, fixed)
+            and not self.skip_save
+            and not plan.leaves_save_to_evaluation(step, self._planned, state.last_eval)
+        )
         if evaluated or final or due:
             state.last_save = step
             self.last_ckpt = self._checkpoint(step) or self.last_ckpt

@@ -138,6 +138,17 @@ class Plan:
         _, save_every = self.cadence(planned)
         return self.near_end(step, planned, save_every, elapsed, budget_s)
 
+    def leaves_save_to_evaluation(self, step: int, planned: int, last_eval: int) -> bool:
+        """Is an automatic checkpoint due at ``step`` left to the automatic evaluation due
+        within a quarter of a save cadence after it, which saves anyway? Cadences re-planned
+        from measured speed can bring the two a few updates apart, and the final averaging of
+        the newest checkpoints would then take two nearly the same (a run averaged updates
+        3744, 3745 and 3895)."""
+        if self.config.save_every is not None or self.config.eval_every is not None:
+            return False
+        eval_every, save_every = self.cadence(planned)
+        return 0 < last_eval + eval_every - step < save_every / 4
+
     @staticmethod
     def due(done_steps: int) -> bool:
         """Is a timed run re-planned after ``done_steps`` updates of this invocation?"""
