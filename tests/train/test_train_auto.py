@@ -258,6 +258,7 @@ def test_a_checkpoint_due_just_before_an_evaluation_is_left_to_it():
     assert plan.leaves_save_to_evaluation(2533, 2540, 2110)
     assert plan.leaves_save_to_evaluation(2534 - save // 4 + 1, 2540, 2110)
     assert not plan.leaves_save_to_evaluation(2534 - save // 4 - 1, 2540, 2110)
+    assert not plan.leaves_save_to_evaluation(2534 - save // 4, 2540, 2110)  # a quarter: kept
     assert not plan.leaves_save_to_evaluation(2534, 2540, 2110)  # due together: one save
     assert not plan.leaves_save_to_evaluation(2322, 2540, 2110)  # the midway checkpoint
     # the user's cadences are kept as given

@@ -139,11 +139,12 @@ class Plan:
         return self.near_end(step, planned, save_every, elapsed, budget_s)
 
     def leaves_save_to_evaluation(self, step: int, planned: int, last_eval: int) -> bool:
-        """Is an automatic checkpoint due at ``step`` left to the automatic evaluation due
-        within a quarter of a save cadence after it, which saves anyway? Cadences re-planned
-        from measured speed can bring the two a few updates apart, and the final averaging of
-        the newest checkpoints would then take two nearly the same (a run averaged updates
-        3744, 3745 and 3895)."""
+        """Is an automatic checkpoint due at ``step`` left to the next automatic evaluation, as
+        now planned, due within a quarter of a save cadence after it, which saves anyway (a
+        re-plan that moves that evaluation further has the checkpoint written then)?
+        Cadences re-planned from measured speed can bring the two a few updates apart, and
+        the final averaging of the newest checkpoints would then take two nearly the same (a
+        run averaged updates 3744, 3745 and 3895)."""
         if self.config.save_every is not None or self.config.eval_every is not None:
             return False
         eval_every, save_every = self.cadence(planned)
