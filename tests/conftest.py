@@ -69,7 +69,7 @@ SLOW_TESTS = {
         "test_a_timed_run_resumed_keeps_its_budget_and_its_final_model",
         "test_final_model_carries_the_decoding_chosen_on_validation",
     },
-    "cli/test_cli_train.py": {"test_demo_quick"},
+    "demos/test_demos_translate.py": {"test_demo_quick"},
     "train/test_train_data.py": {
         "test_data_that_changed_under_a_run_names_the_file_and_the_way_out",
         "test_a_run_trains_on_named_jsonl_fields",

@@ -161,21 +161,6 @@ def test_translate_attention_files(trained, kind, tmp_path, capsys):
     assert "--attention" in capsys.readouterr().err
 
 
-def test_demo_quick(tmp_path, capsys):
-    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "test BLEU = " in out and "the book's four sentences" in out
-    for en in ("go .", "i lost .", "he's calm .", "i'm home ."):
-        assert f"  {en}" in out
-    _not_blank_png(tmp_path / "attention-hes-calm.png")
-    assert (tmp_path / "attention-hes-calm.html").exists()
-    summary = json.loads((tmp_path / "translate-demo.json").read_text())
-    assert summary["quick"] is True and summary["n"] > 0
-    # the run folder is a usable model dir
-    assert main(["translate", "--model-dir", str(tmp_path / "translator"), "go ."]) == 0
-    assert "\ndone in " in out  # it learned, and says so
-
-
 def test_the_demo_floor():
     from qkv.demos.translate import FULL_FLOOR, QUICK_FLOOR, did_not_learn
 
