@@ -132,6 +132,20 @@ def test_the_fix_names_the_machine_only_when_its_measured_speed_was_low(speed, b
                                                                       "cpu-tiny", speed)  # fmt: skip
 
 
+def test_a_timed_run_its_max_steps_stopped_is_told_to_take_more_updates(tmp_path, corpus_file):
+    """A timed run that the user's max_steps ended (a try of 2 updates of a 74-minute plan)
+    is told to train more updates, not to resume with the clock's budget multiplied by the
+    updates its plan needed (74 x 3,556 / 2 = 131,572 minutes, said before)."""
+    cfg = tiny_config(data=str(corpus_file), max_steps=2, max_minutes=30.0)
+    res = train(cfg, tmp_path, progress=False)
+    assert res.stopped == "max_steps" and not res.verdict.usable
+    fix = load_model(tmp_path).verdict["fix"]
+    assert "--resume --max-steps " in fix and "--max-minutes" not in fix, fix
+    assert fix_for("runs/x", 74.0, 2, 3556, "cpu-hour", capped=True).startswith(
+        "Fix: train it longer (qkv train --out runs/x --resume --max-steps 3556)"
+    )
+
+
 def test_cli_exit_status_is_the_libraries():
     from qkv.cli import train as cli_train
 
@@ -306,6 +320,26 @@ def test_the_probe_is_skipped_when_the_run_is_fixed():
     # a 1-minute budget probes for at most 2% of it
     measure_tiers(20_000, 1.0, probe)
     assert sum(c[-1] for c in calls) <= 1.2 + 1e-9
+
+
+def test_the_chosen_model_is_measured_when_the_budget_holds_its_updates():
+    """A long budget on a slow machine chooses cpu-hour, whose updates (about 1.2 s each here)
+    do not fit in what the probe's 5 seconds leave after the reference's 3: it gets the time
+    of CHOSEN_UPDATES of them from the budget's 2% instead of an estimate."""
+    from qkv.train.presets import CHOSEN_UPDATES, choose_preset, estimated_speed
+
+    probe, calls = _fake_probe(1108.0)
+    speed = measure_tiers(20_000, 74.0, probe)
+    assert choose_preset(20_000, minutes=74, max_steps=None, speed=speed).name == "cpu-hour"
+    assert set(speed.tokens_per_s) == {REFERENCE_TIER, "cpu-hour"}
+    (*_, first), (enc, dec, _, max_tokens, second) = calls
+    assert (enc, dec, max_tokens) == (3, 3, TIERS["cpu-hour"][3])
+    estimate = max_tokens / estimated_speed({REFERENCE_TIER: 1108.0}, "cpu-hour", 20_000)
+    assert second == pytest.approx(CHOSEN_UPDATES * estimate) and second > 5.0 - first
+    assert first + second <= 0.02 * 74 * 60
+    # what the preset then says is the measurement, not the estimate
+    line = choose_preset(20_000, minutes=74, max_steps=None, speed=speed).reason
+    assert "measured" in line and "an estimated" not in line
 
 
 def test_the_real_probe_measures_a_speed():

@@ -894,5 +894,8 @@ class _Run:
         # the reference model's measured speed says whether the machine was slow or busy (a
         # run saved before it was recorded: the preset's own speed)
         speed = preset.get("reference_speed", preset.get("speed"))
-        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier, speed)
+        # the user's update cap, not the clock, ended it: more updates is the fix
+        capped = config.max_steps is not None and int(state.step) >= config.max_steps
+        fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier, speed,
+                      capped)  # fmt: skip
         return verdict, fix

@@ -186,14 +186,16 @@ def fix_for(
     planned: int | None,
     tier: str | None = None,
     speed: float | None = None,
+    capped: bool = False,
 ) -> str:
     """What to do about a model that is not usable: train the run in ``out`` on (a larger
-    budget: at least twice this one, or as much more as the plan needed), or start smaller
+    budget: at least twice this one, or as much more as the plan needed; more updates when the
+    user's ``max_steps`` stopped it, ``capped``, whatever its clock), or start smaller
     (unless its preset ``tier`` is the smallest already); and, when the speed measured at the
     start (``speed``, target tokens/s) was under :data:`SLOW` of the reference machine's, on
     a machine with fewer other processes."""
     go_on = resume_command(out)
-    if minutes is not None:
+    if minutes is not None and not capped:
         more = max(2.0, (planned or 0) / max(steps, 1))
         go_on += f" --max-minutes {math.ceil(minutes * more):d}"
     else:
