@@ -1,6 +1,6 @@
 """What the tests of model folders share: a hostile edit (a file replaced and the manifest
 rewritten to match), the modes of a folder's files, its size, a command run quietly in this
-process, a command's one-line error."""
+process, a command's one-line error, a figure that is not blank."""
 
 from __future__ import annotations
 
@@ -93,3 +93,13 @@ def cli_here(*args: str) -> tuple[int, str, str]:
 def quiet_cli(*args: str) -> tuple[int, str, str]:
     """``qkv ARGS --quiet`` in this process: its exit status, stdout and stderr."""
     return cli_here(*args, "--quiet")
+
+
+def assert_not_blank_png(path: Path) -> None:
+    """``path`` is a PNG over 100 pixels a side whose pixels vary (a figure, not a blank)."""
+    import numpy as np
+    from PIL import Image
+
+    img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
+    assert img.shape[0] > 100 and img.shape[1] > 100, img.shape
+    assert img.std() > 10, f"{path} looks blank (pixel std {img.std():.1f})"

@@ -48,6 +48,7 @@ TRAINING_FIXTURES = frozenset(
         "marian_trained",
         "trained_runs",  # export/test_export_huggingface.py: two SentencePiece runs
         "trained_exports",  # export/test_export_published.py: a run exported to every format
+        "quick_demo",  # demos/test_demos_translate.py: `qkv demo --quick`
     }
 )
 #: tests marked slow by name, per file (relative to tests/; a name no longer in its file is an
@@ -69,7 +70,6 @@ SLOW_TESTS = {
         "test_a_timed_run_resumed_keeps_its_budget_and_its_final_model",
         "test_final_model_carries_the_decoding_chosen_on_validation",
     },
-    "demos/test_demos_translate.py": {"test_demo_quick"},
     "train/test_train_data.py": {
         "test_data_that_changed_under_a_run_names_the_file_and_the_way_out",
         "test_a_run_trains_on_named_jsonl_fields",

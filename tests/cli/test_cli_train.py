@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 import json
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
+from _folders import assert_not_blank_png
 
 from qkv.cli import main
 from qkv.translate import SentenceAttention, Translator, corpus_scores
@@ -121,12 +120,6 @@ def test_attention_api_bahdanau(trained):
     assert [k.name for k in att.kinds()] == ["Bahdanau attention"]
 
 
-def _not_blank_png(path):
-    img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
-    assert img.shape[0] > 100 and img.shape[1] > 100
-    assert img.std() > 10
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_translate_attention_files(trained, kind, tmp_path, capsys):
     d = str(trained[kind])
@@ -134,7 +127,7 @@ def test_translate_attention_files(trained, kind, tmp_path, capsys):
     for path in (png, svg, html):
         assert main(["translate", "--model-dir", d, "--attention", str(path), "he's calm ."]) == 0
         assert path.stat().st_size > 1000
-    _not_blank_png(png)
+    assert_not_blank_png(png)
     assert svg.read_text().lstrip().startswith(("<?xml", "<svg"))
     page = html.read_text()
     assert "<canvas" in page and "http://" not in page.replace("http://www.w3.org", "")

@@ -12,12 +12,13 @@ import json
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
-from PIL import Image
+import torch
+from _folders import assert_not_blank_png
 
 from qkv.cli import build_parser, main
 from qkv.demos import translate as demo
@@ -47,26 +48,27 @@ def test_the_full_demo_plans_its_length_from_its_speed():
 
 @pytest.fixture(scope="module")
 def quick_demo(tmp_path_factory) -> SimpleNamespace:
-    """``qkv demo --quick``, run once for this module: its folder, exit status and stdout."""
+    """``qkv demo --quick``, run once for this module on one torch thread (as every test runs):
+    its folder, exit status and stdout (shown again, for a failure's report)."""
     out, said = tmp_path_factory.mktemp("quick-demo"), io.StringIO()
-    with contextlib.redirect_stdout(said):
-        rc = main(["demo", "--quick", "--out", str(out)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with contextlib.redirect_stdout(said):
+            rc = main(["demo", "--quick", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+        sys.stdout.write(said.getvalue())
     return SimpleNamespace(out=out, rc=rc, stdout=said.getvalue())
 
 
-def _not_blank_png(path: Path) -> None:
-    img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
-    assert img.shape[0] > 100 and img.shape[1] > 100
-    assert img.std() > 10
-
-
 def test_demo_quick(quick_demo, capsys):
-    assert quick_demo.rc == 0
+    assert quick_demo.rc == 0, quick_demo.stdout
     out, folder = quick_demo.stdout, quick_demo.out
     assert "test BLEU = " in out and "the book's four sentences" in out
     for en in ("go .", "i lost .", "he's calm .", "i'm home ."):
         assert f"  {en}" in out
-    _not_blank_png(folder / "attention-hes-calm.png")
+    assert_not_blank_png(folder / "attention-hes-calm.png")
     assert (folder / "attention-hes-calm.html").exists()
     summary = json.loads((folder / "translate-demo.json").read_text())
     assert summary["quick"] is True and summary["n"] > 0
@@ -80,6 +82,8 @@ def test_demo_quick(quick_demo, capsys):
 def test_a_run_its_clock_stopped_shows_its_model_and_says_how_to_go_on(
     quick_demo, tmp_path, capsys, monkeypatch
 ):
+    assert quick_demo.rc == 0, quick_demo.stdout
+
     def fake_train(config, run_dir, **kw):
         # the quick recipe's run, really trained (a model that translates), told as a full
         # run that its clock stopped at update 350

@@ -141,9 +141,15 @@ def test_a_timed_run_its_max_steps_stopped_is_told_to_take_more_updates(tmp_path
     assert res.stopped == "max_steps" and not res.verdict.usable
     fix = load_model(tmp_path).verdict["fix"]
     assert "--resume --max-steps " in fix and "--max-minutes" not in fix, fix
-    assert fix_for("runs/x", 74.0, 2, 3556, "cpu-hour", capped=True).startswith(
+    assert fix_for("runs/x", 74.0, 2, 3556, "cpu-hour", capped=True, used_minutes=0.8).startswith(
         "Fix: train it longer (qkv train --out runs/x --resume --max-steps 3556)"
-    )
+    )  # the plan's pace: 3,556 updates fit in the 74 minutes the run keeps
+    # the demo's 800 updates in 4.2 of its 7 minutes (no plan): 1,600 need 9 minutes
+    fix = fix_for("runs/x", 7.0, 800, None, "cpu-micro", capped=True, used_minutes=4.2)
+    assert "(qkv train --out runs/x --resume --max-steps 1600 --max-minutes 9)" in fix, fix
+    # the clock, not the user's max_steps, ended it: more minutes
+    fix = fix_for("runs/x", 3.0, 458, 1500, "cpu-micro", capped=False, used_minutes=3.0)
+    assert "(qkv train --out runs/x --resume --max-minutes 10)" in fix, fix
 
 
 def test_cli_exit_status_is_the_libraries():

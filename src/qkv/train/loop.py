@@ -897,5 +897,5 @@ class _Run:
         # the user's update cap, not the clock, ended it: more updates is the fix
         capped = config.max_steps is not None and int(state.step) >= config.max_steps
         fix = fix_for(self.layout.out, config.max_minutes, int(state.step), planned, tier, speed,
-                      capped)  # fmt: skip
+                      capped, (state.train_seconds or 0.0) / 60)  # fmt: skip
         return verdict, fix

@@ -203,8 +203,9 @@ VOCAB_CAPS = {"cpu-micro": 2_000, "cpu-tiny": 2_000, "cpu-small": 4_000}
 #: model), to guess the updates a run will make
 _TRAINING_SHARE = 0.85
 #: the updates (a warm-up and the timed ones) the speed probe gives the chosen tier's model
-#: when the probe's own seconds are spent (:func:`measure_tiers`)
-CHOSEN_UPDATES = 5
+#: when the probe's own seconds are spent, in at most this many seconds more
+#: (:func:`measure_tiers`): a tier whose updates are slower keeps its estimate
+CHOSEN_UPDATES, CHOSEN_SECONDS = 5, 10.0
 #: the tier whose model the speed probe measures first (the reference machine's tiers are
 #: bounded by its speed)
 REFERENCE_TIER = "cpu-minutes"
@@ -393,8 +394,9 @@ def measure_tiers(
     :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it).
 
     The chosen model gets the time of :data:`CHOSEN_UPDATES` of its updates (estimated from the
-    reference's speed) even past those seconds, while the probe stays within
-    :data:`~qkv.train.speed.PROBE_SHARE` of the budget: the estimate scaled by
+    reference's speed) even past those seconds, at most :data:`CHOSEN_SECONDS` more, while the
+    probe stays within :data:`~qkv.train.speed.PROBE_SHARE` of the budget (``seconds`` given:
+    within those), and only when that holds three of them: the estimate scaled by
     :func:`cost_per_token` misses what an update costs beyond its products, and the plan's
     epochs (hence dropout and label smoothing) come from this speed. Measured on
     benchmarks/real.py's English-French, a 74-minute budget on a GEMM-67 machine: cpu-hour's
@@ -416,7 +418,7 @@ def measure_tiers(
     per_update = TIERS[chosen][3] / max(estimated_speed(speed.tokens_per_s, chosen, n_pairs), 1e-9)
     # the chosen model's own speed: the seconds left, or those of a few of its updates when
     # the budget's share holds them
-    left = max(total - used, min(CHOSEN_UPDATES * per_update, room - used))
+    left = max(total - used, min(CHOSEN_UPDATES * per_update, room - used, CHOSEN_SECONDS))
     if chosen != REFERENCE_TIER and left > 3 * per_update:
         speed.tokens_per_s[chosen] = measure(chosen, left)
     return speed

@@ -19,7 +19,8 @@ from .losses import sequence_loss
 
 __all__ = ["PROBE_SECONDS", "SpeedProbe", "measure_speed", "probe_seconds"]
 
-#: the most seconds the probe takes, and its share of a timed budget when that is less
+#: the seconds the probe takes, and its share of a timed budget when that is less (the chosen
+#: tier's model may get a few seconds more within that share: presets.measure_tiers)
 PROBE_SECONDS, PROBE_SHARE = 5.0, 0.02
 #: the sentence length of the probe's synthetic batches (target tokens, ``<eos>`` counted): the
 #: mean of a sentence-level corpus's subword lengths

@@ -187,19 +187,28 @@ def fix_for(
     tier: str | None = None,
     speed: float | None = None,
     capped: bool = False,
+    used_minutes: float | None = None,
 ) -> str:
     """What to do about a model that is not usable: train the run in ``out`` on (a larger
-    budget: at least twice this one, or as much more as the plan needed; more updates when the
-    user's ``max_steps`` stopped it, ``capped``, whatever its clock), or start smaller
+    budget: at least twice this one, or as much more as the plan needed), or start smaller
     (unless its preset ``tier`` is the smallest already); and, when the speed measured at the
     start (``speed``, target tokens/s) was under :data:`SLOW` of the reference machine's, on
-    a machine with fewer other processes."""
+    a machine with fewer other processes. A run that the user's ``max_steps`` ended
+    (``capped``) is told more updates, and, when it had a clock too, the minutes those take
+    when they are more than its ``minutes`` (a resume keeps the run's ``max_minutes``, counted
+    over all its invocations): by its plan's pace (``planned`` updates in ``minutes``), else
+    by the pace of its ``used_minutes``."""
     go_on = resume_command(out)
     if minutes is not None and not capped:
         more = max(2.0, (planned or 0) / max(steps, 1))
         go_on += f" --max-minutes {math.ceil(minutes * more):d}"
     else:
-        go_on += f" --max-steps {max(2 * steps, planned or 0, 100)}"
+        target = max(2 * steps, planned or 0, 100)
+        go_on += f" --max-steps {target}"
+        pace = minutes / planned if minutes and planned else (used_minutes or 0.0) / max(steps, 1)
+        need = pace * target
+        if minutes is not None and need > minutes:
+            go_on += f" --max-minutes {math.ceil(need):d}"
     smaller = "" if tier == SMALLEST else f", or start a smaller model (--preset {SMALLEST})"
     busy = speed is not None and speed_factor(speed) < SLOW
     return f"Fix: train it longer ({go_on}){smaller}" + (
