@@ -95,11 +95,13 @@ def quiet_cli(*args: str) -> tuple[int, str, str]:
     return cli_here(*args, "--quiet")
 
 
-def assert_not_blank_png(path: Path) -> None:
-    """``path`` is a PNG over 100 pixels a side whose pixels vary (a figure, not a blank)."""
+def assert_not_blank_png(path: Path, min_side: int = 100):
+    """``path`` is an image over ``min_side`` pixels a side whose pixels vary (a figure, not a
+    blank); returns its RGB pixels, ``(H, W, 3)`` floats, for a caller's further checks."""
     import numpy as np
     from PIL import Image
 
     img = np.asarray(Image.open(path).convert("RGB"), dtype=float)
-    assert img.shape[0] > 100 and img.shape[1] > 100, img.shape
+    assert img.shape[0] > min_side and img.shape[1] > min_side, (path, img.shape)
     assert img.std() > 10, f"{path} looks blank (pixel std {img.std():.1f})"
+    return img

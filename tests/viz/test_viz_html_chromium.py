@@ -3,11 +3,9 @@ hovering a token or a cell highlights where it attends."""
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pytest
 import torch
+from _folders import assert_not_blank_png
 
 from qkv import viz
 
@@ -84,11 +82,7 @@ def test_page_renders(browser, pages):
     assert browser.eval("document.querySelectorAll('#qtokens .tok').length") == len(TGT)
     assert browser.eval("qkvViewer.geometry().cell") >= 28  # 10 keys: cells to read and hover
     # the screenshot itself is not blank
-    from PIL import Image
-
-    shot = browser.screenshot(pages["dir"] / "translation.png")
-    img = np.asarray(Image.open(io.BytesIO(shot.read_bytes())).convert("RGB"), dtype=float)
-    assert img.std() > 10
+    img = assert_not_blank_png(browser.screenshot(pages["dir"] / "translation.png"))
     assert (img[..., 1] < 120).sum() > 500  # reds from the heatmap
 
 
