@@ -363,6 +363,35 @@ def test_a_run_on_a_large_file_prepares_it_and_trains_on_the_same_batches(
             assert torch.equal(getattr(x, f), getattr(y, f)), f
 
 
+def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, corpus_file, monkeypatch):
+    """The prepared corpus's vocabulary and the run's preset follow one measurement of the
+    machine's speed: each model the probe times is timed once (in the probe's share of the
+    budget once), and the corpus's vocabulary is the one of the preset the run trains."""
+    import qkv.train.speed as speed
+    from qkv.train.presets import REFERENCE_TIER, TIERS
+
+    calls = []
+
+    def machine(model, vocab, max_tokens, seconds):
+        calls.append(
+            (model["num_enc_layers"], model["num_dec_layers"], model["num_hiddens"], vocab)
+        )
+        return 2500.0 if model == dict(TIERS[REFERENCE_TIER][2], dropout=0.1) else 2000.0
+
+    monkeypatch.setattr(speed, "measure_speed", machine)
+    config = tiny_config(data=str(corpus_file), prepare_data="always", max_minutes=3.0,
+                         max_steps=None, model={"kind": "transformer"},
+                         **{**_SPM, "max_tokens": None})  # fmt: skip
+    run = _setup(config, tmp_path / "run")
+    assert run.data.prepared is not None
+    preset = run.state.preset
+    assert preset["name"] != REFERENCE_TIER and "measured 2,000 tokens/s" in preset["reason"]
+    assert len(calls) == len(set(calls)) == 2, calls  # the reference's model, then the chosen's
+    assert run.config.vocab_size == preset["vocab_size"]
+    manifest = json.loads((run.data.prepared.folder / "manifest.json").read_text())
+    assert manifest["resolved"]["vocab_size"] == preset["vocab_size"]
+
+
 @pytest.mark.slow
 def test_a_run_that_prepared_its_file_resumes_from_its_folder_exactly(tmp_path, corpus_file):
     """Killed mid-epoch, resumed: the prepared folder found again (not prepared again), and the

@@ -426,9 +426,17 @@ class _Read:
     raw: RawPairs
 
 
-def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, pool: Any) -> _Read:
-    """Read the run's files, find the languages, split, resolve the settings: what a run does
-    before its tokenizers, with at most a chunk of the training text in memory."""
+def _read(
+    config: TrainConfig,
+    cleaning: Cleaning | None,
+    work: Path,
+    say: Say,
+    pool: Any,
+    sizing: dict[str, Any] | None = None,
+) -> _Read:
+    """Read the run's files, find the languages, split, resolve the settings (``sizing``:
+    :func:`~qkv.train.presets.resolve_config`'s keywords): what a run does before its
+    tokenizers, with at most a chunk of the training text in memory."""
     meta = _spill(config, work, say, pool)
     raw = RawPairs(work)
     n = meta["sizes"][0]
@@ -447,7 +455,7 @@ def _read(config: TrainConfig, cleaning: Cleaning | None, work: Path, say: Say, 
             f"{describe_data(config.data)} gives {len(train)} training and {len(valid)} "
             "validation pairs; expected some of each (more data, or other valid/test sizes)",
         )
-    resolved, _ = resolve_config(config, len(train))
+    resolved, _ = resolve_config(config, len(train), **(sizing or {}))
     if cleaning is not None and cleaning.languages is not None:
         if not (src and tgt):
             raise ValueError(
@@ -503,6 +511,7 @@ def prepare_corpus(
     say: Say | None = None,
     stream: Any = None,
     cleaning: Cleaning | None = None,
+    sizing: dict[str, Any] | None = None,
 ) -> Path:
     """Prepare the corpus ``config.data`` (and ``valid_data``/``test_data``) into ``out``.
 
@@ -517,6 +526,11 @@ def prepare_corpus(
         cleaning: filters for the training pairs (:class:`qkv.data.prepared.Cleaning`), or
             None; with any, the training pairs are no longer the ones a run reading the file
             trains on.
+        sizing: keywords of :func:`~qkv.train.presets.resolve_config` for the preset the
+            vocabulary size follows when ``config`` leaves it to the preset: a run's
+            ``device``, ``world_size`` and speed ``probe`` (by default a CPU process of its
+            own that measures its speed when the budget is timed); a run that prepares its
+            file passes a :class:`~qkv.train.speed.RememberedProbe` it asks again after.
 
     Returns:
         the folder, absolute.
@@ -538,7 +552,7 @@ def prepare_corpus(
     created = check_corpus_out(out)
     with RunLock(out, created_out=created, role="qkv process"):  # one prepare per folder
         try:
-            kept = _prepare_locked(config, out, workers, say, stream, cleaning, t0)
+            kept = _prepare_locked(config, out, workers, say, stream, cleaning, t0, sizing)
         except OSError as e:
             if not is_no_space(e):
                 raise
@@ -564,6 +578,7 @@ def _prepare_locked(
     stream: Any,
     cleaning: Cleaning | None,
     t0: float,
+    sizing: dict[str, Any] | None,
 ) -> int | None:
     """:func:`prepare_corpus` once ``out`` is locked (started at ``t0``): the training pairs
     kept, None when ``out`` already holds this very preparation."""
@@ -579,7 +594,7 @@ def _prepare_locked(
     # split's arrays or the tokenizers' sample it holds later
     with _pool(n_workers) as pool:
         kept = _prepare(config, out, work, pool, n_workers, (sources, settings), cleaning,
-                        say, stream, time.monotonic() - t0)  # fmt: skip
+                        say, stream, time.monotonic() - t0, sizing)  # fmt: skip
     shutil.rmtree(work, ignore_errors=True)
     return kept
 
@@ -643,13 +658,14 @@ def _prepare(
     say: Say,
     stream: Any,
     hashing: float,
+    sizing: dict[str, Any] | None,
 ) -> int:
     """The work of :func:`prepare_corpus` once the sources are known to need it: the training
     pairs kept."""
     sources, settings = identity
     times: dict[str, float] = {"hashing": hashing}
     t = time.monotonic()
-    r = _read(config, cleaning, work, say, pool)
+    r = _read(config, cleaning, work, say, pool, sizing)
     cleaning, split, train, valid, test, resolved = (
         r.cleaning, r.split, r.train, r.valid, r.test, r.resolved)  # fmt: skip
     src, tgt = resolved.src_lang, resolved.tgt_lang

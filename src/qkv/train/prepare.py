@@ -66,6 +66,7 @@ from .run_data import (
     run_split,
 )
 from .schedules import Schedule
+from .speed import RememberedProbe, SpeedProbe, measure_speed
 from .state import RunState
 from .subwords import epoch_sampler
 from .update import make_optimizer
@@ -233,14 +234,22 @@ def _languages(config: TrainConfig, files: Any, say: Say) -> TrainConfig:
 
 
 def _prepared_in_run(
-    settings: TrainConfig, layout: RunLayout, info: D.DistInfo, say: Say, reason: str
+    settings: TrainConfig,
+    layout: RunLayout,
+    info: D.DistInfo,
+    say: Say,
+    reason: str,
+    probe: RememberedProbe,
 ) -> TrainConfig:
     """``settings`` reading ``OUT/data``, where the data file is prepared first (by the first
-    process, the others waiting; a no-op when it was, a killed prepare continued)."""
+    process, the others waiting; a no-op when it was, a killed prepare continued), its
+    vocabulary sized by the preset of this run's device and processes, with ``probe``'s speed
+    (the run asks it again for its own preset: one measurement, one choice)."""
     folder = (layout.out / RUN_DATA_DIR).resolve()
     if info.is_main:
         say(f"data: preparing {describe_data(settings.data)} into {folder} ({reason})")
-        prepare_corpus(settings, folder, say=say)
+        sizing = {"device": info.device.type, "world_size": info.world_size, "probe": probe}
+        prepare_corpus(settings, folder, say=say, sizing=sizing)
     D.barrier()
     return settings.updated({"data": str(folder)})
 
@@ -253,9 +262,9 @@ def _new_run_data(
     :func:`~qkv.train.corpus.prepare_reason`)."""
     reason = prepare_reason(settings, info.world_size) if init is None else None
     if reason is not None:
-        return _prepared_data(
-            _prepared_in_run(settings, layout, info, say, reason), init, info, say
-        )
+        probe = RememberedProbe()
+        prepared = _prepared_in_run(settings, layout, info, say, reason, probe)
+        return _prepared_data(prepared, init, info, say, probe)
     if is_prepared(settings.data):
         return _prepared_data(settings, init, info, say)
     config = init.settings(settings) if init is not None else settings  # before any data
@@ -295,9 +304,14 @@ def _new_run_data(
 
 
 def _prepared_data(
-    settings: TrainConfig, init: InitModel | None, info: D.DistInfo, say: Say
+    settings: TrainConfig,
+    init: InitModel | None,
+    info: D.DistInfo,
+    say: Say,
+    probe: SpeedProbe = measure_speed,
 ) -> tuple[TrainConfig, dict | None, RunData]:
-    """A new run's settings, preset and data from a prepared corpus (``qkv prepare``)."""
+    """A new run's settings, preset and data from a prepared corpus (``qkv prepare``), the
+    preset chosen with ``probe``'s speed."""
     if init is not None:
         raise SettingError(
             "init_from",
@@ -314,7 +328,7 @@ def _prepared_data(
     tok = config.tokenize or bleu_tokenizer(config.tgt_lang)
     require(f"BLEU for {config.tgt_lang} (tokenize={tok})", tokenizer_modules(tok))
     run_cfg, preset = resolve_config(
-        config, corpus.n_train, device=info.device.type, world_size=info.world_size
+        config, corpus.n_train, device=info.device.type, world_size=info.world_size, probe=probe
     )
     return (
         run_cfg,
