@@ -197,26 +197,32 @@ SLOW_TESTS = {
 #: files fill the end of every worker's share, instead of one long file running on alone at the
 #: end (xdist's own order, by number of tests, sends long files of few tests last)
 LONGEST_FIRST = (
-    "interop/test_interop_import_exact.py",  # 4 MarianMTModels trained by transformers
-    "train/test_train_prepared.py",
-    "export/test_export_huggingface.py",
-    "export/test_export_onnx.py",
-    "train/test_train_auto.py",
-    "notebooks/test_notebooks.py",
-    "cli/test_cli_openmp.py",
-    "serve/test_serve_bodies.py",  # 45 clients sending a byte a second: 24 s by design
-    "train/test_train_subwords.py",
-    "train/test_train_resume.py",
-    "nn/test_nn_learning.py",
-    "train/test_train_signals.py",
-    "test_docs.py",
-    "train/test_train_languages.py",
-    "serve/test_serve_pairs.py",
-    "train/test_train_data.py",
-    "serve/test_serve_cli.py",
-    "cli/test_cli_prepare.py",
-    "export/test_export_manifests.py",
-    "cli/test_cli_train.py",
+    "interop/test_interop_import_exact.py",  # 77 s: 4 MarianMTModels trained by transformers
+    "export/test_export_onnx.py",  # 66 s: two ONNX traces (5-9 s quiet, 17 under load)
+    "notebooks/test_notebooks.py",  # 38 s
+    "train/test_train_prepared.py",  # 37 s
+    "train/test_train_ddp.py",  # 33 s: two torchrun runs of two processes
+    "cli/test_cli_openmp.py",  # 31 s
+    "test_docs.py",  # 31 s
+    "train/test_train_subwords.py",  # 29 s
+    "train/test_train_auto.py",  # 27 s
+    "export/test_export_huggingface.py",  # 26 s
+    "export/test_export_published.py",  # 24 s
+    "serve/test_serve_pairs.py",  # 23 s
+    "serve/test_serve_bodies.py",  # 22 s: slow clients, a byte a second
+    "viz/test_viz_demos.py",  # 22 s
+    "nn/test_nn_learning.py",  # 20 s
+    "train/test_train_verdict.py",  # 20 s
+    "functional/test_functional_chunked.py",  # 20 s
+    "train/test_train_signals.py",  # 19 s
+    "demos/test_demos_translate.py",  # 18 s
+    "serve/test_serve_cli.py",  # 17 s
+    "train/test_train_resume.py",  # 17 s
+    "data/test_data_subwords.py",  # 17 s
+    "notebooks/test_notebooks_progress.py",  # 14 s
+    "train/test_train_loop.py",  # 14 s
+    "export/test_export_lengths.py",  # 14 s
+    "data/test_data_readers_encodings.py",  # 13 s
 )
 
 

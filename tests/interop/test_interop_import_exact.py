@@ -3,7 +3,8 @@ transformers (tests/_hf_models.py: swish/gelu/relu, tied and untied, shared and 
 embeddings and vocabularies, no embedding scale, a multi-target model with >>xxx<< tokens),
 imported, give transformers' source ids, logits (fp32, within 1e-4) and the tokens of
 ``model.generate`` with the folder's generation settings, greedy and beam 4, on 80 held-out
-sentences each; exported to CTranslate2 by qkv, the same greedy tokens, and qkv's beam
+sentences each (but for the few whose search a near-tie decides, which float rounding breaks:
+_hf_models.searched); exported to CTranslate2 by qkv, the same greedy tokens, and qkv's beam
 tokens but where a beam runs to the length limit; exported to Hugging Face
 by qkv, the very tensors of the folder it came from."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _hf_models import KINDS, MAX_LENGTH, generated_ids, load_exported
+from _hf_models import KINDS, MAX_LENGTH, generated_ids, load_exported, searched, where
 
 from qkv.interop.importer import import_model
 from qkv.text.layout import clean
@@ -61,20 +62,25 @@ def test_an_imported_marian_model_computes_what_transformers_computes(imported, 
     seen = out != hf.config.pad_token_id
     seen[:, 0] = True  # the start token is <pad>: its row is compared too
     assert (got - want)[seen].abs().max().item() < 1e-4
-    # the search: the folder's generation settings (beam 4, max_length, forced EOS, ...)
-    greedy = generated_ids(hf, out)
+    # the search: the folder's generation settings (beam 4, max_length, forced EOS, ...), on
+    # every sentence whose search no near-tie decides (_hf_models.NEAR_TIE): nearly all
+    greedy, keep = searched(hf, enc, num_beams=1)
+    assert greedy == generated_ids(hf, out)
     assert len({tuple(ids) for ids in greedy}) > len(sources) // 2  # not one string for all
-    assert tr.generate(sources, beam_size=1) == greedy
-    with torch.no_grad():
-        rows = hf.generate(**enc)
-    beam = generated_ids(hf, rows)
-    assert tr.decoding.beam_size == 4 and tr.generate(sources) == beam
+    assert sum(keep) >= 0.9 * len(sources)
+    assert where(keep, tr.generate(sources, beam_size=1)) == where(keep, greedy)
+    beam, keep = searched(hf, enc)
+    assert sum(keep) >= 0.9 * len(sources)
+    assert tr.decoding.beam_size == 4 and where(keep, tr.generate(sources)) == where(keep, beam)
     # and the text transformers' pipeline would print: the same pieces joined by the same
     # SentencePiece model; qkv shows a translated segment with runs of spaces made one (a lone
     # "▁" piece leaves two: qkv.text.layout.clean)
+    with torch.no_grad():
+        rows = hf.generate(**enc)
+    assert generated_ids(hf, rows) == beam  # two translations returned: the same search
     texts = tok.batch_decode(rows, skip_special_tokens=True)
     assert [tr.tgt_tokenizer.decode(ids) for ids in beam] == texts
-    assert tr.translate(sources) == [clean(t) for t in texts]
+    assert where(keep, tr.translate(sources)) == where(keep, [clean(t) for t in texts])
 
 
 @pytest.mark.parametrize(
@@ -100,8 +106,9 @@ def test_beam_search_ends_as_transformers_ends_it(imported, options):
         "no_repeat_ngram": options.get("no_repeat_ngram_size"),
         "max_output_len": options["max_length"] - 1 if "max_length" in options else None,
     }
-    want = _generate(hf, tok, sources, **options)
-    assert tr.generate(sources, **ours) == want
+    want, keep = searched(hf, tok(sources, return_tensors="pt", padding=True), **options)
+    assert sum(keep) >= 0.9 * len(sources)
+    assert where(keep, tr.generate(sources, **ours)) == where(keep, want)
     if "max_length" in options:  # translations cut at the limit: <eos> forced there
         assert sum(len(ids) == options["max_length"] - 2 for ids in want) >= 10
 
@@ -125,9 +132,9 @@ def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, nam
     export_ctranslate2(qkv_folder, tmp_path / "ct2")
     ct2 = Ct2Translator(tmp_path / "ct2")
     enc = tok(sources, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        greedy = generated_ids(hf, hf.generate(**enc, num_beams=1))
-    assert ct2.generate(sources, beam_size=1) == greedy
+    greedy, keep = searched(hf, enc, num_beams=1)
+    assert sum(keep) >= 0.9 * len(sources)
+    assert where(keep, ct2.generate(sources, beam_size=1)) == where(keep, greedy)
     # CTranslate2's beam ends at K finished translations: qkv's own rule, which it matches
     assert ct2.decoding.early_stopping is True and ct2.decoding.beam_size == 4
     tr = Translator.load(qkv_folder)
@@ -137,7 +144,9 @@ def test_the_ctranslate2_export_of_an_import_gives_the_same_tokens(imported, nam
     # fewer; a beam that reaches the limit scores that hypothesis without the <eos>, and any
     # sentence that differs is one of those
     cut = MAX_LENGTH - 2
-    differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
+    _, keep = searched(hf, enc, early_stopping=True)
+    assert sum(keep) >= 0.9 * len(sources)
+    differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b and keep[i]]
     assert all(cut in (len(theirs[i]), len(ours[i])) for i in differ), differ
     assert len(theirs) == len(ours) and len(differ) <= len(sources) // 10
 
