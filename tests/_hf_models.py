@@ -257,10 +257,13 @@ def generated_ids(model, rows) -> list[list[int]]:
 
 
 #: the least gap between two candidates that qkv and transformers (or CTranslate2) are asked to
-#: break alike: twice the 1e-4 their logits may differ by (the test asserts it; they differ
-#: by about 1e-6). A nearer tie is broken by float rounding, which another CPU, another
-#: library's order of the same sums or another optimizer's rounding of the weights changes:
-#: the brief trainings leave gaps of 1e-6 to 1e-5 in a few of 80 sentences, on a seed's luck
+#: break alike. For a greedy step it is a bound: twice the 1e-4 their logits may differ by (the
+#: test asserts it; they differ by about 1e-6). For a beam's final scores (sums of a
+#: translation's log-probabilities over a power of its length) it is a margin, not a bound:
+#: there the same 1e-6 differences add up over the steps. A nearer tie is broken by float
+#: rounding, which another CPU, another library's order of the same sums or another
+#: optimizer's rounding of the weights changes: the brief trainings leave gaps of 1e-6 to
+#: 1e-5 in a few of 80 sentences, on a seed's luck
 NEAR_TIE = 2e-4
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import torch
 from _train_helpers import ENDED, kill_when_checkpointed, qkv_here, tiny_config
 from safetensors.torch import load_file
 
+from qkv.data import bundled_pairs, write_pairs
 from qkv.data.prepared import PreparedCorpus
 from qkv.train.checkpoint import latest_checkpoint
 from qkv.train.corpus import prepare_corpus
@@ -363,12 +365,21 @@ def test_a_run_on_a_large_file_prepares_it_and_trains_on_the_same_batches(
             assert torch.equal(getattr(x, f), getattr(y, f)), f
 
 
-def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, corpus_file, monkeypatch):
-    """The prepared corpus's vocabulary and the run's preset follow one measurement of the
-    machine's speed: each model the probe times is timed once (in the probe's share of the
-    budget once), and the corpus's vocabulary is the one of the preset the run trains."""
-    import qkv.train.speed as speed
-    from qkv.train.presets import REFERENCE_TIER, TIERS
+@pytest.fixture(scope="module")
+def pairs_2600(tmp_path_factory) -> Path:
+    """2,600 bundled pairs: a corpus whose own vocabulary (4,000) is above the small tiers'
+    (2,000), so that which preset sized it shows."""
+    path = tmp_path_factory.mktemp("corpus-2600") / "en-fr.txt"
+    write_pairs(path, bundled_pairs()[:2600])
+    return path
+
+
+def _slow_machine(monkeypatch) -> list:
+    """Every speed measurement from a fake machine (the reference tier's model at 500 tokens/s,
+    a sixth of the reference machine's, any other at 2,000: a 3-minute budget chooses
+    cpu-micro, capped at 2,000 pieces), recorded; a measurement not made through
+    :class:`qkv.train.presets.OneMeasurement` fails."""
+    import qkv.train.presets as presets
 
     calls = []
 
@@ -376,20 +387,55 @@ def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, corpus
         calls.append(
             (model["num_enc_layers"], model["num_dec_layers"], model["num_hiddens"], vocab)
         )
-        return 2500.0 if model == dict(TIERS[REFERENCE_TIER][2], dropout=0.1) else 2000.0
+        return (
+            500.0
+            if model == dict(presets.TIERS[presets.REFERENCE_TIER][2], dropout=0.1)
+            else 2000.0
+        )
 
-    monkeypatch.setattr(speed, "measure_speed", machine)
-    config = tiny_config(data=str(corpus_file), prepare_data="always", max_minutes=3.0,
-                         max_steps=None, model={"kind": "transformer"},
-                         **{**_SPM, "max_tokens": None})  # fmt: skip
+    def elsewhere(*_a):
+        raise AssertionError("the speed measured outside the run's one measurement")
+
+    monkeypatch.setattr(presets, "measure_speed", machine)
+    monkeypatch.setitem(presets.resolve_config.__kwdefaults__, "probe", elsewhere)
+    return calls
+
+
+_TIMED = {**_SPM, "max_tokens": None, "lr": None, "max_minutes": 3.0, "max_steps": None,
+          "model": {"kind": "transformer"}}  # fmt: skip
+
+
+def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, pairs_2600, monkeypatch):
+    """The prepared corpus's vocabulary and the run's preset follow one measurement of the
+    machine's speed: each model the probe times is timed once (the probe's share of the
+    budget spent once), and the corpus's vocabulary is the one of the tier the run trains."""
+    calls = _slow_machine(monkeypatch)
+    config = tiny_config(data=str(pairs_2600), prepare_data="always", **_TIMED)
     run = _setup(config, tmp_path / "run")
     assert run.data.prepared is not None
     preset = run.state.preset
-    assert preset["name"] != REFERENCE_TIER and "measured 2,000 tokens/s" in preset["reason"]
+    assert preset["name"] == "cpu-micro" and "measured 2,000 tokens/s" in preset["reason"]
     assert len(calls) == len(set(calls)) == 2, calls  # the reference's model, then the chosen's
-    assert run.config.vocab_size == preset["vocab_size"]
     manifest = json.loads((run.data.prepared.folder / "manifest.json").read_text())
-    assert manifest["resolved"]["vocab_size"] == preset["vocab_size"]
+    assert manifest["resolved"]["vocab_size"] == run.config.vocab_size == 2000
+    assert preset["notes"] == []
+
+
+def test_a_prepared_corpus_keeps_its_vocabulary_whatever_the_tier(
+    tmp_path, pairs_2600, monkeypatch
+):
+    """A corpus prepared for no budget (``qkv prepare``: its own vocabulary of 4,000), trained
+    in 3 minutes on a machine whose speed chooses cpu-micro (2,000 pieces): the run trains on the
+    corpus's tokenizers and says so, where it refused to start (the corpus "made with 4000, the
+    run resolves it to 2000")."""
+    _slow_machine(monkeypatch)
+    untimed = tiny_config(data=str(pairs_2600), **{**_SPM, "max_steps": None})
+    folder = prepare_corpus(untimed, tmp_path / "corpus")
+    assert PreparedCorpus(folder).manifest["resolved"]["vocab_size"] == 4000
+    run = _setup(tiny_config(data=str(folder), **_TIMED), tmp_path / "run")
+    assert run.state.preset["name"] == "cpu-micro"
+    assert run.config.vocab_size == 4000
+    assert run.state.preset["notes"] == ["the data's vocab_size 4000 kept (the tier's: 2000)"]
 
 
 @pytest.mark.slow

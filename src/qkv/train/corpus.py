@@ -530,7 +530,7 @@ def prepare_corpus(
             vocabulary size follows when ``config`` leaves it to the preset: a run's
             ``device``, ``world_size`` and speed ``probe`` (by default a CPU process of its
             own that measures its speed when the budget is timed); a run that prepares its
-            file passes a :class:`~qkv.train.speed.RememberedProbe` it asks again after.
+            file passes a :class:`~qkv.train.presets.OneMeasurement` it asks again after.
 
     Returns:
         the folder, absolute.

@@ -53,7 +53,7 @@ from .corpus import (
 )
 from .init_from import InitModel, load_init
 from .plan import FIRST_GUESS, Plan
-from .presets import LABEL_SMOOTHING, resolve_config
+from .presets import LABEL_SMOOTHING, OneMeasurement, resolve_config
 from .progress import Say
 from .rng import set_rng_state
 from .run_data import (
@@ -66,7 +66,6 @@ from .run_data import (
     run_split,
 )
 from .schedules import Schedule
-from .speed import RememberedProbe, SpeedProbe, measure_speed
 from .state import RunState
 from .subwords import epoch_sampler
 from .update import make_optimizer
@@ -239,7 +238,7 @@ def _prepared_in_run(
     info: D.DistInfo,
     say: Say,
     reason: str,
-    probe: RememberedProbe,
+    probe: OneMeasurement,
 ) -> TrainConfig:
     """``settings`` reading ``OUT/data``, where the data file is prepared first (by the first
     process, the others waiting; a no-op when it was, a killed prepare continued), its
@@ -262,7 +261,7 @@ def _new_run_data(
     :func:`~qkv.train.corpus.prepare_reason`)."""
     reason = prepare_reason(settings, info.world_size) if init is None else None
     if reason is not None:
-        probe = RememberedProbe()
+        probe = OneMeasurement()
         prepared = _prepared_in_run(settings, layout, info, say, reason, probe)
         return _prepared_data(prepared, init, info, say, probe)
     if is_prepared(settings.data):
@@ -308,10 +307,12 @@ def _prepared_data(
     init: InitModel | None,
     info: D.DistInfo,
     say: Say,
-    probe: SpeedProbe = measure_speed,
+    probe: OneMeasurement | None = None,
 ) -> tuple[TrainConfig, dict | None, RunData]:
     """A new run's settings, preset and data from a prepared corpus (``qkv prepare``), the
-    preset chosen with ``probe``'s speed."""
+    preset chosen with ``probe``'s speed; the corpus's vocabulary is kept whatever the preset's
+    (its tokenizers are trained: a short budget on a slow machine, whose tier would have a
+    smaller one, still trains on it)."""
     if init is not None:
         raise SettingError(
             "init_from",
@@ -328,7 +329,12 @@ def _prepared_data(
     tok = config.tokenize or bleu_tokenizer(config.tgt_lang)
     require(f"BLEU for {config.tgt_lang} (tokenize={tok})", tokenizer_modules(tok))
     run_cfg, preset = resolve_config(
-        config, corpus.n_train, device=info.device.type, world_size=info.world_size, probe=probe
+        config,
+        corpus.n_train,
+        device=info.device.type,
+        world_size=info.world_size,
+        probe=probe if probe is not None else OneMeasurement(),
+        vocab=corpus.manifest["resolved"].get("vocab_size"),
     )
     return (
         run_cfg,

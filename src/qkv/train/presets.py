@@ -36,6 +36,7 @@ __all__ = [
     "REFERENCE_TIER",
     "TIERS",
     "VOCAB_CAPS",
+    "OneMeasurement",
     "Preset",
     "Speed",
     "choose_preset",
@@ -432,6 +433,27 @@ def measure_tiers(
     return speed
 
 
+class OneMeasurement:
+    """This machine's speed measured once (:func:`measure_tiers`) for a run that resolves its
+    preset twice: a run that prepares its data file sizes the prepared vocabulary by the preset
+    (:func:`qkv.train.corpus.prepare_corpus`), then chooses its preset from the prepared
+    corpus; both get the one measurement (the probe's share of the budget spent once, one
+    choice). Pass it as :func:`resolve_config`'s ``probe``; ``probe`` here: what measures
+    (None: :func:`~qkv.train.speed.measure_speed`, looked up when first asked)."""
+
+    def __init__(self, probe: SpeedProbe | None = None) -> None:
+        self.probe = probe
+        self.speeds: dict[tuple[int, float], Speed] = {}
+
+    def measure(self, n_pairs: int, minutes: float) -> Speed:
+        """:func:`measure_tiers` of ``n_pairs`` and ``minutes``, measured the first time."""
+        key = (n_pairs, float(minutes))
+        if key not in self.speeds:
+            probe = self.probe if self.probe is not None else measure_speed
+            self.speeds[key] = measure_tiers(n_pairs, minutes, probe)
+        return self.speeds[key]
+
+
 def resolve_config(
     config: Any,
     n_pairs: int,
@@ -439,7 +461,8 @@ def resolve_config(
     device: str = "cpu",
     world_size: int = 1,
     fine_tuning: bool = False,
-    probe: SpeedProbe | None = measure_speed,
+    probe: SpeedProbe | OneMeasurement | None = measure_speed,
+    vocab: int | None = None,
 ) -> tuple[Any, Preset | None]:
     """``config`` (a :class:`qkv.train.TrainConfig`) with its automatic settings decided.
 
@@ -454,7 +477,10 @@ def resolve_config(
     already): the peak learning rate is :data:`FINE_TUNING_LR` unless given. ``probe``
     measures this machine's speed first (:func:`measure_tiers`) when the preset is chosen
     (``preset="auto"``) for a timed CPU run of one process whose model is not the user's or a
-    saved one's; None never measures (the reference machine's speed is assumed).
+    saved one's; None never measures (the reference machine's speed is assumed); a
+    :class:`OneMeasurement` measures once for all the calls it is given to. ``vocab``: the
+    vocabulary size the data has already (a prepared corpus's tokenizers), kept instead of the
+    preset's unless ``config`` gives one (its preset's notes say so).
 
     Returns:
         ``(resolved config, the preset or None)``.
@@ -494,7 +520,10 @@ def resolve_config(
             and not fine_tuning
             and not shape & set(config.model_options)
         ):
-            speed = measure_tiers(n_pairs, config.max_minutes, probe)
+            if isinstance(probe, OneMeasurement):
+                speed = probe.measure(n_pairs, config.max_minutes)
+            else:
+                speed = measure_tiers(n_pairs, config.max_minutes, probe)
         preset = choose_preset(
             n_pairs,
             minutes=config.max_minutes,
@@ -516,8 +545,11 @@ def resolve_config(
             preset = dataclasses.replace(
                 preset, notes=(*preset.notes, f"your settings win: {', '.join(given)}")
             )
+        if config.vocab_size is None and vocab is not None and vocab != preset.vocab_size:
+            kept = f"the data's vocab_size {vocab} kept (the tier's: {preset.vocab_size})"
+            preset = dataclasses.replace(preset, notes=(*preset.notes, kept))
         if config.vocab_size is None:
-            changes["vocab_size"] = preset.vocab_size
+            changes["vocab_size"] = preset.vocab_size if vocab is None else vocab
         if config.max_tokens is None:
             changes["max_tokens"] = preset.max_tokens
         if config.lr is None:

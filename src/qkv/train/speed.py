@@ -9,7 +9,6 @@ from what it measures instead of from a table of one machine's speed; tests pass
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Protocol
 
@@ -18,7 +17,7 @@ import torch
 from ..nn.seq2seq import build_model
 from .losses import sequence_loss
 
-__all__ = ["PROBE_SECONDS", "RememberedProbe", "SpeedProbe", "measure_speed", "probe_seconds"]
+__all__ = ["PROBE_SECONDS", "SpeedProbe", "measure_speed", "probe_seconds"]
 
 #: the seconds the probe takes, and its share of a timed budget when that is less (the chosen
 #: tier's model may get a few seconds more within that share: presets.measure_tiers)
@@ -85,24 +84,3 @@ def measure_speed(model: dict[str, Any], vocab_size: int, max_tokens: int, secon
         done += 1
     took = max(time.monotonic() - t0, 1e-9)
     return done * batch * PROBE_LENGTH / took
-
-
-class RememberedProbe:
-    """A :class:`SpeedProbe` that measures each model shape once and answers that figure again:
-    a run that prepares its data file first (:func:`qkv.train.corpus.prepare_corpus`, whose
-    vocabulary follows the preset) and then chooses its preset from the prepared corpus asks
-    twice, and must neither spend the budget's probe share twice nor choose a second time
-    from another measurement (a preset whose vocabulary is not the corpus's)."""
-
-    def __init__(self, probe: SpeedProbe | None = None) -> None:
-        self.probe = probe  # None: this module's measure_speed, looked up when first asked
-        self.measured: dict[str, float] = {}
-
-    def __call__(
-        self, model: dict[str, Any], vocab_size: int, max_tokens: int, seconds: float
-    ) -> float:
-        key = json.dumps([model, vocab_size, max_tokens], sort_keys=True)
-        if key not in self.measured:
-            probe = self.probe if self.probe is not None else measure_speed
-            self.measured[key] = probe(model, vocab_size, max_tokens, seconds)
-        return self.measured[key]
