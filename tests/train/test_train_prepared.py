@@ -416,6 +416,7 @@ def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, pairs_
     preset = run.state.preset
     assert preset["name"] == "cpu-micro" and "measured 2,000 tokens/s" in preset["reason"]
     assert len(calls) == len(set(calls)) == 2, calls  # the reference's model, then the chosen's
+    assert [c[-1] for c in calls] == [4000, 2000]  # each with its tier's vocabulary
     manifest = json.loads((run.data.prepared.folder / "manifest.json").read_text())
     assert manifest["resolved"]["vocab_size"] == run.config.vocab_size == 2000
     assert preset["notes"] == []
@@ -426,15 +427,17 @@ def test_a_prepared_corpus_keeps_its_vocabulary_whatever_the_tier(
 ):
     """A corpus prepared for no budget (``qkv prepare``: its own vocabulary of 4,000), trained
     in 3 minutes on a machine whose speed chooses cpu-micro (2,000 pieces): the run trains on the
-    corpus's tokenizers and says so, where it refused to start (the corpus "made with 4000, the
+    corpus's tokenizers, its speed measured with their vocabulary, and says so, where it
+    refused to start (the corpus "made with 4000, the
     run resolves it to 2000")."""
-    _slow_machine(monkeypatch)
+    calls = _slow_machine(monkeypatch)
     untimed = tiny_config(data=str(pairs_2600), **{**_SPM, "max_steps": None})
     folder = prepare_corpus(untimed, tmp_path / "corpus")
     assert PreparedCorpus(folder).manifest["resolved"]["vocab_size"] == 4000
     run = _setup(tiny_config(data=str(folder), **_TIMED), tmp_path / "run")
     assert run.state.preset["name"] == "cpu-micro"
     assert run.config.vocab_size == 4000
+    assert [c[-1] for c in calls] == [4000, 4000]  # the speed of the vocabulary it trains
     assert run.state.preset["notes"] == ["the data's vocab_size 4000 kept (the tier's: 2000)"]
 
 

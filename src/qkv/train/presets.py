@@ -391,12 +391,18 @@ def choose_preset(
 
 
 def measure_tiers(
-    n_pairs: int, minutes: float, probe: SpeedProbe, *, seconds: float | None = None
+    n_pairs: int,
+    minutes: float,
+    probe: SpeedProbe,
+    *,
+    seconds: float | None = None,
+    vocab: int | None = None,
 ) -> Speed:
     """Measure the speed of this machine now for the preset of a ``minutes`` budget: the
     reference tier's model first, then the model of the tier that speed chooses, with
     ``probe`` (:func:`qkv.train.speed.measure_speed`, or a test's fake) in
-    :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it).
+    :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it), each model with
+    its tier's vocabulary, or ``vocab`` (the one the data has already: a prepared corpus's).
 
     The chosen model gets the time of :data:`CHOSEN_UPDATES` of its updates (estimated from the
     reference's speed; :data:`CHOSEN_MIN` to :data:`CHOSEN_SECONDS`) even past those seconds,
@@ -416,8 +422,8 @@ def measure_tiers(
 
     def measure(tier: str, share: float) -> float:
         _, _, model, max_tokens, _ = TIERS[tier]
-        vocab = tier_vocab(tier, n_pairs)
-        return float(probe(dict(model, dropout=0.1), vocab, max_tokens, share))
+        size = tier_vocab(tier, n_pairs) if vocab is None else vocab
+        return float(probe(dict(model, dropout=0.1), size, max_tokens, share))
 
     first = 0.6 * total
     speed = Speed({REFERENCE_TIER: measure(REFERENCE_TIER, first)}, torch.get_num_threads())
@@ -445,12 +451,14 @@ class OneMeasurement:
         self.probe = probe
         self.speeds: dict[tuple[int, float], Speed] = {}
 
-    def measure(self, n_pairs: int, minutes: float) -> Speed:
-        """:func:`measure_tiers` of ``n_pairs`` and ``minutes``, measured the first time."""
+    def measure(self, n_pairs: int, minutes: float, vocab: int | None = None) -> Speed:
+        """:func:`measure_tiers` of ``n_pairs`` and ``minutes``, measured the first time (with
+        that call's ``vocab``: a run that prepares its file asks first for the corpus it sizes,
+        then with the vocabulary that measurement gave it)."""
         key = (n_pairs, float(minutes))
         if key not in self.speeds:
             probe = self.probe if self.probe is not None else measure_speed
-            self.speeds[key] = measure_tiers(n_pairs, minutes, probe)
+            self.speeds[key] = measure_tiers(n_pairs, minutes, probe, vocab=vocab)
         return self.speeds[key]
 
 
@@ -510,6 +518,7 @@ def resolve_config(
             changes["vocab_size"] = vocab_size_for(n_pairs)
     elif config.preset != "none":
         speed = None
+        fixed = vocab if config.vocab_size is None else config.vocab_size
         shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
         if (
             probe is not None
@@ -521,9 +530,9 @@ def resolve_config(
             and not shape & set(config.model_options)
         ):
             if isinstance(probe, OneMeasurement):
-                speed = probe.measure(n_pairs, config.max_minutes)
+                speed = probe.measure(n_pairs, config.max_minutes, fixed)
             else:
-                speed = measure_tiers(n_pairs, config.max_minutes, probe)
+                speed = measure_tiers(n_pairs, config.max_minutes, probe, vocab=fixed)
         preset = choose_preset(
             n_pairs,
             minutes=config.max_minutes,
