@@ -462,6 +462,25 @@ class OneMeasurement:
         return self.speeds[key]
 
 
+def _speed(
+    config: Any, n_pairs: int, probe: SpeedProbe | OneMeasurement | None, vocab: int | None
+) -> Speed | None:
+    """:func:`resolve_config`'s measurement of a CPU run of one process (not a fine-tuning):
+    None unless the preset is chosen (``auto``) for a timed run whose model's shape is not the
+    user's, and a ``probe`` is given."""
+    shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
+    if (
+        probe is None
+        or config.preset != "auto"
+        or config.max_minutes is None
+        or shape & set(config.model_options)
+    ):
+        return None
+    if isinstance(probe, OneMeasurement):
+        return probe.measure(n_pairs, config.max_minutes, vocab)
+    return measure_tiers(n_pairs, config.max_minutes, probe, vocab=vocab)
+
+
 def resolve_config(
     config: Any,
     n_pairs: int,
@@ -517,22 +536,9 @@ def resolve_config(
         if config.vocab_size is None:
             changes["vocab_size"] = vocab_size_for(n_pairs)
     elif config.preset != "none":
-        speed = None
         fixed = vocab if config.vocab_size is None else config.vocab_size
-        shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
-        if (
-            probe is not None
-            and config.preset == "auto"
-            and config.max_minutes is not None
-            and device != "cuda"
-            and world_size == 1
-            and not fine_tuning
-            and not shape & set(config.model_options)
-        ):
-            if isinstance(probe, OneMeasurement):
-                speed = probe.measure(n_pairs, config.max_minutes, fixed)
-            else:
-                speed = measure_tiers(n_pairs, config.max_minutes, probe, vocab=fixed)
+        measured = device != "cuda" and world_size == 1 and not fine_tuning
+        speed = _speed(config, n_pairs, probe, fixed) if measured else None
         preset = choose_preset(
             n_pairs,
             minutes=config.max_minutes,
