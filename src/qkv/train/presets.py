@@ -401,8 +401,10 @@ def measure_tiers(
     """Measure the speed of this machine now for the preset of a ``minutes`` budget: the
     reference tier's model first, then the model of the tier that speed chooses, with
     ``probe`` (:func:`qkv.train.speed.measure_speed`, or a test's fake) in
-    :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it), each model with
-    its tier's vocabulary, or ``vocab`` (the one the data has already: a prepared corpus's).
+    :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it). The reference
+    model, which measures the machine against the reference one, has its tier's vocabulary;
+    the chosen model has ``vocab`` when given (the one the data has already: a prepared
+    corpus's, or the user's), the vocabulary the run will train.
 
     The chosen model gets the time of :data:`CHOSEN_UPDATES` of its updates (estimated from the
     reference's speed; :data:`CHOSEN_MIN` to :data:`CHOSEN_SECONDS`) even past those seconds,
@@ -420,13 +422,13 @@ def measure_tiers(
     grace = CHOSEN_GRACE if seconds is None else 0.0
     t0 = time.monotonic()
 
-    def measure(tier: str, share: float) -> float:
+    def measure(tier: str, share: float, size: int) -> float:
         _, _, model, max_tokens, _ = TIERS[tier]
-        size = tier_vocab(tier, n_pairs) if vocab is None else vocab
         return float(probe(dict(model, dropout=0.1), size, max_tokens, share))
 
     first = 0.6 * total
-    speed = Speed({REFERENCE_TIER: measure(REFERENCE_TIER, first)}, torch.get_num_threads())
+    reference = measure(REFERENCE_TIER, first, tier_vocab(REFERENCE_TIER, n_pairs))
+    speed = Speed({REFERENCE_TIER: reference}, torch.get_num_threads())
     chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
     used = max(time.monotonic() - t0, first)
     per_update = TIERS[chosen][3] / max(estimated_speed(speed.tokens_per_s, chosen, n_pairs), 1e-9)
@@ -435,7 +437,8 @@ def measure_tiers(
     want = min(max(CHOSEN_UPDATES * per_update, CHOSEN_MIN), CHOSEN_SECONDS)
     left = max(total - used, min(want, max(room - used, grace)))
     if chosen != REFERENCE_TIER and left > 3 * per_update:
-        speed.tokens_per_s[chosen] = measure(chosen, left)
+        size = tier_vocab(chosen, n_pairs) if vocab is None else vocab
+        speed.tokens_per_s[chosen] = measure(chosen, left, size)
     return speed
 
 
