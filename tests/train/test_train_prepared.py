@@ -440,7 +440,42 @@ def test_a_prepared_corpus_keeps_its_vocabulary_whatever_the_tier(
     # the machine measured by the reference model as it is swept (its own 4,000 pieces at
     # 2,340 pairs), the chosen one with the vocabulary it trains
     assert [c[-1] for c in calls] == [4000, 4000]
-    assert run.state.preset["notes"] == ["the data's vocab_size 4000 kept (the tier's: 2000)"]
+    assert run.state.preset["notes"] == [
+        "the data's vocab_size 4000 kept (the tier's: 2000, which qkv prepare --max-minutes 3 "
+        "gives a corpus)"
+    ]
+
+
+def test_qkv_prepare_sizes_the_vocabulary_for_the_runs_budget(
+    tmp_path, pairs_2600, monkeypatch, capsys
+):
+    """``qkv prepare --max-minutes 3`` measures the machine as a 3-minute run does and gives
+    the corpus the vocabulary of the tier that run then chooses: the run keeps it, with nothing
+    to note. Without a budget it gives the corpus size's vocabulary, and says how to size it
+    for short runs."""
+    from qkv.cli import main
+
+    calls = _slow_machine(monkeypatch)
+    data = ["--data", str(pairs_2600), "--workers", "1", "--set", "valid=40", "--set", "test=40"]
+    assert main(["prepare", *data, "--out", str(tmp_path / "any")]) == 0
+    said = capsys.readouterr().err
+    assert calls == []  # no budget: nothing measured
+    assert PreparedCorpus(tmp_path / "any").manifest["resolved"]["vocab_size"] == 4000
+    assert (
+        "vocabulary: 4,000 pieces, for 2,520 training pairs and runs of any budget (a CPU run of "
+        "a few minutes would choose 2,000: --max-minutes M sizes it for runs of M minutes)"
+    ) in said
+    assert main(["prepare", *data, "--out", str(tmp_path / "short"), "--max-minutes", "3"]) == 0
+    said = capsys.readouterr().err
+    folder = tmp_path / "short"
+    assert PreparedCorpus(folder).manifest["resolved"]["vocab_size"] == 2000
+    assert "vocabulary: 2,000 pieces, for the runs' preset cpu-micro: 2520 training pairs" in said
+    assert "measured 2,000 tokens/s" in said
+    assert [c[-1] for c in calls] == [4000, 2000]  # measured as the run measures
+    calls.clear()
+    run = _setup(tiny_config(data=str(folder), **_TIMED), tmp_path / "run")
+    assert run.state.preset["name"] == "cpu-micro" and run.config.vocab_size == 2000
+    assert run.state.preset["notes"] == []
 
 
 @pytest.mark.slow

@@ -34,8 +34,10 @@ COMMANDS = {
     m.NAME: m for m in (prepare, train, translate, evaluate, average, export, import_, serve, demo)
 }
 #: the commands whose threads are chosen from the machine's state, and the level their choice
-#: is logged at (``translate`` prints translations: its line is for --verbose readers)
+#: is logged at (``translate`` prints translations: its line is for --verbose readers; ``prepare``
+#: times a model on them only with ``--max-minutes``)
 THREADED = {
+    "prepare": logging.DEBUG,
     "train": logging.INFO,
     "evaluate": logging.INFO,
     "serve": logging.INFO,

@@ -37,6 +37,18 @@ PREPARE_FLAGS = (
     "--max-skipped",
     "--tokenizer",
 )
+#: the flags of ``qkv train`` that say which runs the corpus is for, with their help here: the
+#: vocabulary is the one the preset of such a run chooses (``--max-minutes``: the tier this
+#: machine's measured speed gives that budget, measured as ``qkv train`` measures it)
+SIZING_FLAGS = {
+    "--max-minutes": "the runs' time budget: the vocabulary of the preset a run of that budget "
+    "chooses on this machine now (its speed measured for a few seconds, as qkv train does; "
+    "default: none, the corpus size's vocabulary)",
+    "--preset": "the runs' preset: auto (default), none, or a tier name (docs/train.md)",
+    "--device": "the runs' device, for their preset: auto (default), cpu, cuda, cuda:N",
+    "--threads": "CPU threads the speed is measured on (default 0: chosen from the load, as "
+    "qkv train chooses them)",
+}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -65,6 +77,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         if name in ("--data", "--valid", "--test", "--tokenizer"):
             kw |= {"nargs": "+", "metavar": "FILE"}
         p.add_argument(name, **kw)
+    runs = p.add_argument_group(
+        "the runs it is for (the vocabulary is the one their preset chooses, as in qkv train; "
+        "without --max-minutes, the corpus size's)"
+    )
+    for (name, text), metavar in zip(SIZING_FLAGS.items(), ("M", "P", "D", "N"), strict=True):
+        typ = TRAIN_FLAGS[name][1]
+        runs.add_argument(name, type=typ, metavar=metavar, default=argparse.SUPPRESS, help=text)
     p.add_argument("--pair", metavar="SRC-TGT", help="the language pair (as qkv train --pair)")
     p.add_argument(
         "--strict", action="store_true", help="refuse a data file with any unreadable line"
@@ -125,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             say=say,
             stream=None if args.quiet else sys.stderr,
             cleaning=cleaning,
+            sizing=_sizing(config),
         )
     except MissingDependency as e:
         raise MissingDependency(f"qkv {NAME}", e.packages, e.extras) from None
@@ -135,3 +155,13 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(f"prepared: {out}")
     return 0
+
+
+def _sizing(config: Any) -> Any:
+    """The runs the corpus is for (:class:`qkv.train.corpus.Sizing`): one process on
+    ``--device``, its speed measured (a budget given) on the threads ``qkv train`` would choose
+    now."""
+    from ..inference.device import pick_device
+    from ..train.corpus import Sizing
+
+    return Sizing(device=pick_device(config.device).type)

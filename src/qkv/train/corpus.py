@@ -75,7 +75,7 @@ from ..data.prepared import (
 from ..data.splits import TEST, TRAIN, VALID, group_hashes, split_parts
 from .checkpoint import atomic_write_json
 from .config import TrainConfig
-from .presets import resolve_config
+from .presets import TIERS, OneMeasurement, Preset, resolve_config, tier_vocab
 from .run_data import (
     DETECT_SAMPLE,
     RunData,
@@ -95,6 +95,7 @@ __all__ = [
     "PREPARE_ABOVE",
     "RUN_DATA_DIR",
     "TOKENIZER_KEYS",
+    "Sizing",
     "data_bytes",
     "open_prepared",
     "prepare_command",
@@ -102,6 +103,7 @@ __all__ = [
     "prepare_reason",
     "prepared_run_data",
     "prepared_settings",
+    "vocabulary_line",
 ]
 
 #: the settings that decide a prepared corpus's content (``data`` aside): a run on the folder
@@ -411,6 +413,20 @@ def _split(config: TrainConfig, work: Path, sizes: list[int], raw: RawPairs) -> 
     return np.concatenate([parts, np.full(n_valid, VALID, np.int8), np.full(n_test, TEST, np.int8)])
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """The runs a corpus is prepared for, whose preset sizes its vocabulary when the settings
+    leave it to the preset (:func:`~qkv.train.presets.resolve_config`): their ``device`` type
+    and processes (``world_size``), and ``probe``, the one measurement of this machine's speed
+    a timed run's preset is chosen from (made when first asked). ``in_run``: prepared inside a
+    run, which says its preset itself."""
+
+    device: str = "cpu"
+    world_size: int = 1
+    probe: OneMeasurement = dataclasses.field(default_factory=OneMeasurement)
+    in_run: bool = False
+
+
 @dataclasses.dataclass
 class _Read:
     """The corpus read and split, the settings resolved for its size (languages included):
@@ -424,6 +440,7 @@ class _Read:
     resolved: TrainConfig
     cleaning: Cleaning | None
     raw: RawPairs
+    preset: Preset | None = None
 
 
 def _read(
@@ -432,11 +449,11 @@ def _read(
     work: Path,
     say: Say,
     pool: Any,
-    sizing: dict[str, Any] | None = None,
+    sizing: Sizing,
 ) -> _Read:
-    """Read the run's files, find the languages, split, resolve the settings (``sizing``:
-    :func:`~qkv.train.presets.resolve_config`'s keywords): what a run does before its
-    tokenizers, with at most a chunk of the training text in memory."""
+    """Read the run's files, find the languages, split, resolve the settings for ``sizing``'s
+    runs: what a run does before its tokenizers, with at most a chunk of the training text in
+    memory."""
     meta = _spill(config, work, say, pool)
     raw = RawPairs(work)
     n = meta["sizes"][0]
@@ -455,7 +472,13 @@ def _read(
             f"{describe_data(config.data)} gives {len(train)} training and {len(valid)} "
             "validation pairs; expected some of each (more data, or other valid/test sizes)",
         )
-    resolved, _ = resolve_config(config, len(train), **(sizing or {}))
+    resolved, preset = resolve_config(
+        config,
+        len(train),
+        device=sizing.device,
+        world_size=sizing.world_size,
+        probe=sizing.probe,
+    )
     if cleaning is not None and cleaning.languages is not None:
         if not (src and tgt):
             raise ValueError(
@@ -466,7 +489,28 @@ def _read(
         detect_languages(["a sentence"])  # py3langid is installed: said before any work
     split = {"n": len(raw), "seed": config.split_seed, "fingerprint": meta["fingerprint"],
              "grouping": "normalized"}  # fmt: skip
-    return _Read(how, split, train, valid, test, resolved, cleaning, raw)
+    return _Read(how, split, train, valid, test, resolved, cleaning, raw, preset)
+
+
+def vocabulary_line(
+    config: TrainConfig, resolved: TrainConfig, preset: Preset | None, n: int
+) -> str:
+    """What a prepare of ``n`` training pairs says of its SentencePiece vocabulary's size: the
+    user's, that of the preset of the runs it is for (``--max-minutes``, ``--preset``), or the
+    corpus size's, with how to size it for short runs when their tiers would choose fewer."""
+    size = f"{resolved.vocab_size:,} pieces"
+    if config.vocab_size is not None or preset is None:
+        return f"vocabulary: {size}, as given" if config.vocab_size else f"vocabulary: {size}"
+    if config.max_minutes is not None or config.preset != "auto":
+        return f"vocabulary: {size}, for the runs' {preset.reason}"
+    fewest = min(tier_vocab(t, n) for t, row in TIERS.items() if row[0] == "cpu")
+    line = f"vocabulary: {size}, for {n:,} training pairs and runs of any budget"
+    if fewest < resolved.vocab_size:
+        line += (
+            f" (a CPU run of a few minutes would choose {fewest:,}: --max-minutes M sizes it "
+            "for runs of M minutes)"
+        )
+    return line
 
 
 def _tokenizers(tokdir: Path, resolved: TrainConfig, r: _Read, say: Say, given: bool) -> tuple:
@@ -511,7 +555,7 @@ def prepare_corpus(
     say: Say | None = None,
     stream: Any = None,
     cleaning: Cleaning | None = None,
-    sizing: dict[str, Any] | None = None,
+    sizing: Sizing | None = None,
 ) -> Path:
     """Prepare the corpus ``config.data`` (and ``valid_data``/``test_data``) into ``out``.
 
@@ -526,11 +570,10 @@ def prepare_corpus(
         cleaning: filters for the training pairs (:class:`qkv.data.prepared.Cleaning`), or
             None; with any, the training pairs are no longer the ones a run reading the file
             trains on.
-        sizing: keywords of :func:`~qkv.train.presets.resolve_config` for the preset the
-            vocabulary size follows when ``config`` leaves it to the preset: a run's
-            ``device``, ``world_size`` and speed ``probe`` (by default a CPU process of its
-            own that measures its speed when the budget is timed); a run that prepares its
-            file passes a :class:`~qkv.train.presets.OneMeasurement` it asks again after.
+        sizing: the runs the corpus is for (:class:`Sizing`), whose preset sizes the
+            vocabulary when ``config`` leaves it to the preset (default: a CPU process of its
+            own, its speed measured when ``config.max_minutes`` is set); a run that prepares
+            its file passes its device, processes and the measurement it asks again after.
 
     Returns:
         the folder, absolute.
@@ -552,7 +595,9 @@ def prepare_corpus(
     created = check_corpus_out(out)
     with RunLock(out, created_out=created, role="qkv process"):  # one prepare per folder
         try:
-            kept = _prepare_locked(config, out, workers, say, stream, cleaning, t0, sizing)
+            kept = _prepare_locked(
+                config, out, workers, say, stream, cleaning, t0, sizing or Sizing()
+            )
         except OSError as e:
             if not is_no_space(e):
                 raise
@@ -578,7 +623,7 @@ def _prepare_locked(
     stream: Any,
     cleaning: Cleaning | None,
     t0: float,
-    sizing: dict[str, Any] | None,
+    sizing: Sizing,
 ) -> int | None:
     """:func:`prepare_corpus` once ``out`` is locked (started at ``t0``): the training pairs
     kept, None when ``out`` already holds this very preparation."""
@@ -658,7 +703,7 @@ def _prepare(
     say: Say,
     stream: Any,
     hashing: float,
-    sizing: dict[str, Any] | None,
+    sizing: Sizing,
 ) -> int:
     """The work of :func:`prepare_corpus` once the sources are known to need it: the training
     pairs kept."""
@@ -673,6 +718,8 @@ def _prepare(
     say(f"read {len(train) + len(valid) + len(test):,} pairs ({len(train):,} train, "
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
+    if resolved.tokenizer == "sentencepiece" and not (resolved.tokenizer_model or sizing.in_run):
+        say(vocabulary_line(config, resolved, r.preset, len(train)))
     t = time.monotonic()
     toks, n_sample = _tokenizers(
         work / "tokenizers", resolved, r, say, config.vocab_size is not None

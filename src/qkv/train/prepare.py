@@ -45,6 +45,7 @@ from .checkpoint import (
 from .config import RESUMABLE_KEYS, TrainConfig
 from .corpus import (
     RUN_DATA_DIR,
+    Sizing,
     open_prepared,
     prepare_corpus,
     prepare_reason,
@@ -247,7 +248,7 @@ def _prepared_in_run(
     folder = (layout.out / RUN_DATA_DIR).resolve()
     if info.is_main:
         say(f"data: preparing {describe_data(settings.data)} into {folder} ({reason})")
-        sizing = {"device": info.device.type, "world_size": info.world_size, "probe": probe}
+        sizing = Sizing(info.device.type, info.world_size, probe, in_run=True)
         prepare_corpus(settings, folder, say=say, sizing=sizing)
     D.barrier()
     return settings.updated({"data": str(folder)})

@@ -564,7 +564,10 @@ def resolve_config(
                 preset, notes=(*preset.notes, f"your settings win: {', '.join(given)}")
             )
         if config.vocab_size is None and vocab is not None and vocab != preset.vocab_size:
-            kept = f"the data's vocab_size {vocab} kept (the tier's: {preset.vocab_size})"
+            tier = f"the tier's: {preset.vocab_size}"
+            if vocab > preset.vocab_size and config.max_minutes is not None:
+                tier += f", which qkv prepare --max-minutes {config.max_minutes:g} gives a corpus"
+            kept = f"the data's vocab_size {vocab} kept ({tier})"
             preset = dataclasses.replace(preset, notes=(*preset.notes, kept))
         if config.vocab_size is None:
             changes["vocab_size"] = preset.vocab_size if vocab is None else vocab
