@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._deps import MissingDependency, require
 from ._common import fail, user_errors, with_default
@@ -21,6 +21,10 @@ from ._train_settings import (
     train_config,
     train_flag_default,
 )
+
+if TYPE_CHECKING:
+    from ..train.config import TrainConfig
+    from ..train.corpus import Sizing
 
 NAME = "prepare"
 
@@ -42,8 +46,8 @@ PREPARE_FLAGS = (
 #: machine's measured speed gives that budget, measured as ``qkv train`` measures it)
 SIZING_FLAGS = {
     "--max-minutes": "the runs' time budget: the vocabulary of the preset a run of that budget "
-    "chooses on this machine now (its speed measured for a few seconds, as qkv train does; "
-    "default: none, the corpus size's vocabulary)",
+    "chooses on this machine now (on a CPU, its speed measured for a few seconds, as qkv train "
+    "measures it; default: none, the corpus size's vocabulary)",
     "--preset": "the runs' preset: auto (default), none, or a tier name (docs/train.md)",
     "--device": "the runs' device, for their preset: auto (default), cpu, cuda, cuda:N",
     "--threads": "CPU threads the speed is measured on (default 0: chosen from the load, as "
@@ -157,11 +161,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sizing(config: Any) -> Any:
-    """The runs the corpus is for (:class:`qkv.train.corpus.Sizing`): one process on
-    ``--device``, its speed measured (a budget given) on the threads ``qkv train`` would choose
-    now."""
-    from ..inference.device import pick_device
+def _sizing(config: TrainConfig) -> Sizing:
+    """The runs the corpus is for: without ``--max-minutes``, ``--preset`` or ``--device``, any
+    (a CPU process's preset, nothing measured, no GPU looked for); with them, one process on
+    the device, a budget's speed measured on the threads ``qkv train`` would choose now."""
     from ..train.corpus import Sizing
 
-    return Sizing(device=pick_device(config.device).type)
+    runs = {
+        k: v
+        for k, v, default in (
+            ("max_minutes", config.max_minutes, None),
+            ("preset", config.preset, "auto"),
+            ("device", config.device, "auto"),
+        )
+        if v != default
+    }
+    if not runs:
+        return Sizing()
+    from ..inference.device import pick_device
+
+    return Sizing(device=pick_device(config.device).type, runs=runs)

@@ -119,14 +119,20 @@ class DamagedCorpusError(SettingError):
 
 def prepare_command(folder: str | Path, manifest: dict[str, Any] | None) -> str:
     """The ``qkv prepare`` command that makes ``folder`` again from its sources (``FILE`` when
-    the manifest does not say)."""
+    the manifest does not say), for the runs it was prepared for (``--max-minutes``, ...)."""
     sources = manifest.get("sources") if isinstance(manifest, dict) else None
     data = [
         str(r["path"])
         for r in sources or []
         if isinstance(r, dict) and r.get("key") == "data" and "path" in r
     ]
-    return f"qkv prepare --data {' '.join(data) or 'FILE'} --out {folder}"
+    settings = manifest.get("settings") if isinstance(manifest, dict) else None
+    runs = settings.get("runs") if isinstance(settings, dict) else None
+    flags = "".join(
+        f" --{k.replace('_', '-')} {f'{v:g}' if isinstance(v, float) else v}"
+        for k, v in (runs.items() if isinstance(runs, dict) else ())
+    )
+    return f"qkv prepare --data {' '.join(data) or 'FILE'} --out {folder}{flags}"
 
 
 def _rebuild(folder: Path, manifest: dict[str, Any] | None) -> str:

@@ -103,7 +103,6 @@ __all__ = [
     "prepare_reason",
     "prepared_run_data",
     "prepared_settings",
-    "vocabulary_line",
 ]
 
 #: the settings that decide a prepared corpus's content (``data`` aside): a run on the folder
@@ -419,12 +418,15 @@ class Sizing:
     leave it to the preset (:func:`~qkv.train.presets.resolve_config`): their ``device`` type
     and processes (``world_size``), and ``probe``, the one measurement of this machine's speed
     a timed run's preset is chosen from (made when first asked). ``in_run``: prepared inside a
-    run, which says its preset itself."""
+    run, which says its preset itself. ``runs``: the settings of the runs a ``qkv prepare``
+    was given (``max_minutes``, ``preset``, ``device``), recorded with the corpus's settings:
+    part of what the corpus is, so a folder prepared for other runs is prepared again."""
 
     device: str = "cpu"
     world_size: int = 1
     probe: OneMeasurement = dataclasses.field(default_factory=OneMeasurement)
     in_run: bool = False
+    runs: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -492,16 +494,18 @@ def _read(
     return _Read(how, split, train, valid, test, resolved, cleaning, raw, preset)
 
 
-def vocabulary_line(
+def _vocabulary_line(
     config: TrainConfig, resolved: TrainConfig, preset: Preset | None, n: int
 ) -> str:
     """What a prepare of ``n`` training pairs says of its SentencePiece vocabulary's size: the
-    user's, that of the preset of the runs it is for (``--max-minutes``, ``--preset``), or the
-    corpus size's, with how to size it for short runs when their tiers would choose fewer."""
+    user's, that of the preset of the runs it is for (a budget, a named preset), or the corpus
+    size's, with how to size it for short runs when a CPU tier would choose fewer pieces."""
     size = f"{resolved.vocab_size:,} pieces"
-    if config.vocab_size is not None or preset is None:
-        return f"vocabulary: {size}, as given" if config.vocab_size else f"vocabulary: {size}"
-    if config.max_minutes is not None or config.preset != "auto":
+    if config.vocab_size is not None:
+        return f"vocabulary: {size}, as given"
+    if preset is None:
+        return f"vocabulary: {size}"
+    if config.max_minutes is not None or config.max_steps is not None or config.preset != "auto":
         return f"vocabulary: {size}, for the runs' {preset.reason}"
     fewest = min(tier_vocab(t, n) for t, row in TIERS.items() if row[0] == "cpu")
     line = f"vocabulary: {size}, for {n:,} training pairs and runs of any budget"
@@ -630,6 +634,8 @@ def _prepare_locked(
     cleaning = cleaning if cleaning is not None and cleaning.active else None
     sources, settings = _sources(config), _settings(config)
     settings["cleaning"] = cleaning.to_dict() if cleaning is not None else None
+    if sizing.runs:
+        settings["runs"] = sizing.runs
     if _is_done(out, sources, settings):
         return None
     (out / MANIFEST).unlink(missing_ok=True)  # the folder is not a corpus until it is again
@@ -719,7 +725,7 @@ def _prepare(
         f"{len(valid):,} valid, {len(test):,} test); languages {src} -> {tgt} ({r.how})")  # fmt: skip
 
     if resolved.tokenizer == "sentencepiece" and not (resolved.tokenizer_model or sizing.in_run):
-        say(vocabulary_line(config, resolved, r.preset, len(train)))
+        say(_vocabulary_line(config, resolved, r.preset, len(train)))
     t = time.monotonic()
     toks, n_sample = _tokenizers(
         work / "tokenizers", resolved, r, say, config.vocab_size is not None

@@ -248,7 +248,9 @@ def _prepared_in_run(
     folder = (layout.out / RUN_DATA_DIR).resolve()
     if info.is_main:
         say(f"data: preparing {describe_data(settings.data)} into {folder} ({reason})")
-        sizing = Sizing(info.device.type, info.world_size, probe, in_run=True)
+        sizing = Sizing(
+            device=info.device.type, world_size=info.world_size, probe=probe, in_run=True
+        )
         prepare_corpus(settings, folder, say=say, sizing=sizing)
     D.barrier()
     return settings.updated({"data": str(folder)})

@@ -565,8 +565,12 @@ def resolve_config(
             )
         if config.vocab_size is None and vocab is not None and vocab != preset.vocab_size:
             tier = f"the tier's: {preset.vocab_size}"
-            if vocab > preset.vocab_size and config.max_minutes is not None:
-                tier += f", which qkv prepare --max-minutes {config.max_minutes:g} gives a corpus"
+            if vocab > preset.vocab_size and config.max_minutes is not None and world_size == 1:
+                named = f" --preset {config.preset}" if config.preset != "auto" else ""
+                tier += (
+                    f", which qkv prepare --max-minutes {config.max_minutes:g}{named} gives a "
+                    "corpus"
+                )
             kept = f"the data's vocab_size {vocab} kept ({tier})"
             preset = dataclasses.replace(preset, notes=(*preset.notes, kept))
         if config.vocab_size is None:
