@@ -162,22 +162,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sizing(config: TrainConfig) -> Sizing:
-    """The runs the corpus is for: without ``--max-minutes``, ``--preset`` or ``--device``, any
-    (a CPU process's preset, nothing measured, no GPU looked for); with them, one process on
-    the device, a budget's speed measured on the threads ``qkv train`` would choose now."""
+    """The runs the corpus is for (:meth:`qkv.train.corpus.Sizing.of_runs`): a budget's speed
+    measured on the threads ``qkv train`` would choose now."""
     from ..train.corpus import Sizing
 
-    runs = {
-        k: v
-        for k, v, default in (
-            ("max_minutes", config.max_minutes, None),
-            ("preset", config.preset, "auto"),
-            ("device", config.device, "auto"),
-        )
-        if v != default
-    }
-    if not runs:
-        return Sizing()
-    from ..inference.device import pick_device
-
-    return Sizing(device=pick_device(config.device).type, runs=runs)
+    return Sizing.of_runs(config)

@@ -428,6 +428,21 @@ class Sizing:
     in_run: bool = False
     runs: dict[str, Any] | None = None
 
+    #: the settings that say which runs a ``qkv prepare`` is for
+    RUN_KEYS = ("max_minutes", "preset", "device")
+
+    @classmethod
+    def of_runs(cls, config: TrainConfig) -> Sizing:
+        """The runs ``config`` describes: without a :data:`RUN_KEYS` setting off its default,
+        any (a CPU process's preset, nothing measured, no GPU looked for); else one process on
+        its device, with those settings recorded."""
+        runs = {k: getattr(config, k) for k in cls.RUN_KEYS if getattr(config, k) != _DEFAULTS[k]}
+        if not runs:
+            return cls()
+        from ..inference.device import pick_device
+
+        return cls(device=pick_device(config.device).type, runs=runs)
+
 
 @dataclasses.dataclass
 class _Read:

@@ -466,14 +466,19 @@ class OneMeasurement:
 
 
 def _speed(
-    config: Any, n_pairs: int, probe: SpeedProbe | OneMeasurement | None, vocab: int | None
+    config: Any,
+    n_pairs: int,
+    probe: SpeedProbe | OneMeasurement | None,
+    vocab: int | None,
+    measured: bool,
 ) -> Speed | None:
-    """:func:`resolve_config`'s measurement of a CPU run of one process (not a fine-tuning):
-    None unless the preset is chosen (``auto``) for a timed run whose model's shape is not the
-    user's, and a ``probe`` is given."""
+    """:func:`resolve_config`'s measurement: None unless ``measured`` (a CPU run of one
+    process, not a fine-tuning), the preset is chosen (``auto``) for a timed run whose model's
+    shape is not the user's, and a ``probe`` is given."""
     shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
     if (
-        probe is None
+        not measured
+        or probe is None
         or config.preset != "auto"
         or config.max_minutes is None
         or shape & set(config.model_options)
@@ -541,7 +546,7 @@ def resolve_config(
     elif config.preset != "none":
         fixed = vocab if config.vocab_size is None else config.vocab_size
         measured = device != "cuda" and world_size == 1 and not fine_tuning
-        speed = _speed(config, n_pairs, probe, fixed) if measured else None
+        speed = _speed(config, n_pairs, probe, fixed, measured)
         preset = choose_preset(
             n_pairs,
             minutes=config.max_minutes,
