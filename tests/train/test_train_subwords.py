@@ -242,3 +242,45 @@ def test_a_sampled_run_killed_and_resumed_matches_an_uninterrupted_one(tmp_path,
     la = {h["step"]: h["loss"] for h in ta["history"] if "loss" in h}
     lb = {h["step"]: h["loss"] for h in tb["history"] if "loss" in h}
     assert la == lb
+
+
+def test_sampling_that_lengthens_the_sentences_much_is_said_with_its_fix():
+    """Unigram sampling over all segmentations with a small alpha draws sentences of many more
+    pieces than their best segmentation (alpha 0.1 doubled them on benchmarks/real.py's
+    English-French corpus, and the run learned far slower): the greeting says so, with the
+    settings that sample closer to the best; a mild alpha, a prepared corpus and no sampling
+    say nothing."""
+    from types import SimpleNamespace
+
+    from qkv.data import SentencePieceTokenizer
+    from qkv.train.loop import _long_samples
+    from qkv.train.subwords import LONG_SAMPLES, sampled_lengths
+
+    pairs = bundled_pairs()[:4000]
+    tok = SentencePieceTokenizer.train(
+        [s for s, _ in pairs] + [t for _, t in pairs], vocab_size=2000, model_type="unigram"
+    )
+    data = SimpleNamespace(
+        train=[(tok.normalize(s), tok.normalize(t)) for s, t in pairs],
+        prepared=None, src_tokenizer=tok, tgt_tokenizer=tok,
+    )  # fmt: skip
+    cfg = TrainConfig(tokenizer="sentencepiece")
+    wild = sampled_lengths(cfg.updated({"subword_alpha": 0.05}), data)
+    mild = sampled_lengths(cfg.updated({"subword_alpha": 0.5}), data)
+    assert min(wild) > LONG_SAMPLES and max(mild) < 1.2 and min(mild) >= 1.0
+    # the same draws as the first epoch's: a function of the seed, the epoch and the side
+    assert sampled_lengths(cfg.updated({"subword_alpha": 0.05}), data) == wild
+    note = _long_samples(cfg.updated({"subword_alpha": 0.05}), data)
+    assert note == (
+        f"subword sampling alpha 0.05 over all segmentations gives the training sentences "
+        f"{wild[0]:.1f} (source) and {wild[1]:.1f} (target) times the pieces of their best "
+        "segmentation: each batch holds that many times fewer sentences, and the model learns "
+        "far slower; a larger --subword-alpha (0.5) or --subword-nbest-size 64 samples closer "
+        "to the best"
+    )
+    nbest = _long_samples(cfg.updated({"subword_alpha": 0.05, "subword_nbest_size": 2}), data)
+    assert "over all segmentations" not in nbest  # two best ones: close to the best
+    assert _long_samples(cfg.updated({"subword_alpha": 0.5}), data) == ""
+    assert sampled_lengths(cfg, data) is None  # no sampling
+    prepared = SimpleNamespace(**{**vars(data), "prepared": object(), "train": []})
+    assert sampled_lengths(cfg.updated({"subword_alpha": 0.05}), prepared) is None

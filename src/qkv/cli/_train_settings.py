@@ -87,8 +87,9 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
         "subword_alpha",
         float,
         "subword regularisation while training: each epoch samples a new segmentation of "
-        "the training text with SentencePiece (unigram: smoothing, 0.1 suggested; BPE: "
-        "BPE-dropout probability); never at validation or translation; 0: off",
+        "the training text with SentencePiece (unigram: smoothing, 0.5 samples near the best "
+        "segmentation, 0.1 over all of them can double a sentence's pieces; BPE: BPE-dropout "
+        "probability); never at validation or translation; 0: off",
     ),
     "--subword-nbest-size": (
         "subword_nbest_size",

@@ -56,7 +56,9 @@ from .plan import Clock, scheduled
 from .prepare import Setup, length_limit, open_run, prepare
 from .progress import Progress, Say, messages_on, sayer
 from .rng import rng_state
+from .run_data import RunData
 from .runlock import RunLock, RunLockedError, check_out
+from .subwords import LONG_SAMPLES, sampled_lengths
 from .update import StepStats, TrainingError, train_update
 from .verdict import SMALLEST, Verdict, fix_for, judge, stopped_early
 
@@ -288,6 +290,24 @@ def _subwords(config: TrainConfig) -> str:
     return text
 
 
+def _long_samples(config: TrainConfig, data: RunData) -> str:
+    """A note when subword sampling makes the training sentences much longer than their best
+    segmentation (:data:`qkv.train.subwords.LONG_SAMPLES`), with the settings that sample closer
+    to it; "" otherwise."""
+    ratios = sampled_lengths(config, data)
+    if ratios is None or max(ratios) <= LONG_SAMPLES:
+        return ""
+    how = f"subword sampling alpha {config.subword_alpha:g}"
+    if config.subword_nbest_size == -1:
+        how += " over all segmentations"
+    return (
+        f"{how} gives the training sentences {ratios[0]:.1f} (source) and {ratios[1]:.1f} "
+        "(target) times the pieces of their best segmentation: each batch holds that many "
+        "times fewer sentences, and the model learns far slower; a larger --subword-alpha "
+        "(0.5) or --subword-nbest-size 64 samples closer to the best"
+    )
+
+
 def _text_kind(config: TrainConfig, tok: Tokenizer) -> str:
     """How the run's text is normalised, for its first line: the config's normaliser, or the
     tokenizer's own SentencePiece normalisation (an imported model's)."""
@@ -441,6 +461,9 @@ class _Run:
             self.say(preset["reason"])
             for note in preset.get("notes", []):
                 self.say(f"note: {note}")
+        long_samples = _long_samples(config, data)
+        if long_samples:
+            self.say(f"note: {long_samples}")
         self.say(setup.plan.describe(setup.schedule))
 
     def _say_if_stopped_before(self) -> None:
