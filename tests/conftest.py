@@ -101,6 +101,7 @@ SLOW_TESTS = {
         "test_sampling_is_refused_on_a_prepared_corpus",
         "test_a_run_trains_with_one_model_per_side",
         "test_a_run_trains_with_the_users_joint_model",
+        "test_a_run_whose_sampling_lengthens_the_sentences_says_so_before_its_schedule",
     },
     "decoding/test_decoding_search.py": {
         "test_beam_finds_at_least_the_greedy_score_without_length_penalty"

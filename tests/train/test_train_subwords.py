@@ -244,43 +244,72 @@ def test_a_sampled_run_killed_and_resumed_matches_an_uninterrupted_one(tmp_path,
     assert la == lb
 
 
-def test_sampling_that_lengthens_the_sentences_much_is_said_with_its_fix():
-    """Unigram sampling over all segmentations with a small alpha draws sentences of many more
-    pieces than their best segmentation (alpha 0.1 doubled them on benchmarks/real.py's
-    English-French corpus, and the run learned far slower): the greeting says so, with the
-    settings that sample closer to the best; a mild alpha, a prepared corpus and no sampling
-    say nothing."""
+def _lengthening(kind: str):
+    """A tokenizer of ``kind`` trained on the bundled pairs and the run data of those pairs."""
     from types import SimpleNamespace
 
     from qkv.data import SentencePieceTokenizer
-    from qkv.train.loop import _long_samples
-    from qkv.train.subwords import LONG_SAMPLES, sampled_lengths
 
     pairs = bundled_pairs()[:4000]
     tok = SentencePieceTokenizer.train(
-        [s for s, _ in pairs] + [t for _, t in pairs], vocab_size=2000, model_type="unigram"
+        [s for s, _ in pairs] + [t for _, t in pairs], vocab_size=2000, model_type=kind
     )
-    data = SimpleNamespace(
-        train=[(tok.normalize(s), tok.normalize(t)) for s, t in pairs],
-        prepared=None, src_tokenizer=tok, tgt_tokenizer=tok,
-    )  # fmt: skip
+    train_pairs = [(tok.normalize(s), tok.normalize(t)) for s, t in pairs]
+    return SimpleNamespace(train=train_pairs, prepared=None, src_tokenizer=tok, tgt_tokenizer=tok)
+
+
+def test_sampling_that_lengthens_the_sentences_much_is_said_with_its_fix():
+    """Unigram sampling over all segmentations with a small alpha, or BPE-dropout with a large
+    probability, draws sentences of many more pieces than their best segmentation (unigram
+    alpha 0.1 doubled them on benchmarks/real.py's English-French corpus, and the run learned
+    far slower): the greeting says so, with the settings that sample closer for that model; a
+    mild setting, a prepared corpus and no sampling say nothing."""
+    from types import SimpleNamespace
+
+    from qkv.train.loop import _long_samples
+    from qkv.train.subwords import LONG_SAMPLES, sampled_length_ratios
+
     cfg = TrainConfig(tokenizer="sentencepiece")
-    wild = sampled_lengths(cfg.updated({"subword_alpha": 0.05}), data)
-    mild = sampled_lengths(cfg.updated({"subword_alpha": 0.5}), data)
-    assert min(wild) > LONG_SAMPLES and max(mild) < 1.2 and min(mild) >= 1.0
-    # the same draws as the first epoch's: a function of the seed, the epoch and the side
-    assert sampled_lengths(cfg.updated({"subword_alpha": 0.05}), data) == wild
-    note = _long_samples(cfg.updated({"subword_alpha": 0.05}), data)
-    assert note == (
+    unigram = _lengthening("unigram")
+    wild = sampled_length_ratios(cfg.updated({"subword_alpha": 0.05}), unigram)
+    mild = sampled_length_ratios(cfg.updated({"subword_alpha": 0.5}), unigram)
+    assert min(wild) > LONG_SAMPLES and max(mild) < 1.2
+    assert _long_samples(cfg.updated({"subword_alpha": 0.05}), unigram) == (
         f"subword sampling alpha 0.05 over all segmentations gives the training sentences "
-        f"{wild[0]:.1f} (source) and {wild[1]:.1f} (target) times the pieces of their best "
+        f"{wild[0]:.2f} (source) and {wild[1]:.2f} (target) times the pieces of their best "
         "segmentation: each batch holds that many times fewer sentences, and the model learns "
         "far slower; a larger --subword-alpha (0.5) or --subword-nbest-size 64 samples closer "
         "to the best"
     )
-    nbest = _long_samples(cfg.updated({"subword_alpha": 0.05, "subword_nbest_size": 2}), data)
-    assert "over all segmentations" not in nbest  # two best ones: close to the best
-    assert _long_samples(cfg.updated({"subword_alpha": 0.5}), data) == ""
-    assert sampled_lengths(cfg, data) is None  # no sampling
-    prepared = SimpleNamespace(**{**vars(data), "prepared": object(), "train": []})
-    assert sampled_lengths(cfg.updated({"subword_alpha": 0.05}), prepared) is None
+    assert _long_samples(cfg.updated({"subword_alpha": 0.5}), unigram) == ""
+    # the two best segmentations only: close to the best, nothing to say
+    assert (
+        _long_samples(cfg.updated({"subword_alpha": 0.05, "subword_nbest_size": 2}), unigram) == ""
+    )
+    # BPE: alpha drops merges, so more of it lengthens the sentences, and less is the fix
+    bpe = _lengthening("bpe")
+    ratios = sampled_length_ratios(cfg.updated({"subword_alpha": 0.5}), bpe)
+    assert min(ratios) > LONG_SAMPLES
+    assert max(sampled_length_ratios(cfg.updated({"subword_alpha": 0.05}), bpe)) < LONG_SAMPLES
+    assert _long_samples(cfg.updated({"subword_alpha": 0.5}), bpe) == (
+        f"subword sampling (BPE-dropout 0.5) gives the training sentences {ratios[0]:.2f} "
+        f"(source) and {ratios[1]:.2f} (target) times the pieces of their best segmentation: "
+        "each batch holds that many times fewer sentences, and the model learns far slower; a "
+        "smaller --subword-alpha (BPE-dropout's 0.1) drops fewer merges"
+    )
+    assert sampled_length_ratios(cfg, unigram) is None  # no sampling
+    prepared = SimpleNamespace(**{**vars(unigram), "prepared": object()})
+    assert sampled_length_ratios(cfg.updated({"subword_alpha": 0.05}), prepared) is None
+
+
+def test_a_run_whose_sampling_lengthens_the_sentences_says_so_before_its_schedule(
+    tmp_path, corpus_file, caplog
+):
+    cfg = tiny_config(data=str(corpus_file), **_sampled(subword_alpha=0.01, vocab_size=1000, max_steps=1,
+                      eval_every=1, save_every=1), tune_decoding=False, average_last=0)  # fmt: skip
+    with caplog.at_level("INFO", logger="qkv"):
+        train(cfg, tmp_path / "run", progress=False)
+    lines = [r.getMessage() for r in caplog.records]
+    note = next(i for i, line in enumerate(lines) if line.startswith("note: subword sampling"))
+    assert "alpha 0.01 over all segmentations" in lines[note]
+    assert lines[note + 1].startswith("schedule:")

@@ -38,6 +38,7 @@ from torch import nn
 from .._deps import require
 from .._errors import SettingError
 from ..data import Batch, TokenBatcher, Tokenizer, VocabSentencePieceTokenizer
+from ..data.subwords import model_type
 from ..inference import Decoding
 from ..inference.layout import RunLayout, step_name
 from ..inference.saved import MANIFEST
@@ -58,7 +59,7 @@ from .progress import Progress, Say, messages_on, sayer
 from .rng import rng_state
 from .run_data import RunData
 from .runlock import RunLock, RunLockedError, check_out
-from .subwords import LONG_SAMPLES, sampled_lengths
+from .subwords import LONG_SAMPLES, sampled_length_ratios
 from .update import StepStats, TrainingError, train_update
 from .verdict import SMALLEST, Verdict, fix_for, judge, stopped_early
 
@@ -293,18 +294,28 @@ def _subwords(config: TrainConfig) -> str:
 def _long_samples(config: TrainConfig, data: RunData) -> str:
     """A note when subword sampling makes the training sentences much longer than their best
     segmentation (:data:`qkv.train.subwords.LONG_SAMPLES`), with the settings that sample closer
-    to it; "" otherwise."""
-    ratios = sampled_lengths(config, data)
+    to it for the long side's model (unigram: a larger alpha, fewer best segmentations; BPE: a
+    smaller dropout probability); "" otherwise."""
+    ratios = sampled_length_ratios(config, data)
     if ratios is None or max(ratios) <= LONG_SAMPLES:
         return ""
-    how = f"subword sampling alpha {config.subword_alpha:g}"
-    if config.subword_nbest_size == -1:
-        how += " over all segmentations"
+    alpha, nbest = config.subword_alpha, config.subword_nbest_size
+    toks = (data.src_tokenizer, data.tgt_tokenizer)
+    kinds = {model_type(toks[i].model) for i in (0, 1) if ratios[i] > LONG_SAMPLES}
+    how, fixes = f"subword sampling alpha {alpha:g}", []
+    if "bpe" in kinds:
+        how = f"subword sampling (BPE-dropout {alpha:g})" if kinds == {"bpe"} else how
+        fixes.append("a smaller --subword-alpha (BPE-dropout's 0.1) drops fewer merges")
+    if kinds - {"bpe"}:  # unigram
+        how += " over all segmentations" if nbest == -1 else f" over the {nbest} best"
+        closer = ["a larger --subword-alpha (0.5)"] if alpha < 0.5 else []
+        closer += ["--subword-nbest-size 64"] if nbest == -1 or nbest > 64 else []
+        fixes += [" or ".join(closer) + " samples closer to the best"] if closer else []
     return (
-        f"{how} gives the training sentences {ratios[0]:.1f} (source) and {ratios[1]:.1f} "
+        f"{how} gives the training sentences {ratios[0]:.2f} (source) and {ratios[1]:.2f} "
         "(target) times the pieces of their best segmentation: each batch holds that many "
-        "times fewer sentences, and the model learns far slower; a larger --subword-alpha "
-        "(0.5) or --subword-nbest-size 64 samples closer to the best"
+        "times fewer sentences, and the model learns far slower"
+        + "".join(f"; {fix}" for fix in fixes)
     )
 
 
@@ -461,8 +472,8 @@ class _Run:
             self.say(preset["reason"])
             for note in preset.get("notes", []):
                 self.say(f"note: {note}")
-        long_samples = _long_samples(config, data)
-        if long_samples:
+        long_samples = _long_samples(config, data) if setup.resumed_from is None else ""
+        if long_samples:  # a resumed run keeps its sampling settings: no advice to act on
             self.say(f"note: {long_samples}")
         self.say(setup.plan.describe(setup.schedule))
 

@@ -22,18 +22,19 @@ from .._errors import SettingError
 from .config import TrainConfig
 from .run_data import RunData
 
-__all__ = ["LONG_SAMPLES", "epoch_sampler", "sampled_lengths", "sampling_seed"]
+__all__ = ["LONG_SAMPLES", "epoch_sampler", "sampled_length_ratios", "sampling_seed"]
 
 Ids = list[list[int]]
 
-#: training pairs (spread over the data) whose sampled and best segmentations the greeting of a
-#: sampling run compares
+#: training pairs (spread evenly over the data) whose sampled and best segmentations the
+#: greeting of a sampling run compares
 LENGTH_PAIRS = 200
 #: sampled segmentations with more than this many times the best one's pieces, on either side,
-#: are said in a note: on benchmarks/real.py's English-French corpus (a joint 8,000-piece
-#: unigram model), alpha 0.1 over all segmentations gave 2.0 times the pieces on both sides,
-#: and a 25-minute run of it validated at 0.36 BLEU after 1,338 updates where the same run
-#: without sampling had 20.33 after 1,233; alpha 0.5 gave 1.04 times
+#: are said in a note. A chosen midpoint between two measurements on benchmarks/real.py's
+#: English-French corpus (a joint 8,000-piece unigram model): alpha 0.1 over all segmentations
+#: gave 2.0 times the pieces on both sides, and a 25-minute run of it validated at 0.36 BLEU
+#: after 1,338 updates (stopped there) where the same run without sampling had 20.33 after
+#: 1,233; alpha 0.5 gave 1.04 times and trained as fast as no sampling
 LONG_SAMPLES = 1.5
 
 
@@ -81,16 +82,20 @@ def epoch_sampler(config: TrainConfig, data: RunData) -> Callable[[int], tuple[I
     return resample
 
 
-def sampled_lengths(
+def sampled_length_ratios(
     config: TrainConfig, data: RunData, n: int = LENGTH_PAIRS
 ) -> tuple[float, float] | None:
-    """How many times the pieces of its best segmentation the first epoch's sampling gives the
-    source and the target of up to ``n`` training pairs spread over the data: ``(1.04, 1.05)``
+    """How many times the pieces of their best segmentation the run's sampling gives the source
+    and the target of up to ``n`` training pairs spread evenly over the data: ``(1.04, 1.05)``
     is a mild regularisation, ``(2.0, 2.0)`` sentences of twice their length (each batch then
-    holds half the sentences). None when the run does not sample, or has no training text."""
+    holds half the sentences). An estimate: the pairs are sampled with the run's settings and
+    its first epoch's seeds, not drawn as that epoch draws them (one generator over every
+    sentence), and pairs the batcher drops for their length count too. None when the run does
+    not sample, or has no training text."""
     if not config.subword_alpha or data.prepared is not None or not data.train:
         return None
-    pairs = data.train[:: max(1, len(data.train) // n)][:n]
+    k = min(n, len(data.train))
+    pairs = [data.train[i * len(data.train) // k] for i in range(k)]
     alpha, nbest = config.subword_alpha, config.subword_nbest_size
     ratios = []
     for side, tok in enumerate((data.src_tokenizer, data.tgt_tokenizer)):
