@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._errors import SettingError
+from ..data import Tokenizer
 from .config import TrainConfig
 from .run_data import RunData
 
@@ -41,6 +42,17 @@ LONG_SAMPLES = 1.5
 def sampling_seed(seed: int, epoch: int, side: int) -> int:
     """SentencePiece's seed for one side (0 source, 1 target) of one epoch of a run."""
     return int(np.random.default_rng([seed, 0x5EED, epoch, side]).integers(2**32))
+
+
+def _sampled(config: TrainConfig, tok: Tokenizer, texts: list[str], epoch: int, side: int) -> Ids:
+    """``texts`` of one side (0 source, 1 target) sampled as the run's epoch ``epoch`` samples
+    them: its ``subword_alpha``, ``subword_nbest_size`` and that epoch's seed."""
+    return tok.sample_encode(
+        texts,
+        alpha=config.subword_alpha,
+        nbest_size=config.subword_nbest_size,
+        seed=sampling_seed(config.seed, epoch, side),
+    )
 
 
 def epoch_sampler(config: TrainConfig, data: RunData) -> Callable[[int], tuple[Ids, Ids]] | None:
@@ -71,12 +83,8 @@ def epoch_sampler(config: TrainConfig, data: RunData) -> Callable[[int], tuple[I
 
     def resample(epoch: int) -> tuple[Ids, Ids]:
         return (
-            src_tok.sample_encode(
-                src_texts, alpha=alpha, nbest_size=nbest, seed=sampling_seed(config.seed, epoch, 0)
-            ),
-            tgt_tok.sample_encode(
-                tgt_texts, alpha=alpha, nbest_size=nbest, seed=sampling_seed(config.seed, epoch, 1)
-            ),
+            _sampled(config, src_tok, src_texts, epoch, 0),
+            _sampled(config, tgt_tok, tgt_texts, epoch, 1),
         )
 
     return resample
@@ -96,12 +104,10 @@ def sampled_length_ratios(
         return None
     k = min(n, len(data.train))
     pairs = [data.train[i * len(data.train) // k] for i in range(k)]
-    alpha, nbest = config.subword_alpha, config.subword_nbest_size
     ratios = []
     for side, tok in enumerate((data.src_tokenizer, data.tgt_tokenizer)):
         texts = [p[side] for p in pairs]
-        seed = sampling_seed(config.seed, 0, side)
-        sampled = tok.sample_encode(texts, alpha=alpha, nbest_size=nbest, seed=seed)
+        sampled = _sampled(config, tok, texts, 0, side)
         best = sum(len(tok.encode_normalized(t)) for t in texts)
         ratios.append(sum(map(len, sampled)) / max(1, best))
     return ratios[0], ratios[1]
