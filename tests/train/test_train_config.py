@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from qkv._errors import SettingError
 from qkv.cli import build_parser
 from qkv.cli.train import train_config as _train_config
 from qkv.train import (
@@ -64,6 +65,17 @@ def test_flags_without_file_keep_defaults(tmp_path):
     config, _ = _train_config(_args("--model", "bahdanau", "--bf16", "--out", str(tmp_path)))
     assert config.model == "bahdanau" and config.bf16
     assert config.max_steps == TrainConfig().max_steps
+
+
+def test_bf16_is_automatic_unless_a_flag_says():
+    """No flag: None (the speed probe decides); --bf16 on, --no-bf16 off; a flag's value
+    beats the file's; anything but true, false or None is refused, naming the setting."""
+    assert _train_config(_args("--out", "o"))[0].bf16 is None and TrainConfig().bf16 is None
+    assert _train_config(_args("--bf16", "--out", "o"))[0].bf16 is True
+    assert _train_config(_args("--no-bf16", "--out", "o"))[0].bf16 is False
+    assert _train_config(_args("--set", "bf16=false", "--out", "o"))[0].bf16 is False
+    with pytest.raises(SettingError, match="bf16: expected true, false or None"):
+        TrainConfig(bf16="yes")
 
 
 @pytest.mark.parametrize(

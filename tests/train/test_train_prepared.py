@@ -375,15 +375,15 @@ def pairs_2600(tmp_path_factory) -> Path:
 
 
 def _slow_machine(monkeypatch) -> list:
-    """Every speed measurement from a fake machine (the reference tier's model at 500 tokens/s,
-    a sixth of the reference machine's, any other at 2,000: a 3-minute budget chooses
-    cpu-micro, capped at 2,000 pieces), recorded; a measurement not made through
+    """Every speed measurement from a fake machine without bfloat16 arithmetic (the reference
+    tier's model at 500 tokens/s, a sixth of the reference machine's, any other at 2,000: a
+    3-minute budget chooses cpu-micro, capped at 2,000 pieces), recorded; a measurement not made through
     :class:`qkv.train.presets.OneMeasurement` fails."""
     import qkv.train.presets as presets
 
     calls = []
 
-    def machine(model, vocab, max_tokens, seconds):
+    def machine(model, vocab, max_tokens, seconds, *, bf16=False):
         calls.append(
             (model["num_enc_layers"], model["num_dec_layers"], model["num_hiddens"], vocab)
         )
@@ -397,6 +397,7 @@ def _slow_machine(monkeypatch) -> list:
         raise AssertionError("the speed measured outside the run's one measurement")
 
     monkeypatch.setattr(presets, "measure_speed", machine)
+    monkeypatch.setattr(presets, "native_bf16", lambda: False)  # float32, whatever this CPU has
     monkeypatch.setitem(presets.resolve_config.__kwdefaults__, "probe", elsewhere)
     return calls
 

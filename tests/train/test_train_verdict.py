@@ -246,17 +246,29 @@ def test_evaluations_fit_in_a_tenth_of_the_budget():
 
 
 # ---------------------------------------------------------------- the model from measured speed
-def _fake_probe(reference_speed: float):
-    """A probe of a machine whose reference-tier model trains at ``reference_speed`` tokens/s,
-    the others in proportion to their width x layers (calls recorded)."""
+@pytest.fixture(autouse=True)
+def _no_native_bf16(monkeypatch):
+    """The preset is chosen here as on a CPU without bfloat16 arithmetic, whatever this one has
+    (the bfloat16 tests below say otherwise)."""
+    from qkv.train import presets
+
+    monkeypatch.setattr(presets, "native_bf16", lambda: False)
+
+
+def _fake_probe(reference_speed: float, bf16_gain: float = 1.0):
+    """A probe of a machine whose reference-tier model trains at ``reference_speed`` tokens/s
+    (``bf16_gain`` times that under bfloat16 autocast), the others in proportion to their width
+    x layers (calls recorded; ``probe.modes``: the ``bf16`` of each)."""
     calls = []
 
-    def probe(model, vocab, max_tokens, seconds):
+    def probe(model, vocab, max_tokens, seconds, *, bf16=False):
         calls.append((model["num_enc_layers"], model["num_dec_layers"], vocab, max_tokens, seconds))
+        probe.modes.append(bf16)
         ref = TIERS[REFERENCE_TIER][2]
         size = lambda m: m["num_hiddens"] * (m["num_enc_layers"] + m["num_dec_layers"])  # noqa: E731
-        return reference_speed * size(ref) / size(model)
+        return reference_speed * size(ref) / size(model) * (bf16_gain if bf16 else 1.0)
 
+    probe.modes = []
     return probe, calls
 
 
@@ -364,7 +376,7 @@ def test_a_short_budget_still_measures_its_small_model(monkeypatch):
     clock, calls = [0.0], []
     monkeypatch.setattr(presets.time, "monotonic", lambda: clock[0])
 
-    def probe(model, vocab, max_tokens, seconds):
+    def probe(model, vocab, max_tokens, seconds, *, bf16=False):
         calls.append((max_tokens, seconds))
         clock[0] += 4.0 if len(calls) == 1 else seconds
         return 1193.0 if len(calls) == 1 else 5100.0
@@ -384,6 +396,8 @@ def test_the_real_probe_measures_a_speed():
     tiny = {"num_hiddens": 32, "ffn_num_hiddens": 64, "num_heads": 2, "num_enc_layers": 1,
             "num_dec_layers": 1, "norm_first": True}  # fmt: skip
     tps = measure_speed(tiny, 200, 256, 0.2)
+    assert tps > 0 and math.isfinite(tps)
+    tps = measure_speed(tiny, 200, 256, 0.2, bf16=True)  # under bfloat16 autocast
     assert tps > 0 and math.isfinite(tps)
     with pytest.raises(ValueError, match="seconds"):
         measure_speed(tiny, 200, 256, 0.0)
@@ -407,3 +421,61 @@ def test_the_demo_reads_the_runs_verdict(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "did not learn" in err and "repeat a word" in err and "3 updates of the 800" in err
     assert not stopped_early(0, None).usable
+
+
+# ---------------------------------------------------------------- bfloat16 where it is faster
+def test_bf16_is_chosen_where_the_probe_measures_it_faster(monkeypatch):
+    """A CPU with bfloat16 arithmetic: the reference model is measured in both precisions (half
+    the time each), and the run trains under autocast when that is BF16_GAIN times faster; the
+    preset line says so, and its speed is the bfloat16 one."""
+    from qkv.train import presets
+
+    monkeypatch.setattr(presets, "native_bf16", lambda: True)
+    cfg = TrainConfig(data="x.tsv", max_minutes=10)
+    probe, calls = _fake_probe(3000.0, bf16_gain=1.7)
+    run, preset = resolve_config(cfg, 20_000, probe=probe)
+    assert run.bf16 is True and probe.modes == [False, True]
+    assert calls[0][-1] == pytest.approx(calls[1][-1]) and sum(c[-1] for c in calls) <= 5.0
+    assert preset.speed == pytest.approx(5100.0) and "measured 5,100 tokens/s on" in preset.reason
+    assert "in bfloat16" in preset.reason
+    # a slower machine: the tier chosen from the bfloat16 speed is measured in bfloat16 too
+    probe, calls = _fake_probe(800.0, bf16_gain=1.7)
+    run, preset = resolve_config(cfg, 20_000, probe=probe)
+    assert run.bf16 is True and probe.modes == [False, True, True] and preset.name == "cpu-tiny"
+    # a gain within the probe's noise keeps float32, and so does a CPU without the arithmetic
+    probe, _ = _fake_probe(3000.0, bf16_gain=presets.BF16_GAIN - 0.05)
+    run, preset = resolve_config(cfg, 20_000, probe=probe)
+    assert run.bf16 is False and "bfloat16" not in preset.reason
+    monkeypatch.setattr(presets, "native_bf16", lambda: False)
+    probe, _ = _fake_probe(3000.0, bf16_gain=1.7)
+    assert resolve_config(cfg, 20_000, probe=probe)[0].bf16 is False
+    assert probe.modes == [False]
+
+
+def test_the_users_bf16_is_measured_as_given_and_an_untimed_run_stays_float32(monkeypatch):
+    from qkv.train import presets
+
+    monkeypatch.setattr(presets, "native_bf16", lambda: True)
+    for given in (False, True):
+        probe, _ = _fake_probe(3000.0, bf16_gain=1.7)
+        run, _ = resolve_config(TrainConfig(data="x.tsv", max_minutes=10, bf16=given), 20_000,
+                                probe=probe)  # fmt: skip
+        assert run.bf16 is given and probe.modes == [given]
+    probe, calls = _fake_probe(3000.0, bf16_gain=1.7)
+    run, _ = resolve_config(TrainConfig(data="x.tsv", max_steps=100), 20_000, probe=probe)
+    assert run.bf16 is False and calls == []
+    run, _ = resolve_config(TrainConfig(data="x.tsv", max_minutes=10, preset="none"), 20_000,
+                            probe=probe)  # fmt: skip
+    assert run.bf16 is False and calls == []
+
+
+def test_native_bf16_reads_the_cpu_features_torch_reports(monkeypatch):
+    from qkv.train.speed import native_bf16
+
+    for avx512, amx, want in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        assert native_bf16() is want
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert native_bf16() is False  # a torch without the checks: float32

@@ -200,9 +200,10 @@ def train_config(args: argparse.Namespace) -> tuple[Any, bool]:
         if hasattr(args, dest):
             flags[key] = getattr(args, dest)
     _files_and_pair(flags, getattr(args, "pair", None))
-    for name in ("bf16", "tensorboard"):
-        if getattr(args, name, False):
-            flags[name] = True
+    if getattr(args, "tensorboard", False):
+        flags["tensorboard"] = True
+    if getattr(args, "bf16", None) is not None:  # --bf16 or --no-bf16
+        flags["bf16"] = args.bf16
     if args.strict:
         if hasattr(args, "max_skipped"):
             raise ValueError(

@@ -180,7 +180,10 @@ class TrainConfig:
             a run that sees its data only a few times, else 0.1; 0.1 with no preset and for
             fine-tuning).
         clip_norm: clip the global gradient norm to this; 0 disables clipping.
-        bf16: run forward and loss under bfloat16 autocast.
+        bf16: run the forward pass under bfloat16 autocast (the loss's softmax and the weights
+            stay float32); None: automatic, on where the speed probe runs (a timed CPU run of
+            one process with the automatic preset) on a CPU with bfloat16 arithmetic and
+            measures it at least ``BF16_GAIN`` times faster (:mod:`qkv.train.presets`), else off.
         seed: seeds the weights, dropout and batch order.
 
     Evaluation and checkpoints:
@@ -249,7 +252,7 @@ class TrainConfig:
     adam_eps: float = 1e-8
     label_smoothing: float | None = None
     clip_norm: float = 1.0
-    bf16: bool = False
+    bf16: bool | None = None
     seed: int = 0
     eval_every: int | None = None
     eval_sentences: int = 300
@@ -467,8 +470,9 @@ class TrainConfig:
             "joint_vocab",
             "true, false or None (auto)",
         )
-        for name in ("bf16", "tensorboard", "byte_fallback", "tune_decoding"):
+        for name in ("tensorboard", "byte_fallback", "tune_decoding"):
             need(isinstance(getattr(self, name), bool), name, "true or false")
+        need(self.bf16 is None or isinstance(self.bf16, bool), "bf16", "true, false or None (auto)")
 
     def _check_numbers(self) -> None:
         """The real-valued fields (optimisation, time limits) and the device."""

@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from .speed import PROBE_SHARE, SpeedProbe, measure_speed, probe_seconds
+from .speed import PROBE_SHARE, SpeedProbe, measure_speed, native_bf16, probe_seconds
 
 __all__ = [
+    "BF16_GAIN",
     "FEW_EPOCHS",
     "FINE_TUNING_LR",
     "LABEL_SMOOTHING",
@@ -110,15 +111,19 @@ class Preset:
 @dataclass(frozen=True)
 class Speed:
     """What the speed probe measured: target tokens per second of a tier's model on this
-    machine now, per tier name, on ``threads`` threads."""
+    machine now, per tier name, on ``threads`` threads; ``bf16``: measured (and to be trained)
+    under bfloat16 autocast, which the probe found faster here than float32."""
 
     tokens_per_s: dict[str, float]
     threads: int
+    bf16: bool = False
 
     def describe(self, tier: str, tokens_per_s: float | None = None) -> str:
-        """``"measured 5,300 tokens/s on 2 threads"`` (the tier's); for a tier not measured,
-        ``tokens_per_s`` (its estimate) and the reference's measurement it comes from."""
+        """``"measured 5,300 tokens/s on 2 threads"`` (the tier's; ``"... on 2 threads in
+        bfloat16"`` under autocast); for a tier not measured, ``tokens_per_s`` (its estimate)
+        and the reference's measurement it comes from."""
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        threads += " in bfloat16" if self.bf16 else ""
         if tier in self.tokens_per_s or tokens_per_s is None:
             name = tier if tier in self.tokens_per_s else REFERENCE_TIER
             return f"measured {self.tokens_per_s[name]:,.0f} tokens/s on {threads}"
@@ -214,6 +219,14 @@ CHOSEN_UPDATES, CHOSEN_MIN, CHOSEN_SECONDS, CHOSEN_GRACE = 5, 0.5, 10.0, 1.0
 #: the tier whose model the speed probe measures first (the reference machine's tiers are
 #: bounded by its speed)
 REFERENCE_TIER = "cpu-minutes"
+#: a run trains under bfloat16 autocast when the probe measures the reference model at least
+#: this many times faster in it than in float32 (only on a CPU with bfloat16 arithmetic,
+#: :func:`qkv.train.speed.native_bf16`: elsewhere torch emulates it, slower). Measured on a
+#: 2-core AMD EPYC with AVX-512 BF16 (fp32 GEMM 205 GFLOP/s): 1.69 times the updates a
+#: minute, and on benchmarks/real.py's English-French 10-minute run (scaled to 8.2 minutes by
+#: the GEMM rate) 6,317 updates against 3,623, test BLEU 41.93 against 37.57 (docs/train.md);
+#: the margin keeps a gain within the probe's noise from choosing it
+BF16_GAIN = 1.15
 
 
 def speed_factor(tokens_per_s: float, kind: str = "cpu") -> float:
@@ -397,6 +410,7 @@ def measure_tiers(
     *,
     seconds: float | None = None,
     vocab: int | None = None,
+    bf16: bool | None = False,
 ) -> Speed:
     """Measure the speed of this machine now for the preset of a ``minutes`` budget: the
     reference tier's model first, then the model of the tier that speed chooses, with
@@ -404,7 +418,10 @@ def measure_tiers(
     :func:`~qkv.train.speed.probe_seconds` in all (``seconds`` overrides it). The reference
     model, which measures the machine against the reference one, has its tier's vocabulary;
     the chosen model has ``vocab`` when given (the one the data has already: a prepared
-    corpus's, or the user's), the vocabulary the run will train.
+    corpus's, or the user's), the vocabulary the run will train. ``bf16``: measure in float32
+    (False), under bfloat16 autocast (True), or None: the reference model in both, half its
+    time each, and the rest in bfloat16 when that was :data:`BF16_GAIN` times faster
+    (:attr:`Speed.bf16` says which).
 
     The chosen model gets the time of :data:`CHOSEN_UPDATES` of its updates (estimated from the
     reference's speed; :data:`CHOSEN_MIN` to :data:`CHOSEN_SECONDS`) even past those seconds,
@@ -422,13 +439,19 @@ def measure_tiers(
     grace = CHOSEN_GRACE if seconds is None else 0.0
     t0 = time.monotonic()
 
-    def measure(tier: str, share: float, size: int) -> float:
+    def measure(tier: str, share: float, size: int, half: bool) -> float:
         _, _, model, max_tokens, _ = TIERS[tier]
-        return float(probe(dict(model, dropout=0.1), size, max_tokens, share))
+        return float(probe(dict(model, dropout=0.1), size, max_tokens, share, bf16=half))
 
-    first = 0.6 * total
-    reference = measure(REFERENCE_TIER, first, tier_vocab(REFERENCE_TIER, n_pairs))
-    speed = Speed({REFERENCE_TIER: reference}, torch.get_num_threads())
+    first, size = 0.6 * total, tier_vocab(REFERENCE_TIER, n_pairs)
+    if bf16 is None:  # both precisions, the faster one kept
+        single = measure(REFERENCE_TIER, first / 2, size, False)
+        halved = measure(REFERENCE_TIER, first / 2, size, True)
+        bf16 = halved >= BF16_GAIN * single
+        reference = halved if bf16 else single
+    else:
+        reference = measure(REFERENCE_TIER, first, size, bf16)
+    speed = Speed({REFERENCE_TIER: reference}, torch.get_num_threads(), bf16)
     chosen = choose_preset(n_pairs, minutes=minutes, max_steps=None, speed=speed).name
     used = max(time.monotonic() - t0, first)
     per_update = TIERS[chosen][3] / max(estimated_speed(speed.tokens_per_s, chosen, n_pairs), 1e-9)
@@ -438,7 +461,7 @@ def measure_tiers(
     left = max(total - used, min(want, max(room - used, grace)))
     if chosen != REFERENCE_TIER and left > 3 * per_update:
         size = tier_vocab(chosen, n_pairs) if vocab is None else vocab
-        speed.tokens_per_s[chosen] = measure(chosen, left, size)
+        speed.tokens_per_s[chosen] = measure(chosen, left, size, bf16)
     return speed
 
 
@@ -452,16 +475,18 @@ class OneMeasurement:
 
     def __init__(self, probe: SpeedProbe | None = None) -> None:
         self.probe = probe
-        self.speeds: dict[tuple[int, float], Speed] = {}
+        self.speeds: dict[tuple[int, float, bool | None], Speed] = {}
 
-    def measure(self, n_pairs: int, minutes: float, vocab: int | None = None) -> Speed:
-        """:func:`measure_tiers` of ``n_pairs`` and ``minutes``, measured the first time (with
-        that call's ``vocab``: a run that prepares its file asks first for the corpus it sizes,
-        then with the vocabulary that measurement gave it)."""
-        key = (n_pairs, float(minutes))
+    def measure(
+        self, n_pairs: int, minutes: float, vocab: int | None = None, bf16: bool | None = False
+    ) -> Speed:
+        """:func:`measure_tiers` of ``n_pairs``, ``minutes`` and ``bf16``, measured the first
+        time (with that call's ``vocab``: a run that prepares its file asks first for the
+        corpus it sizes, then with the vocabulary that measurement gave it)."""
+        key = (n_pairs, float(minutes), bf16)
         if key not in self.speeds:
             probe = self.probe if self.probe is not None else measure_speed
-            self.speeds[key] = measure_tiers(n_pairs, minutes, probe, vocab=vocab)
+            self.speeds[key] = measure_tiers(n_pairs, minutes, probe, vocab=vocab, bf16=bf16)
         return self.speeds[key]
 
 
@@ -474,7 +499,9 @@ def _speed(
 ) -> Speed | None:
     """:func:`resolve_config`'s measurement: None unless ``measured`` (a CPU run of one
     process, not a fine-tuning), the preset is chosen (``auto``) for a timed run whose model's
-    shape is not the user's, and a ``probe`` is given."""
+    shape is not the user's, and a ``probe`` is given. The precision measured is the run's
+    (``config.bf16``), or when that is None (automatic) both where the CPU has bfloat16
+    arithmetic (:func:`~qkv.train.speed.native_bf16`), else float32."""
     shape = {"num_hiddens", "num_enc_layers", "num_dec_layers", "ffn_num_hiddens"}
     if (
         not measured
@@ -484,9 +511,10 @@ def _speed(
         or shape & set(config.model_options)
     ):
         return None
+    bf16 = config.bf16 if config.bf16 is not None else (None if native_bf16() else False)
     if isinstance(probe, OneMeasurement):
-        return probe.measure(n_pairs, config.max_minutes, vocab)
-    return measure_tiers(n_pairs, config.max_minutes, probe, vocab=vocab)
+        return probe.measure(n_pairs, config.max_minutes, vocab, bf16)
+    return measure_tiers(n_pairs, config.max_minutes, probe, vocab=vocab, bf16=bf16)
 
 
 def resolve_config(
@@ -506,8 +534,9 @@ def resolve_config(
     ``label_smoothing`` and the model options the user did not give come from
     :func:`choose_preset` (Transformer runs only; ``label_smoothing`` is 0.1 with no preset and
     for fine-tuning);
-    ``schedule="auto"`` becomes ``"linear"``. ``warmup_steps``, ``eval_every`` and
-    ``save_every`` stay None when not given: the loop sets them from the run's planned length.
+    ``schedule="auto"`` becomes ``"linear"``, ``bf16=None`` the probe's choice (:class:`Speed`;
+    False where nothing is measured). ``warmup_steps``, ``eval_every`` and ``save_every`` stay
+    None when not given: the loop sets them from the run's planned length.
     ``fine_tuning`` (a run from a trained model's weights, whose model options are set
     already): the peak learning rate is :data:`FINE_TUNING_LR` unless given. ``probe``
     measures this machine's speed first (:func:`measure_tiers`) when the preset is chosen
@@ -524,9 +553,7 @@ def resolve_config(
     bundled = config.data is None
     if config.normalizer == "auto":
         changes["normalizer"] = "book" if bundled else "plain"
-    user_model = (
-        config.tokenizer_model
-    )  # a SentencePiece model of the user's (one, or one per side)
+    user_model = config.tokenizer_model  # the user's SentencePiece model (or one per side)
     if config.tokenizer == "auto":
         changes["tokenizer"] = "word" if bundled and user_model is None else "sentencepiece"
     tokenizer = changes.get("tokenizer", config.tokenizer)
@@ -537,7 +564,7 @@ def resolve_config(
     joint = changes.get("joint_vocab", config.joint_vocab)
     if config.schedule == "auto":
         changes["schedule"] = "linear"
-    preset = None
+    preset, speed = None, None
     if config.preset != "none" and config.model != "transformer":
         # the tiers are tuned for the Transformer: another model keeps its own defaults and
         # gets only the vocabulary sized to the corpus
@@ -605,6 +632,8 @@ def resolve_config(
             changes[key] = value
     if user_model is not None:  # the user's SentencePiece model has its vocabulary
         changes.pop("vocab_size", None)
+    if config.bf16 is None:  # automatic: bfloat16 autocast where the probe found it faster
+        changes["bf16"] = speed is not None and speed.bf16
     resolved = config.updated(changes)
     # updated() merges model options, so the explicit ones are still there
     return resolved, preset
