@@ -235,10 +235,11 @@ def test_readme_quotes_the_runs_of_todays_defaults_from_their_json():
         elif real["minutes"] != 10:
             assert f"--minutes {real['minutes']:g}" in command, (label, cells)
         assert (f"--busy {real['busy_processes']}" in command) == bool(real["busy_processes"])
-        tier, speed = re.match(
-            r"preset ([\w-]+): .*measured ([\d,]+) tokens/s", run["preset"]
+        tier, speed, bf16 = re.match(
+            r"preset ([\w-]+): .*measured ([\d,]+) tokens/s on \d+ threads?( in bfloat16)?",
+            run["preset"],
         ).groups()
-        assert cells[2] == f"{tier} ({speed} tokens/s)", (label, cells)
+        assert cells[2] == f"{tier} ({speed} tokens/s{bf16 or ''})", (label, cells)
         assert cells[3] == f"{run['updates']:,}", (label, cells)
         assert cells[4] == f"{run['bleu']:.2f}", (label, cells)
         assert cells[5] == f"{run['chrf']:.2f}", (label, cells)
