@@ -42,6 +42,8 @@ PAIRS = 20_000
 
 
 def _batches(vocab: int, max_tokens: int, count: int, seed: int = 0) -> list:
+    """``count`` batches of random ids in ``[4, vocab)``: ``max_tokens // PROBE_LENGTH`` rows of
+    ``PROBE_LENGTH`` tokens a side, no padding (``src``, ``tgt_in``, ``tgt_out`` ``(B, L)``)."""
     from qkv.data import Batch
 
     gen = torch.Generator().manual_seed(seed)
@@ -52,7 +54,16 @@ def _batches(vocab: int, max_tokens: int, count: int, seed: int = 0) -> list:
         tgt = torch.randint(4, vocab, (rows, PROBE_LENGTH + 1), generator=gen)
         lens = torch.full((rows,), PROBE_LENGTH)
         full = torch.full((rows,), PROBE_LENGTH)
-        out.append(Batch(src, lens, tgt[:, :-1], tgt[:, 1:], full, torch.arange(rows)))
+        out.append(
+            Batch(
+                src=src,
+                src_valid_lens=lens,
+                tgt_in=tgt[:, :-1],
+                tgt_out=tgt[:, 1:],
+                tgt_valid_lens=full,
+                indices=torch.arange(rows),
+            )
+        )
     return out
 
 

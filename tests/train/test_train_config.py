@@ -67,13 +67,19 @@ def test_flags_without_file_keep_defaults(tmp_path):
     assert config.max_steps == TrainConfig().max_steps
 
 
-def test_bf16_is_automatic_unless_a_flag_says():
-    """No flag: None (the speed probe decides); --bf16 on, --no-bf16 off; a flag's value
-    beats the file's; anything but true, false or None is refused, naming the setting."""
+def test_bf16_is_automatic_unless_a_flag_says(tmp_path):
+    """No flag: None (the speed probe decides); --bf16 on, --no-bf16 off, --set either way or
+    back to automatic; a flag beats the file; anything but true, false or None is refused,
+    naming the setting."""
     assert _train_config(_args("--out", "o"))[0].bf16 is None and TrainConfig().bf16 is None
     assert _train_config(_args("--bf16", "--out", "o"))[0].bf16 is True
     assert _train_config(_args("--no-bf16", "--out", "o"))[0].bf16 is False
     assert _train_config(_args("--set", "bf16=false", "--out", "o"))[0].bf16 is False
+    assert _train_config(_args("--bf16", "--set", "bf16=null", "--out", "o"))[0].bf16 is None
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("bf16 = true\n")
+    assert _train_config(_args("--config", str(cfg), "--out", "o"))[0].bf16 is True
+    assert _train_config(_args("--config", str(cfg), "--no-bf16", "--out", "o"))[0].bf16 is False
     with pytest.raises(SettingError, match="bf16: expected true, false or None"):
         TrainConfig(bf16="yes")
 

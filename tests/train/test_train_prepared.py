@@ -374,30 +374,27 @@ def pairs_2600(tmp_path_factory) -> Path:
     return path
 
 
-def _slow_machine(monkeypatch) -> list:
-    """Every speed measurement from a fake machine without bfloat16 arithmetic (the reference
-    tier's model at 500 tokens/s, a sixth of the reference machine's, any other at 2,000: a
-    3-minute budget chooses cpu-micro, capped at 2,000 pieces), recorded; a measurement not made through
+def _slow_machine(monkeypatch, native_bf16: bool = False) -> list:
+    """Every speed measurement from a fake machine (the reference tier's model at 500 tokens/s,
+    a sixth of the reference machine's, any other at 2,000, and 1.6 times those in bfloat16
+    where it has ``native_bf16``: a 3-minute budget chooses cpu-micro, capped at 2,000 pieces),
+    recorded (with the precision, on such a machine); a measurement not made through
     :class:`qkv.train.presets.OneMeasurement` fails."""
     import qkv.train.presets as presets
 
     calls = []
 
     def machine(model, vocab, max_tokens, seconds, *, bf16=False):
-        calls.append(
-            (model["num_enc_layers"], model["num_dec_layers"], model["num_hiddens"], vocab)
-        )
-        return (
-            500.0
-            if model == dict(presets.TIERS[presets.REFERENCE_TIER][2], dropout=0.1)
-            else 2000.0
-        )
+        shape = (model["num_enc_layers"], model["num_dec_layers"], model["num_hiddens"], vocab)
+        calls.append((*shape, bf16) if native_bf16 else shape)
+        reference = model == dict(presets.TIERS[presets.REFERENCE_TIER][2], dropout=0.1)
+        return (500.0 if reference else 2000.0) * (1.6 if bf16 else 1.0)
 
     def elsewhere(*_a):
         raise AssertionError("the speed measured outside the run's one measurement")
 
     monkeypatch.setattr(presets, "measure_speed", machine)
-    monkeypatch.setattr(presets, "native_bf16", lambda: False)  # float32, whatever this CPU has
+    monkeypatch.setattr(presets, "native_bf16", lambda: native_bf16)  # not this CPU's
     monkeypatch.setitem(presets.resolve_config.__kwdefaults__, "probe", elsewhere)
     return calls
 
@@ -421,6 +418,19 @@ def test_a_run_that_prepares_its_file_measures_the_machine_once(tmp_path, pairs_
     manifest = json.loads((run.data.prepared.folder / "manifest.json").read_text())
     assert manifest["resolved"]["vocab_size"] == run.config.vocab_size == 2000
     assert preset["notes"] == []
+
+
+def test_a_machine_with_bf16_is_measured_in_both_precisions_once(tmp_path, pairs_2600, monkeypatch):
+    """On a CPU with bfloat16 arithmetic the run that prepares its file measures the reference
+    model in float32 and in bfloat16, then the chosen tier's in bfloat16, once for the corpus
+    and the run together, and trains in bfloat16."""
+    calls = _slow_machine(monkeypatch, native_bf16=True)
+    config = tiny_config(data=str(pairs_2600), prepare_data="always", **_TIMED)
+    run = _setup(config, tmp_path / "run")
+    preset = run.state.preset
+    assert preset["name"] == "cpu-micro" and "3,200 tokens/s on" in preset["reason"]
+    assert "in bfloat16" in preset["reason"] and run.config.bf16 is True
+    assert [(c[-2], c[-1]) for c in calls] == [(4000, False), (4000, True), (2000, True)], calls
 
 
 def test_a_prepared_corpus_keeps_its_vocabulary_whatever_the_tier(

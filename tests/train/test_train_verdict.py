@@ -452,6 +452,14 @@ def test_bf16_is_chosen_where_the_probe_measures_it_faster(monkeypatch):
     assert probe.modes == [False]
 
 
+def test_a_probe_without_the_bf16_keyword_still_measures_float32():
+    def plain(model, vocab, max_tokens, seconds):  # the probe's form before bfloat16
+        return 3000.0
+
+    speed = measure_tiers(20_000, 10.0, plain)
+    assert speed.bf16 is False and speed.tokens_per_s == {REFERENCE_TIER: 3000.0}
+
+
 def test_the_users_bf16_is_measured_as_given_and_an_untimed_run_stays_float32(monkeypatch):
     from qkv.train import presets
 
@@ -473,8 +481,9 @@ def test_native_bf16_reads_the_cpu_features_torch_reports(monkeypatch):
     from qkv.train.speed import native_bf16
 
     for avx512, amx, want in ((False, False, False), (True, False, True), (False, True, True)):
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512: v)
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512: v,
+                            raising=False)  # fmt: skip
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
         assert native_bf16() is want
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")

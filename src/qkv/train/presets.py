@@ -222,10 +222,11 @@ REFERENCE_TIER = "cpu-minutes"
 #: a run trains under bfloat16 autocast when the probe measures the reference model at least
 #: this many times faster in it than in float32 (only on a CPU with bfloat16 arithmetic,
 #: :func:`qkv.train.speed.native_bf16`: elsewhere torch emulates it, slower). Measured on a
-#: 2-core AMD EPYC with AVX-512 BF16 (fp32 GEMM 205 GFLOP/s): 1.69 times the updates a
-#: minute, and on benchmarks/real.py's English-French 10-minute run (scaled to 8.2 minutes by
-#: the GEMM rate) 6,317 updates against 3,623, test BLEU 41.93 against 37.57 (docs/train.md);
-#: the margin keeps a gain within the probe's noise from choosing it
+#: 2-core AMD EPYC with AVX-512 BF16 (fp32 GEMM 218 GFLOP/s): 1.25 (cpu-micro) to 2.07
+#: (cpu-hour) times float32's speed (benchmarks/results/precision.json), and on
+#: benchmarks/real.py's English-French 10-minute run (scaled to 8.2 minutes by the GEMM rate)
+#: 6,317 updates against 3,623, test BLEU 41.93 against 37.57 (docs/train.md); the margin
+#: keeps a gain within the probe's noise from choosing it
 BF16_GAIN = 1.15
 
 
@@ -441,7 +442,9 @@ def measure_tiers(
 
     def measure(tier: str, share: float, size: int, half: bool) -> float:
         _, _, model, max_tokens, _ = TIERS[tier]
-        return float(probe(dict(model, dropout=0.1), size, max_tokens, share, bf16=half))
+        # bf16 only when asked: a probe of the plain four-argument form still measures float32
+        extra = {"bf16": True} if half else {}
+        return float(probe(dict(model, dropout=0.1), size, max_tokens, share, **extra))
 
     first, size = 0.6 * total, tier_vocab(REFERENCE_TIER, n_pairs)
     if bf16 is None:  # both precisions, the faster one kept

@@ -32,7 +32,8 @@ PROBE_LENGTH = 24
 
 class SpeedProbe(Protocol):
     """``probe(model_options, vocab_size, max_tokens, seconds, bf16=False) -> target tokens per
-    second`` (``bf16``: the updates under bfloat16 autocast)."""
+    second`` (``bf16``: the updates under bfloat16 autocast; passed only when true, so a probe
+    without the keyword serves a CPU where bfloat16 is never measured)."""
 
     def __call__(
         self,
@@ -48,8 +49,8 @@ class SpeedProbe(Protocol):
 def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX), where
     bfloat16 autocast can make an update faster; elsewhere torch emulates it, slower than
-    float32. Measured on a 2-core AMD EPYC with AVX-512 BF16 (fp32 GEMM 205 GFLOP/s): a
-    ``cpu-minutes`` update took 0.59 of its float32 time."""
+    float32. Measured on a 2-core AMD EPYC with AVX-512 BF16 (fp32 GEMM 218 GFLOP/s): a
+    ``cpu-minutes`` update took 0.52 of its float32 time (``python -m benchmarks.precision``)."""
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
