@@ -141,6 +141,18 @@ def test_bf16_autocast_runs_the_model_in_bfloat16_with_a_finite_loss():
     assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
 
+def test_the_forward_precision_is_one_context_for_the_update_the_validation_and_the_probe():
+    from qkv.train.losses import forward_precision
+
+    layer, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    for device in ("cpu", torch.device("cpu")):
+        with forward_precision(device, True):
+            assert layer(x).dtype == torch.bfloat16
+        with forward_precision(device, False):
+            assert layer(x).dtype == torch.float32
+    assert layer(x).dtype == torch.float32  # nothing left on after the block
+
+
 def test_a_run_with_accumulation_and_bf16_logs_finite_losses(tmp_path, corpus_file):
     cfg = tiny_config(data=str(corpus_file), max_steps=6, accum_steps=2, bf16=True,
                       eval_every=6, save_every=6, log_every=2)  # fmt: skip

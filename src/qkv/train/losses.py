@@ -1,7 +1,9 @@
-"""The training loss: label-smoothed cross-entropy over the real (non-padding) target tokens."""
+"""The training loss: label-smoothed cross-entropy over the real (non-padding) target tokens, and
+the precision the logits it reads are computed in (:func:`forward_precision`)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -10,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from .._errors import SettingError
 
-__all__ = ["sequence_loss"]
+__all__ = ["forward_precision", "sequence_loss"]
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -94,3 +96,14 @@ def sequence_loss(
         logits.reshape(-1, V), flat_target, keep, float(label_smoothing)
     )
     return loss_sum, nll_sum, int(keep.sum())
+
+
+def forward_precision(
+    device: torch.device | str, bf16: bool
+) -> contextlib.AbstractContextManager[object]:
+    """The context a training or validation forward pass runs in: bfloat16 autocast on
+    ``device``'s type when ``bf16``, else nothing (float32). The one spelling of it for the
+    update, validation loss and the speed probe, so the probe measures what the run does."""
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)

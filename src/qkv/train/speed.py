@@ -11,14 +11,13 @@ the same signature) to choose under speeds of their own.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Protocol
 
 import torch
 
 from ..nn.seq2seq import build_model
-from .losses import sequence_loss
+from .losses import forward_precision, sequence_loss
 
 __all__ = ["PROBE_SECONDS", "SpeedProbe", "measure_speed", "native_bf16", "probe_seconds"]
 
@@ -99,8 +98,7 @@ def measure_speed(
 
     def update() -> None:
         opt.zero_grad(set_to_none=True)
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        with autocast:
+        with forward_precision("cpu", bf16):
             logits = net(src, tgt[:, :-1], lens)
         loss, _, n = sequence_loss(logits, tgt[:, 1:], label_smoothing=0.1)
         (loss / n).backward()

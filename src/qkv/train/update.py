@@ -21,7 +21,7 @@ from torch import nn
 from ..data import Batch
 from . import distributed as D
 from .config import TrainConfig
-from .losses import sequence_loss
+from .losses import forward_precision, sequence_loss
 from .schedules import Schedule
 
 __all__ = ["StepStats", "TrainingError", "make_optimizer", "train_update"]
@@ -111,11 +111,7 @@ def train_update(
     loss_acc = torch.zeros((), device=device, dtype=torch.float64)
     nll_acc = torch.zeros((), device=device, dtype=torch.float64)
     is_ddp = isinstance(model, nn.parallel.DistributedDataParallel)
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if bf16
-        else contextlib.nullcontext()
-    )
+    autocast = forward_precision(device, bf16)
     for i, batch in enumerate(micro_batches):
         b = batch.to(device, non_blocking=True)
         sync = not is_ddp or i == len(micro_batches) - 1

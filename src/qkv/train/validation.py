@@ -9,7 +9,6 @@ weights and decoding (:mod:`qkv.train.finish`) score through it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from torch import nn
 from ..data import TokenBatcher, Tokenizer
 from ..inference import Decoding, Evaluation, corpus_scores, decode_texts
 from ..nn.seq2seq import EncoderDecoder
-from .losses import sequence_loss
+from .losses import forward_precision, sequence_loss
 
 __all__ = ["ValidationSet", "reference_caps", "validation_bleu", "validation_loss"]
 
@@ -40,11 +39,7 @@ def validation_loss(
     training = model.training
     model.eval()
     nll, tokens = 0.0, 0
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if bf16
-        else contextlib.nullcontext()
-    )
+    autocast = forward_precision(device, bf16)
     try:
         batcher.set_epoch(0)
         for batch in batcher:
