@@ -231,6 +231,36 @@ def test_progress_lines(tmp_path, corpus_file):
     assert "valid @ 10: loss" in text and "BLEU" in text
 
 
+def test_tokens_per_second_leave_out_checkpoint_writes(tmp_path, corpus_file, monkeypatch):
+    # every update takes at least 50 ms and counts 100 tokens, so no window of updates trains
+    # faster than 2,000 tokens/s; each checkpoint write takes 300 ms more. A window that
+    # restarted its clock after a write, but kept the tokens before it, would read about
+    # twice that
+    import time
+
+    from qkv.train import loop, update
+
+    def timed_update(*args, **kw):
+        time.sleep(0.05)
+        return update.StepStats(loss_sum=200.0, nll_sum=200.0, tokens=100, grad_norm=1.0,
+                                lr=1e-3)  # fmt: skip
+
+    real_checkpoint = loop._Run._checkpoint
+
+    def slow_checkpoint(self, step):
+        time.sleep(0.3)
+        return real_checkpoint(self, step)
+
+    monkeypatch.setattr(loop, "train_update", timed_update)
+    monkeypatch.setattr(loop._Run, "_checkpoint", slow_checkpoint)
+    cfg = tiny_config(data=str(corpus_file), max_steps=8, save_every=1, log_every=2,
+                      eval_every=100)  # fmt: skip
+    res = train(cfg, tmp_path, progress=False)
+    rates = [h["tok_s"] for h in res.history if "tok_s" in h]
+    assert len(rates) == 4
+    assert all(0 < r <= 2000 for r in rates), rates
+
+
 def test_tensorboard_missing_is_a_clear_error_before_any_work(tmp_path, corpus_file, monkeypatch):
     import sys
 

@@ -556,6 +556,16 @@ class _Run:
                 logging.WARNING,
             )
 
+    @contextlib.contextmanager
+    def _not_training(self) -> Iterator[None]:
+        """Time that is not training (an evaluation, a checkpoint's write): left out of the
+        progress line's tokens/s, whose window started before it and goes on after."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.window_t0 += time.monotonic() - t0
+
     @property
     def _planned(self) -> int:
         """The update the run is planned to end at."""
@@ -643,8 +653,8 @@ class _Run:
         if self.already_stopped:
             return
         if self.info.is_main:
-            self._evaluate(0, scheduled=False)
-            self.window_t0 = time.monotonic()
+            with self._not_training():
+                self._evaluate(0, scheduled=False)
         self._share_evaluation()
         state.last_eval = 0
         self._checkpoint_if_due(True, False)
@@ -663,8 +673,8 @@ class _Run:
         if due:
             state.last_eval = step
         if self.info.is_main:
-            stop = self._evaluate(step, scheduled=due)
-            self.window_t0 = time.monotonic()  # the evaluation is not training time
+            with self._not_training():
+                stop = self._evaluate(step, scheduled=due)
         if self._share_evaluation(stop) and not final:
             self.stopped = state.stopped = "early_stopping"
             final = True
@@ -739,9 +749,9 @@ class _Run:
         )
         if evaluated or final or due:
             state.last_save = step
-            self.last_ckpt = self._checkpoint(step) or self.last_ckpt
+            with self._not_training():
+                self.last_ckpt = self._checkpoint(step) or self.last_ckpt
             self.saved_step = step
-            self.window_t0 = time.monotonic()
 
     def _checkpoint(self, step: int) -> Path | None:
         """Write checkpoint ``step`` (rank 0; every rank's RNG state gathered, the replicas
