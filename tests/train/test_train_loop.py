@@ -231,34 +231,52 @@ def test_progress_lines(tmp_path, corpus_file):
     assert "valid @ 10: loss" in text and "BLEU" in text
 
 
-def test_tokens_per_second_leave_out_checkpoint_writes(tmp_path, corpus_file, monkeypatch):
-    # every update takes at least 50 ms and counts 100 tokens, so no window of updates trains
-    # faster than 2,000 tokens/s; each checkpoint write takes 300 ms more. A window that
-    # restarted its clock after a write, but kept the tokens before it, would read about
-    # twice that
+def test_tokens_per_second_leave_out_evaluations_and_checkpoint_writes(
+    tmp_path, corpus_file, monkeypatch
+):
+    # on the loop's clock every update takes 50 ms and counts 100 tokens (2,000 tokens/s), a
+    # checkpoint write 300 ms and an evaluation 700 ms more: every progress line reads 2,000.
+    # A window that restarted its clock after a pause but kept the tokens before it read about
+    # 4,000; one that counted the pauses as training, under 400
     import time
 
     from qkv.train import loop, update
 
+    class Clock:
+        now = 0.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+    clock = Clock()
+    real_checkpoint, real_evaluate = loop._Run._checkpoint, loop._Run._evaluate
+
     def timed_update(*args, **kw):
-        time.sleep(0.05)
+        clock.now += 0.05
         return update.StepStats(loss_sum=200.0, nll_sum=200.0, tokens=100, grad_norm=1.0,
                                 lr=1e-3)  # fmt: skip
 
-    real_checkpoint = loop._Run._checkpoint
-
     def slow_checkpoint(self, step):
-        time.sleep(0.3)
+        clock.now += 0.3
         return real_checkpoint(self, step)
 
+    def slow_evaluate(self, step, **kw):
+        clock.now += 0.7
+        return real_evaluate(self, step, **kw)
+
+    monkeypatch.setattr(loop, "time", clock)
     monkeypatch.setattr(loop, "train_update", timed_update)
     monkeypatch.setattr(loop._Run, "_checkpoint", slow_checkpoint)
+    monkeypatch.setattr(loop._Run, "_evaluate", slow_evaluate)
     cfg = tiny_config(data=str(corpus_file), max_steps=8, save_every=1, log_every=2,
-                      eval_every=100)  # fmt: skip
+                      eval_every=3)  # fmt: skip
     res = train(cfg, tmp_path, progress=False)
     rates = [h["tok_s"] for h in res.history if "tok_s" in h]
-    assert len(rates) == 4
-    assert all(0 < r <= 2000 for r in rates), rates
+    assert sum("valid_loss" in h for h in res.history) >= 2  # the pauses happened
+    assert rates == [2000] * 4
 
 
 def test_tensorboard_missing_is_a_clear_error_before_any_work(tmp_path, corpus_file, monkeypatch):

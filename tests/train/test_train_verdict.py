@@ -274,8 +274,9 @@ def _fake_probe(reference_speed: float, bf16_gain: float = 1.0):
 
 @pytest.mark.parametrize("speed,tier", [(600.0, "cpu-tiny"), (1500.0, "cpu-tiny"),
                                         (1800.0, "cpu-minutes"), (3000.0, "cpu-minutes"),
-                                        # 23 reference minutes: cpu-minutes' bound is 25
-                                        (7000.0, "cpu-minutes"), (9000.0, "cpu-hour")])  # fmt: skip
+                                        # 23 and 25 reference minutes: cpu-minutes' bound (25) holds them
+                                        (7000.0, "cpu-minutes"), (7500.0, "cpu-minutes"),
+                                        (9000.0, "cpu-hour")])  # fmt: skip
 def test_the_preset_follows_the_measured_speed(speed, tier):
     probe, calls = _fake_probe(speed)
     cfg = TrainConfig(data="x.tsv", max_minutes=10)

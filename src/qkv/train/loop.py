@@ -420,6 +420,8 @@ class _Run:
             self.signals.graceful = True
         state = self.setup.state
         self._evaluate_start()
+        # the first progress line counts from the first update (not the greeting's work)
+        self.window_tokens, self.window_t0 = 0, time.monotonic()
         while state.step < self.limit and not self.already_stopped:
             stats = self._step()
             elapsed = time.monotonic() - self.t_start
@@ -652,10 +654,10 @@ class _Run:
             return
         if self.already_stopped:
             return
-        if self.info.is_main:
-            with self._not_training():
+        with self._not_training():  # every rank waits for rank 0's evaluation
+            if self.info.is_main:
                 self._evaluate(0, scheduled=False)
-        self._share_evaluation()
+            self._share_evaluation()
         state.last_eval = 0
         self._checkpoint_if_due(True, False)
 
@@ -672,10 +674,11 @@ class _Run:
         stop = 0.0
         if due:
             state.last_eval = step
-        if self.info.is_main:
-            with self._not_training():
+        with self._not_training():  # every rank waits for rank 0's evaluation
+            if self.info.is_main:
                 stop = self._evaluate(step, scheduled=due)
-        if self._share_evaluation(stop) and not final:
+            out_of_patience = self._share_evaluation(stop)
+        if out_of_patience and not final:
             self.stopped = state.stopped = "early_stopping"
             final = True
         return True, final
