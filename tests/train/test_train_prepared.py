@@ -595,9 +595,10 @@ from qkv.train.corpus import _pool, start_method
 from qkv.train.interrupt import StopSignals
 
 with StopSignals(lambda signum: None):
+    method = start_method()  # the pool's: after it, its threads may still be exiting
     with _pool(2) as pool:
         got = pool.apply(signal.getsignal, (signal.SIGTERM,)), pool.apply(signal.getsignal, (signal.SIGINT,))
-print(start_method(), got == (signal.SIG_DFL, signal.SIG_IGN))
+print(method, got == (signal.SIG_DFL, signal.SIG_IGN))
 """
 
 
