@@ -250,11 +250,30 @@ def run_qkv(
         "exit_status": proc.returncode,
         "learned": proc.returncode == 0,
         "preset": preset[0] if preset else None,
+        **reference_reading(out / "final", minutes),
         "train_wall_minutes": round(wall / 60, 2),
         "updates": int(m[-1][1]) if m else None,
         "evaluate_s": round(time.monotonic() - t1, 1),
         "scores": scores,
         "log": lines[:4] + lines[-6:],
+    }
+
+
+def reference_reading(model_dir: Path, minutes: float) -> dict[str, float | None]:
+    """What the run's speed probe read for the reference tier's model (tokens/s; the preset line
+    prints the chosen tier's speed only) and the budget in reference minutes it made of it, the
+    figure the tier's bound is compared with (:func:`qkv.train.presets.speed_factor`), from
+    ``model_dir``'s ``trainer.json``; None where nothing was measured."""
+    from qkv.train.presets import speed_factor
+
+    try:
+        preset = json.loads((model_dir / "trainer.json").read_text(encoding="utf-8"))["preset"]
+        speed = float(preset["reference_speed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"reference_speed": None, "reference_minutes": None}
+    return {
+        "reference_speed": round(speed),
+        "reference_minutes": round(minutes * speed_factor(speed), 1),
     }
 
 

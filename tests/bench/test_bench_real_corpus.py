@@ -143,3 +143,23 @@ def test_degenerate_chinese_counts_characters():
     assert not degenerate("使用了了了无效信息。", tokenize="zh")
     assert not degenerate("使用了了了了无效信息。")  # one whitespace word
     assert degenerate("安装 Cinnamon Cinnamon Cinnamon Cinnamon", tokenize="zh")
+
+
+def test_the_reference_reading_is_recorded_with_its_reference_minutes(tmp_path):
+    """benchmarks/real.py's English-French 10-minute row: the probe read 8,194 tokens/s for the
+    reference model on a 7.6-minute budget, 20.8 reference minutes (the tier's bound is in
+    those); a run that measured nothing records None."""
+    import json
+
+    from benchmarks.real import reference_reading
+
+    (tmp_path / "trainer.json").write_text(
+        json.dumps({"preset": {"name": "cpu-minutes", "reference_speed": 8194.3}})
+    )
+    assert reference_reading(tmp_path, 7.6) == {
+        "reference_speed": 8194,
+        "reference_minutes": 20.8,
+    }
+    (tmp_path / "trainer.json").write_text(json.dumps({"preset": {"reference_speed": None}}))
+    assert reference_reading(tmp_path, 7.6) == {"reference_speed": None, "reference_minutes": None}
+    assert reference_reading(tmp_path / "missing", 7.6)["reference_speed"] is None

@@ -163,13 +163,12 @@ def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any
 #: runs against cpu-tiny's 4.5-5.0, English-French 16.5 against 10.3-10.5, English-Chinese 12.6
 #: against 4.8; in 3 quiet minutes it lost, 11.5 against 12.5: its bound lies between, on a log
 #: scale. cpu-minutes up to 25: benchmarks/real.py's 10 minutes, scaled to 7.6-8.4 on a machine
-#: 1.2-1.3 times the reference's (GEMM 201-222) and trained in bfloat16, count from 18 to over
-#: 20 reference minutes, and there cpu-minutes scored 41.93 and 43.43 test BLEU on
+#: 1.2-1.3 times the reference's (GEMM 201-222) and trained in bfloat16, counted 17.8-20.8
+#: reference minutes, and there cpu-minutes scored 41.93 and 43.43 test BLEU on
 #: English-French (then 42.52 at 20.8 with this bound) where cpu-hour scored 40.72, 34.68 and
 #: 33.89 on English-German where cpu-hour scored 34.31 (one cpu-hour run each, within a run's
-#: spread: no worse);
-#: cpu-hour keeps the 30-minute rows, 30 reference minutes in float32 and over 43 here: 25 lies
-#: between, on a log scale)
+#: spread: no worse); cpu-hour keeps the 30-minute rows, 30 reference minutes in float32 and
+#: 52.1 here: 25 lies between, on a log scale)
 TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
     "cpu-micro": ("cpu", 1.5, _transformer(128, 512, 4, 1), 256, 2e-3),
     "cpu-tiny": ("cpu", 5.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
