@@ -30,7 +30,7 @@ from qkv.nn.seq2seq import build_model
 from qkv.train import TrainConfig, make_optimizer, train_update
 from qkv.train.presets import TIERS, tier_vocab
 from qkv.train.schedules import Schedule
-from qkv.train.speed import PROBE_LENGTH, native_bf16
+from qkv.train.speed import native_bf16, probe_batch
 
 from .machine import gemm_rate
 from .runner import Case, add_arguments, print_table, run_cases, write_json
@@ -41,32 +41,6 @@ CPU_TIERS = ("cpu-micro", "cpu-tiny", "cpu-small", "cpu-minutes", "cpu-hour")
 PAIRS = 20_000
 
 
-def _batches(vocab: int, max_tokens: int, count: int, seed: int = 0) -> list:
-    """``count`` batches of random ids in ``[4, vocab)``: ``max_tokens // PROBE_LENGTH`` rows of
-    ``PROBE_LENGTH`` tokens a side, no padding (``src``, ``tgt_in``, ``tgt_out`` ``(B, L)``)."""
-    from qkv.data import Batch
-
-    gen = torch.Generator().manual_seed(seed)
-    rows = max(1, max_tokens // PROBE_LENGTH)
-    out = []
-    for _ in range(count):
-        src = torch.randint(4, vocab, (rows, PROBE_LENGTH), generator=gen)
-        tgt = torch.randint(4, vocab, (rows, PROBE_LENGTH + 1), generator=gen)
-        lens = torch.full((rows,), PROBE_LENGTH)
-        full = torch.full((rows,), PROBE_LENGTH)
-        out.append(
-            Batch(
-                src=src,
-                src_valid_lens=lens,
-                tgt_in=tgt[:, :-1],
-                tgt_out=tgt[:, 1:],
-                tgt_valid_lens=full,
-                indices=torch.arange(rows),
-            )
-        )
-    return out
-
-
 def _updates(tier: str, updates: int) -> tuple[Callable[[], None], Callable[[], None], int]:
     """``(float32 call, bfloat16 call, target tokens per call)`` for ``tier``'s model."""
     _, _, options, max_tokens, lr = TIERS[tier]
@@ -75,7 +49,7 @@ def _updates(tier: str, updates: int) -> tuple[Callable[[], None], Callable[[], 
     spec = {"kind": "transformer", "src_vocab_size": vocab, "tgt_vocab_size": vocab,
             "share_embeddings": True, "tie_embeddings": True, **options, "dropout": 0.1}  # fmt: skip
     base = build_model(spec).train()
-    batches = _batches(vocab, max_tokens, updates)
+    batches = [probe_batch(vocab, max_tokens, seed=i) for i in range(updates)]
     config = TrainConfig(lr=lr, clip_norm=1.0)
 
     def runner(bf16: bool) -> Callable[[], None]:

@@ -32,6 +32,7 @@ from ..data.languages import check_language
 from ..inference.scores import BLEU_TOKENIZERS, bleu_tokenizer, tokenizer_modules
 from ..nn.seq2seq import MODEL_KINDS, Seq2SeqConfig
 from .schedules import SCHEDULES
+from .tiers import TIERS
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -426,8 +427,6 @@ class TrainConfig:
         """The names chosen from a list: model kind, preset, schedule."""
         need = self._need
         need(self.model in MODEL_KINDS, "model", f"one of {MODEL_KINDS}")
-        from .presets import TIERS
-
         need(
             isinstance(self.preset, str) and self.preset in ("auto", "none", *TIERS),
             "preset",

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from .speed import PROBE_SHARE, SpeedProbe, measure_speed, native_bf16, probe_seconds
+from .tiers import TIERS, transformer_shape
 
 __all__ = [
     "BF16_GAIN",
@@ -133,52 +134,6 @@ class Speed:
             f"{REFERENCE_TIER} model on {threads})"
         )
 
-
-def _transformer(width: int, ffn: int, heads: int, layers: int) -> dict[str, Any]:
-    return {
-        "num_hiddens": width,
-        "ffn_num_hiddens": ffn,
-        "num_heads": heads,
-        "num_enc_layers": layers,
-        "num_dec_layers": layers,
-        "norm_first": True,
-        "activation": "relu",
-    }
-
-
-#: name -> (device, budget bound (minutes on that device, inclusive), model, max_tokens, lr),
-#: smallest first on each device (the first whose bound holds a budget is chosen);
-#: the model's dropout comes from :func:`dropout_for` (the epochs the budget allows). A bound is
-#: in minutes of the reference machine (:data:`_TOKENS_PER_SECOND`); a CPU run whose speed was
-#: measured (:mod:`qkv.train.speed`) counts its budget in those minutes: a machine half as fast
-#: gets the tier of half the budget
-#: (cpu-micro, cpu-tiny and cpu-small: a shallow decoder (Kasai et al. 2021) and a small
-#: vocabulary (:data:`VOCAB_CAPS`) for runs of few updates, Sennrich & Zhang 2019. cpu-tiny, a
-#: quarter of cpu-small's cost per token, measured on benchmarks/real.py's English-German: 12.5
-#: BLEU in 3 quiet minutes (cpu-small 2.9), 16.4 in 5 (cpu-small 10.7), 4.5 in 3 minutes beside
-#: two busy processes (cpu-small 1.0); cpu-small, of the same bound, takes the budgets that would
-#: show a small corpus to cpu-tiny more than :data:`MAX_EPOCHS` times. cpu-micro, one encoder
-#: layer and 256-token batches, makes 1.6-2.4 times cpu-tiny's updates: beside two busy
-#: processes in 3 minutes (about 0.85 reference minutes) English-German 7.3 and 5.4 BLEU in two
-#: runs against cpu-tiny's 4.5-5.0, English-French 16.5 against 10.3-10.5, English-Chinese 12.6
-#: against 4.8; in 3 quiet minutes it lost, 11.5 against 12.5: its bound lies between, on a log
-#: scale. cpu-minutes up to 25: benchmarks/real.py's 10 minutes, scaled to 7.6-8.4 on a machine
-#: 1.2-1.3 times the reference's (GEMM 201-222) and trained in bfloat16, counted 17.8-20.8
-#: reference minutes, and there cpu-minutes scored 41.93 and 43.43 test BLEU on
-#: English-French (then 42.52 at 20.8 with this bound) where cpu-hour scored 40.72, 34.68 and
-#: 33.89 on English-German where cpu-hour scored 34.31 (one cpu-hour run each, within a run's
-#: spread: no worse); cpu-hour keeps the 30-minute rows, 30 reference minutes in float32 and
-#: 52.1 here: 25 lies between, on a log scale)
-TIERS: dict[str, tuple[str, float, dict[str, Any], int, float]] = {
-    "cpu-micro": ("cpu", 1.5, _transformer(128, 512, 4, 1), 256, 2e-3),
-    "cpu-tiny": ("cpu", 5.0, {**_transformer(128, 512, 4, 2), "num_dec_layers": 1}, 512, 3e-3),
-    "cpu-small": ("cpu", 5.0, {**_transformer(256, 1024, 4, 2), "num_dec_layers": 1}, 512, 2e-3),
-    "cpu-minutes": ("cpu", 25.0, _transformer(256, 1024, 4, 2), 512, 1.5e-3),
-    "cpu-hour": ("cpu", 120.0, _transformer(256, 1024, 4, 3), 1024, 1.5e-3),
-    "cpu-long": ("cpu", float("inf"), _transformer(512, 2048, 8, 6), 4096, 7e-4),
-    "gpu-short": ("cuda", 60.0, _transformer(512, 2048, 8, 6), 8192, 1e-3),
-    "gpu-base": ("cuda", float("inf"), _transformer(512, 2048, 8, 6), 16384, 7e-4),
-}
 
 #: a run bounded by updates only is sized as if one update took this many seconds
 _SECONDS_PER_UPDATE = {"cpu": 0.5, "cuda": 0.15}
@@ -382,7 +337,7 @@ def choose_preset(
     model["dropout"], smoothing = dropout_for(epochs), label_smoothing_for(epochs)
     # a small corpus cannot feed a large model: cap it, and regularise more
     if n_pairs < 5_000 and (model["num_hiddens"] > 256 or model["num_enc_layers"] > 2):
-        model.update(_transformer(256, 1024, 4, 2), dropout=max(model["dropout"], 0.1))
+        model.update(transformer_shape(256, 1024, 4, 2), dropout=max(model["dropout"], 0.1))
         smoothing = LABEL_SMOOTHING
         max_tokens = min(max_tokens, 1024)
         notes.append(
@@ -390,7 +345,7 @@ def choose_preset(
             f"{max_tokens}-token batches instead of the tier's"
         )
     elif n_pairs < 50_000 and model["num_hiddens"] > 256:
-        model.update(_transformer(256, 1024, 4, model["num_enc_layers"]))
+        model.update(transformer_shape(256, 1024, 4, model["num_enc_layers"]))
         notes.append(f"{n_pairs} training pairs: width 256 instead of the tier's")
     vocab = tier_vocab(name, n_pairs)
     assumed = speed.describe(name, tps) if speed is not None else None

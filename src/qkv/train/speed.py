@@ -1,8 +1,10 @@
 """How fast this machine trains a model shape now: the speed probe behind the automatic preset.
 
-:func:`measure_speed` builds a Transformer of the shape asked, and times full updates (forward,
-backward, optimizer step) on synthetic batches of the planned token count, on the threads the run
-will use, in float32 or under bfloat16 autocast, for a bounded number of seconds. The preset
+:func:`measure_speed` builds a Transformer of the shape asked, and times the run's own update
+(:func:`~qkv.train.update.train_update` with its fused AdamW, schedule and clipping: forward,
+backward, optimizer step) on a synthetic batch of the planned token count (:func:`probe_batch`),
+on the threads the run will use, in float32 or under bfloat16 autocast, for a bounded number of
+seconds. The preset
 (:mod:`qkv.train.presets`) sizes the model from what it measures instead of from a table of one
 machine's speed, and trains under bfloat16 autocast where the CPU computes in it natively
 (:func:`native_bf16`) and the probe measures it faster; tests pass a fake probe (any callable of
@@ -16,10 +18,20 @@ from typing import Any, Protocol
 
 import torch
 
+from ..data import Batch
 from ..nn.seq2seq import build_model
-from .losses import forward_precision, sequence_loss
+from .config import TrainConfig
+from .schedules import Schedule
+from .update import make_optimizer, train_update
 
-__all__ = ["PROBE_SECONDS", "SpeedProbe", "measure_speed", "native_bf16", "probe_seconds"]
+__all__ = [
+    "PROBE_SECONDS",
+    "SpeedProbe",
+    "measure_speed",
+    "native_bf16",
+    "probe_batch",
+    "probe_seconds",
+]
 
 #: the seconds the probe takes, and its share of a timed budget when that is less (the chosen
 #: tier's model may get a few seconds more within that share: presets.measure_tiers)
@@ -53,6 +65,19 @@ def native_bf16() -> bool:
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+def probe_batch(vocab_size: int, max_tokens: int, seed: int = 0) -> Batch:
+    """The probe's synthetic batch: ``max_tokens // PROBE_LENGTH`` sentence pairs (at least
+    one) of :data:`PROBE_LENGTH` random ids in ``[4, vocab_size)`` a side, no padding (``src``,
+    ``tgt_in``, ``tgt_out`` of shape ``(B, PROBE_LENGTH)``)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = max(1, max_tokens // PROBE_LENGTH)
+    src = torch.randint(4, vocab_size, (rows, PROBE_LENGTH), generator=gen)
+    tgt = torch.randint(4, vocab_size, (rows, PROBE_LENGTH + 1), generator=gen)
+    lengths = torch.full((rows,), PROBE_LENGTH)
+    return Batch(src=src, src_valid_lens=lengths, tgt_in=tgt[:, :-1], tgt_out=tgt[:, 1:],
+                 tgt_valid_lens=lengths.clone(), indices=torch.arange(rows))  # fmt: skip
 
 
 def probe_seconds(minutes: float | None) -> float:
@@ -89,20 +114,16 @@ def measure_speed(
     tied = {"share_embeddings": True, "tie_embeddings": True}
     net = build_model({"kind": "transformer", **sizes, **tied, **options})
     net.train()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    batch = max(1, max_tokens // PROBE_LENGTH)
-    gen = torch.Generator().manual_seed(0)
-    src = torch.randint(4, vocab_size, (batch, PROBE_LENGTH), generator=gen)
-    tgt = torch.randint(4, vocab_size, (batch, PROBE_LENGTH + 1), generator=gen)
-    lens = torch.full((batch,), PROBE_LENGTH)
+    # the run's own update: its optimizer (fused AdamW), schedule, clipping and precision
+    config = TrainConfig(lr=1e-4)
+    opt = make_optimizer(net, config)
+    schedule = Schedule(opt, peak_lr=config.lr, warmup_steps=1, kind="linear", total_steps=10**9)
+    batch = probe_batch(vocab_size, max_tokens)
+    cpu = torch.device("cpu")
 
     def update() -> None:
-        opt.zero_grad(set_to_none=True)
-        with forward_precision("cpu", bf16):
-            logits = net(src, tgt[:, :-1], lens)
-        loss, _, n = sequence_loss(logits, tgt[:, 1:], label_smoothing=0.1)
-        (loss / n).backward()
-        opt.step()
+        train_update(net, opt, schedule, [batch], label_smoothing=0.1,
+                     clip_norm=config.clip_norm, device=cpu, bf16=bf16)  # fmt: skip
 
     t_start = time.monotonic()
     update()  # the first update allocates what the others reuse
@@ -112,4 +133,4 @@ def measure_speed(
         update()
         done += 1
     took = max(time.monotonic() - t0, 1e-9)
-    return done * batch * PROBE_LENGTH / took
+    return done * batch.num_tokens / took
